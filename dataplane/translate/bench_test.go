@@ -1,0 +1,119 @@
+package translate
+
+import (
+	"strings"
+	"testing"
+)
+
+type discard struct{}
+
+func (discard) WriteEvent(string, []byte) error { return nil }
+
+// BenchmarkStreamHandleTextDelta measures one output_text.delta frame
+// translated into one content_block_delta event.
+func BenchmarkStreamHandleTextDelta(b *testing.B) {
+	s := NewStream(&Turn{RequestedModel: "claude-opus-5-5"}, discard{}, "msg_1")
+	s.Handle([]byte(`{"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"msg_1","role":"assistant","content":[]}}`))
+	frame := []byte(`{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hello, wörld! Here is some text.","sequence_number":42}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(frame)))
+	for b.Loop() {
+		if _, err := s.Handle(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStreamHandleThinkingDelta measures one reasoning summary delta.
+func BenchmarkStreamHandleThinkingDelta(b *testing.B) {
+	s := NewStream(&Turn{RequestedModel: "m"}, discard{}, "msg_1")
+	s.Handle([]byte(`{"type":"response.output_item.added","output_index":0,"item":{"type":"reasoning","id":"rs_1","summary":[]}}`))
+	frame := []byte(`{"type":"response.reasoning_summary_text.delta","item_id":"rs_1","output_index":0,"summary_index":0,"delta":"Thinking about the user's request."}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Handle(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStreamHandleArgumentsDelta measures a buffered (not forwarded)
+// function_call_arguments.delta.
+func BenchmarkStreamHandleArgumentsDelta(b *testing.B) {
+	s := NewStream(&Turn{RequestedModel: "m"}, discard{}, "msg_1")
+	s.Handle([]byte(`{"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","id":"fc","call_id":"c","name":"Bash"}}`))
+	frame := []byte(`{"type":"response.function_call_arguments.delta","item_id":"fc","output_index":0,"delta":"\"ls -la\","}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Handle(frame); err != nil {
+			b.Fatal(err)
+		}
+		if len(s.items[0].args) > 1<<20 {
+			s.items[0].args = s.items[0].args[:0]
+		}
+	}
+}
+
+// BenchmarkStreamSpec16Turn runs the whole spec 1.6 exchange (12 upstream
+// frames) and reports the cost per upstream event.
+func BenchmarkStreamSpec16Turn(b *testing.B) {
+	frames := make([][]byte, len(spec16Frames))
+	for i, f := range spec16Frames {
+		frames[i] = []byte(f)
+	}
+	turn := &Turn{RequestedModel: "clodex:openai-oauth:gpt-5.6-sol"}
+	b.ReportAllocs()
+	for b.Loop() {
+		s := NewStream(turn, discard{}, "msg_1")
+		for _, f := range frames {
+			if _, err := s.Handle(f); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.Finish(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(frames)), "ns/event")
+}
+
+// BenchmarkToResponsesClaudeCodeFirstTurn decodes and translates Claude
+// Code 2.1.332's first request and renders its frame.
+func BenchmarkToResponsesClaudeCodeFirstTurn(b *testing.B) {
+	body := fixtureBody(b, "cc-2.1.332-messages-request-custom-model.json")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		req, err := DecodeRequest(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		turn, err := ToResponses(req, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := turn.CreateFrame("", nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCanonicalItem(b *testing.B) {
+	item := []byte(`{"type":"function_call","call_id":"call_9xQ","name":"Read","arguments":"{\"file_path\":\"README.md\",\"limit\":10}"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := CanonicalItem(item); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCountTokens(b *testing.B) {
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("word ", 2000) + `"}]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := CountTokens(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

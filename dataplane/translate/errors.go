@@ -1,0 +1,414 @@
+package translate
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// RequestError is a client error (HTTP 400 invalid_request_error). Field
+// names the JSON path of the offending value, e.g.
+// "messages[2].content[0].type"; it is empty when the body as a whole is
+// bad (not JSON, not an object).
+type RequestError struct {
+	Field   string
+	Message string
+}
+
+func (e *RequestError) Error() string {
+	if e.Field == "" {
+		return e.Message
+	}
+	return e.Field + ": " + e.Message
+}
+
+// UpstreamError is a classified upstream failure, ready to be sent to the
+// Anthropic client. Message is always in our own words: upstream prose is
+// never copied into it (it can echo request content).
+type UpstreamError struct {
+	Status          int           // HTTP status to send the client
+	Type            string        // Anthropic error type
+	Code            string        // upstream code if any (a bounded identifier)
+	Message         string        // our own words
+	RetryAfter      time.Duration // hint for the retry-after header (0 = none)
+	ContextOverflow bool          // the prompt did not fit the model's window
+	RequestID       string        // request_id for the overflow body; ErrorBody invents one when empty
+}
+
+func (e *UpstreamError) Error() string {
+	return fmt.Sprintf("upstream %s (HTTP %d): %s", e.Type, e.Status, e.Message)
+}
+
+// Retryable reports whether a client may retry the request: 408, 409, 429
+// and 5xx (spec 5.5).
+func (e *UpstreamError) Retryable() bool {
+	switch {
+	case e.Status == 408, e.Status == 409, e.Status == 429, e.Status >= 500:
+		return true
+	}
+	return false
+}
+
+// Retry hints (spec 5.5).
+const (
+	DefaultRetryAfter = 5 * time.Second
+	MaxRetryAfter     = 60 * time.Second
+)
+
+// Upstream codes with special handling.
+const (
+	CodeConnectionLimit          = "websocket_connection_limit_reached"
+	CodePreviousResponseNotFound = "previous_response_not_found"
+)
+
+func clampRetry(secs float64, present bool) time.Duration {
+	if !present || math.IsNaN(secs) || math.IsInf(secs, 0) || secs < 0 {
+		return DefaultRetryAfter
+	}
+	d := time.Duration(math.Round(secs)) * time.Second
+	return min(d, MaxRetryAfter)
+}
+
+// statusType maps an upstream HTTP-like status to the status and Anthropic
+// error type the client receives: 503 (and 529) become 529
+// overloaded_error; every other 5xx, and anything outside 400-599, 502
+// api_error.
+func statusType(s int) (int, string) {
+	switch {
+	case s == 400:
+		return 400, "invalid_request_error"
+	case s == 401:
+		return 401, "authentication_error"
+	case s == 403:
+		return 403, "permission_error"
+	case s == 404:
+		return 404, "not_found_error"
+	case s == 413:
+		return 413, "request_too_large"
+	case s == 429:
+		return 429, "rate_limit_error"
+	case s == 503, s == 529:
+		return 529, "overloaded_error"
+	case s >= 400 && s < 500:
+		return s, "api_error"
+	}
+	return 502, "api_error"
+}
+
+func newUpstreamError(status int, code, msg string) *UpstreamError {
+	s, typ := statusType(status)
+	return &UpstreamError{Status: s, Type: typ, Code: code, Message: msg}
+}
+
+// ClassifyUpgrade maps a failed WebSocket upgrade (spec 5.2, with the
+// issue's statuses). retryAfterHeader is the response's retry-after header
+// ("" if absent); only an integer number of seconds counts.
+func ClassifyUpgrade(status int, retryAfterHeader string) *UpstreamError {
+	secs, err := strconv.Atoi(strings.TrimSpace(retryAfterHeader))
+	hinted := err == nil && secs >= 0
+	switch {
+	case status == 403:
+		d := clampRetry(float64(secs), hinted)
+		e := newUpstreamError(429, "", fmt.Sprintf("OpenAI edge throttled the Responses WebSocket upgrade (HTTP 403); retry after %ds", int(d/time.Second)))
+		e.RetryAfter = d
+		return e
+	case status < 100:
+		return newUpstreamError(502, "", "WebSocket upgrade failed (no HTTP status)")
+	}
+	e := newUpstreamError(status, "", fmt.Sprintf("WebSocket upgrade failed (HTTP %d)", status))
+	if e.Status == 429 && hinted {
+		e.RetryAfter = clampRetry(float64(secs), true)
+		e.Message += fmt.Sprintf("; retry after %ds", int(e.RetryAfter/time.Second))
+	}
+	return e
+}
+
+// frameFields are the identifiers read from an error or failure frame.
+type frameFields struct {
+	frameType        string
+	errType          string
+	code             string
+	incompleteReason string
+	status           int // an integer 400-599 in status or error.status, else 0
+	retry            float64
+	retryPresent     bool
+	overflow         bool
+}
+
+func asMap(v any) map[string]any { m, _ := v.(map[string]any); return m }
+
+// identifier returns v as a bounded identifier (letters, digits, _ . : -,
+// at most 64 bytes) or "".
+func identifier(v any) string {
+	var s string
+	switch x := v.(type) {
+	case string:
+		s = x
+	case json.Number:
+		s = x.String()
+	default:
+		return ""
+	}
+	if s == "" || len(s) > 64 {
+		return ""
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == ':' || c == '-') {
+			return ""
+		}
+	}
+	return s
+}
+
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		f, err := x.Float64()
+		return f, err == nil
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
+		return f, err == nil
+	}
+	return 0, false
+}
+
+func httpStatus(v any) int {
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0
+	}
+	i, err := strconv.Atoi(n.String())
+	if err != nil || i < 400 || i > 599 {
+		return 0
+	}
+	return i
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func readFrame(m map[string]any) frameFields {
+	f := frameFields{frameType: identifier(m["type"])}
+	errObj := asMap(m["error"])
+	resp := asMap(m["response"])
+	respErr := asMap(resp["error"])
+	f.code = firstNonEmpty(identifier(m["code"]), identifier(errObj["code"]), identifier(respErr["code"]))
+	f.errType = firstNonEmpty(identifier(errObj["type"]), identifier(respErr["type"]))
+	f.incompleteReason = identifier(asMap(resp["incomplete_details"])["reason"])
+	if f.frameType == "error" {
+		f.status = httpStatus(m["status"])
+		if f.status == 0 {
+			f.status = httpStatus(errObj["status"])
+		}
+	}
+	for _, obj := range []map[string]any{m, errObj, respErr} {
+		for _, k := range []string{"retry_after_seconds", "retry_after"} {
+			if v, ok := number(obj[k]); ok && !f.retryPresent {
+				f.retry, f.retryPresent = v, true
+			}
+		}
+	}
+	disc := strings.ToLower(f.code + " " + f.errType)
+	f.overflow = strings.Contains(disc, "context_length") || strings.Contains(disc, "context_window")
+	if !f.overflow {
+		// The prose is scanned, never copied.
+		for _, obj := range []map[string]any{m, errObj, respErr} {
+			msg, _ := obj["message"].(string)
+			msg = strings.ToLower(msg)
+			if strings.Contains(msg, "context_length_exceeded") || strings.Contains(msg, "maximum context length") || strings.Contains(msg, "prompt is too long") {
+				f.overflow = true
+			}
+		}
+	}
+	return f
+}
+
+// frameStatusCode is the shared classifier of spec 5.5.
+func frameStatusCode(code, discriminator string) int {
+	if len(code) == 3 {
+		if n, err := strconv.Atoi(code); err == nil && n >= 400 && n <= 599 {
+			return n
+		}
+	}
+	d := strings.ToLower(discriminator)
+	has := func(subs ...string) bool {
+		for _, s := range subs {
+			if strings.Contains(d, s) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case has("insufficient_quota", "rate_limit", "usage_limit"):
+		return 429
+	case has("authentication"):
+		return 401
+	case has("permission"):
+		return 403
+	case has("not_found"):
+		return 404
+	case has("invalid", "bad_request", "context_length"):
+		return 400
+	case has("overload"):
+		return 503
+	case has("timeout"):
+		return 504
+	}
+	return 500
+}
+
+func (f frameFields) identifiers() string {
+	var ids []string
+	for _, s := range []string{f.errType, f.code, f.incompleteReason} {
+		if s != "" && !contains(ids, s) {
+			ids = append(ids, s)
+		}
+	}
+	return strings.Join(ids, " / ")
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ClassifyFrame classifies an error, response.failed or
+// response.incomplete frame that arrived before any output (spec 5.3-5.5
+// with the issue's statuses). It returns nil for a frame that is not a
+// failure. A frame with code previous_response_not_found yields Code set
+// to CodePreviousResponseNotFound so the caller can retry on a fresh
+// socket with the full input (spec 4.7).
+func ClassifyFrame(event []byte) *UpstreamError {
+	return classifyFrame(event, false)
+}
+
+func classifyFrame(event []byte, afterOutput bool) *UpstreamError {
+	v, err := decodeAny(event)
+	m := asMap(v)
+	if err != nil || m == nil {
+		return newUpstreamError(502, "", "OpenAI sent an unreadable event")
+	}
+	f := readFrame(m)
+	switch f.frameType {
+	case "error", "response.failed", "response.incomplete":
+	default:
+		return nil
+	}
+	switch {
+	case f.code == CodeConnectionLimit:
+		e := newUpstreamError(429, f.code, "")
+		e.RetryAfter = clampRetry(f.retry, f.retryPresent)
+		e.Message = fmt.Sprintf("OpenAI reported the Responses WebSocket connection limit was reached; retry after %ds", int(e.RetryAfter/time.Second))
+		return e
+	case f.code == CodePreviousResponseNotFound:
+		return newUpstreamError(400, f.code, "OpenAI could not find the previous response to continue ("+f.code+")")
+	case f.overflow:
+		e := newUpstreamError(400, f.code, "prompt is too long")
+		e.ContextOverflow = true
+		return e
+	}
+	ids := f.identifiers()
+	var status int
+	var msg string
+	if f.status != 0 {
+		status = f.status
+		msg = fmt.Sprintf("OpenAI rejected the request (HTTP %d)", status)
+		if ids != "" {
+			msg = fmt.Sprintf("OpenAI rejected the request (HTTP %d: %s)", status, ids)
+		}
+	} else {
+		status = frameStatusCode(f.code, f.code+" "+f.errType)
+		if status == 500 {
+			status = 502
+			if f.incompleteReason == "content_filter" || f.incompleteReason == "max_output_tokens" {
+				status = 400
+			}
+		}
+		what := "OpenAI ended the response with no output"
+		if afterOutput {
+			what = "OpenAI ended the response after output had started"
+		}
+		msg = fmt.Sprintf("%s (%s)", what, firstNonEmpty(ids, f.frameType))
+	}
+	e := newUpstreamError(status, f.code, msg)
+	if e.Status == 429 && f.retryPresent {
+		e.RetryAfter = clampRetry(f.retry, true)
+		e.Message += fmt.Sprintf("; retry after %ds", int(e.RetryAfter/time.Second))
+	}
+	return e
+}
+
+// Overflow returns e with the context-overflow message Claude Code parses
+// to trigger auto-compaction: "prompt is too long: N tokens > W maximum",
+// N = max(the request's estimate, W+1), W = the model's context window
+// (spec 5.6). Other errors are returned unchanged.
+func (t *Turn) Overflow(e *UpstreamError) *UpstreamError {
+	if e == nil || !e.ContextOverflow {
+		return e
+	}
+	w := max(t.ContextWindow, 1)
+	n := max(t.EstimatedInputTokens, w+1)
+	c := *e
+	c.Status, c.Type = 400, "invalid_request_error"
+	c.Message = fmt.Sprintf("prompt is too long: %d tokens > %d maximum", n, w)
+	return &c
+}
+
+// ErrorBody renders the Anthropic error body
+// {"type":"error","error":{"type":…,"message":…}}, adding request_id for a
+// context overflow. The same JSON is the data of an SSE error event.
+func ErrorBody(e *UpstreamError) []byte {
+	if e == nil {
+		e = newUpstreamError(502, "", "Upstream model request failed.")
+	}
+	typ := e.Type
+	if typ == "" {
+		_, typ = statusType(e.Status)
+	}
+	b := []byte(`{"type":"error","error":{"type":`)
+	b = appendString(b, typ)
+	b = append(b, `,"message":`...)
+	b = appendString(b, e.Message)
+	b = append(b, '}')
+	if e.ContextOverflow {
+		id := e.RequestID
+		if id == "" {
+			id = newUUID()
+		}
+		b = append(b, `,"request_id":`...)
+		b = appendString(b, id)
+	}
+	return append(b, '}')
+}
+
+func newUUID() string {
+	var u [16]byte
+	_, _ = rand.Read(u[:]) // never fails (crypto/rand documents it)
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	const h = "0123456789abcdef"
+	out := make([]byte, 0, 36)
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, h[c>>4], h[c&0xf])
+	}
+	return string(out)
+}

@@ -1,0 +1,144 @@
+package translate
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestClassifyUpgrade(t *testing.T) {
+	tests := []struct {
+		status     int
+		retryAfter string
+		wantStatus int
+		wantType   string
+		wantMsg    string
+		wantRetry  time.Duration
+	}{
+		{403, "", 429, "rate_limit_error", "OpenAI edge throttled the Responses WebSocket upgrade (HTTP 403); retry after 5s", 5 * time.Second},
+		{403, "12", 429, "rate_limit_error", "OpenAI edge throttled the Responses WebSocket upgrade (HTTP 403); retry after 12s", 12 * time.Second},
+		{403, "600", 429, "rate_limit_error", "OpenAI edge throttled the Responses WebSocket upgrade (HTTP 403); retry after 60s", 60 * time.Second},
+		{403, "Wed, 21 Oct 2026 07:28:00 GMT", 429, "rate_limit_error", "OpenAI edge throttled the Responses WebSocket upgrade (HTTP 403); retry after 5s", 5 * time.Second},
+		{403, "-3", 429, "rate_limit_error", "OpenAI edge throttled the Responses WebSocket upgrade (HTTP 403); retry after 5s", 5 * time.Second},
+		{401, "", 401, "authentication_error", "WebSocket upgrade failed (HTTP 401)", 0},
+		{404, "", 404, "not_found_error", "WebSocket upgrade failed (HTTP 404)", 0},
+		{429, "", 429, "rate_limit_error", "WebSocket upgrade failed (HTTP 429)", 0},
+		{429, "7", 429, "rate_limit_error", "WebSocket upgrade failed (HTTP 429); retry after 7s", 7 * time.Second},
+		{500, "", 502, "api_error", "WebSocket upgrade failed (HTTP 500)", 0},
+		{502, "", 502, "api_error", "WebSocket upgrade failed (HTTP 502)", 0},
+		{503, "9", 529, "overloaded_error", "WebSocket upgrade failed (HTTP 503)", 0},
+		{0, "", 502, "api_error", "WebSocket upgrade failed (no HTTP status)", 0},
+		{200, "", 502, "api_error", "WebSocket upgrade failed (HTTP 200)", 0},
+	}
+	for _, tt := range tests {
+		e := ClassifyUpgrade(tt.status, tt.retryAfter)
+		if e.Status != tt.wantStatus || e.Type != tt.wantType || e.Message != tt.wantMsg || e.RetryAfter != tt.wantRetry {
+			t.Errorf("ClassifyUpgrade(%d, %q) = %d %s %q %v; want %d %s %q %v", tt.status, tt.retryAfter,
+				e.Status, e.Type, e.Message, e.RetryAfter, tt.wantStatus, tt.wantType, tt.wantMsg, tt.wantRetry)
+		}
+	}
+}
+
+func TestClassifyFrame(t *testing.T) {
+	tests := []struct {
+		name       string
+		frame      string
+		wantStatus int
+		wantType   string
+		wantCode   string
+		wantMsg    string
+		wantRetry  time.Duration
+		overflow   bool
+	}{
+		{"connection limit with hint", `{"type":"error","error":{"code":"websocket_connection_limit_reached","message":"Responses websocket connection limit reached (60 minutes).","retry_after_seconds":12}}`,
+			429, "rate_limit_error", "websocket_connection_limit_reached", "OpenAI reported the Responses WebSocket connection limit was reached; retry after 12s", 12 * time.Second, false},
+		{"connection limit default hint", `{"type":"error","error":{"code":"websocket_connection_limit_reached"}}`,
+			429, "rate_limit_error", "websocket_connection_limit_reached", "OpenAI reported the Responses WebSocket connection limit was reached; retry after 5s", 5 * time.Second, false},
+		{"connection limit string hint clamped", `{"type":"error","code":"websocket_connection_limit_reached","retry_after":"300"}`,
+			429, "rate_limit_error", "websocket_connection_limit_reached", "OpenAI reported the Responses WebSocket connection limit was reached; retry after 60s", 60 * time.Second, false},
+		{"previous response not found", `{"type":"error","status":400,"error":{"code":"previous_response_not_found","message":"Previous response with id 'resp_x' not found."}}`,
+			400, "invalid_request_error", "previous_response_not_found", "OpenAI could not find the previous response to continue (previous_response_not_found)", 0, false},
+		{"status 400 unsupported parameter", `{"type":"error","status":400,"error":{"type":"invalid_request_error","code":"unsupported_parameter","message":"Unsupported parameter: reasoning.summary","param":"reasoning.summary"}}`,
+			400, "invalid_request_error", "unsupported_parameter", "OpenAI rejected the request (HTTP 400: invalid_request_error / unsupported_parameter)", 0, false},
+		{"usage limit: no invented hint", `{"type":"error","status":429,"error":{"type":"usage_limit_reached","message":"Usage limit reached. Resets in 4 hours."}}`,
+			429, "rate_limit_error", "", "OpenAI rejected the request (HTTP 429: usage_limit_reached)", 0, false},
+		{"429 with stated hint", `{"type":"error","status":429,"error":{"type":"rate_limit_exceeded","retry_after_seconds":3}}`,
+			429, "rate_limit_error", "", "OpenAI rejected the request (HTTP 429: rate_limit_exceeded); retry after 3s", 3 * time.Second, false},
+		{"error.status 503 is overloaded", `{"type":"error","error":{"status":503,"message":"busy"}}`,
+			529, "overloaded_error", "", "OpenAI rejected the request (HTTP 503)", 0, false},
+		{"status 500 becomes 502", `{"type":"error","status":500,"error":{"type":"server_error"}}`,
+			502, "api_error", "", "OpenAI rejected the request (HTTP 500: server_error)", 0, false},
+		{"status 401", `{"type":"error","status":401,"error":{"type":"invalid_api_key"}}`,
+			401, "authentication_error", "", "OpenAI rejected the request (HTTP 401: invalid_api_key)", 0, false},
+		{"failed usage_limit_reached code", `{"type":"response.failed","response":{"id":"r","status":"failed","error":{"code":"usage_limit_reached","message":"x"}}}`,
+			429, "rate_limit_error", "usage_limit_reached", "OpenAI ended the response with no output (usage_limit_reached)", 0, false},
+		{"failed overloaded", `{"type":"response.failed","response":{"error":{"type":"overloaded_error"}}}`,
+			529, "overloaded_error", "", "OpenAI ended the response with no output (overloaded_error)", 0, false},
+		{"failed server_error", `{"type":"response.failed","response":{"error":{"code":"server_error"}}}`,
+			502, "api_error", "server_error", "OpenAI ended the response with no output (server_error)", 0, false},
+		{"failed authentication", `{"type":"response.failed","response":{"error":{"type":"authentication_error"}}}`,
+			401, "authentication_error", "", "OpenAI ended the response with no output (authentication_error)", 0, false},
+		{"failed permission", `{"type":"response.failed","response":{"error":{"code":"permission_denied"}}}`,
+			403, "permission_error", "permission_denied", "OpenAI ended the response with no output (permission_denied)", 0, false},
+		{"code 401 digits", `{"type":"response.failed","response":{"error":{"code":"401"}}}`,
+			401, "authentication_error", "401", "OpenAI ended the response with no output (401)", 0, false},
+		{"timeout is 504 → 502", `{"type":"response.failed","response":{"error":{"code":"upstream_timeout"}}}`,
+			502, "api_error", "upstream_timeout", "OpenAI ended the response with no output (upstream_timeout)", 0, false},
+		{"error without status or ids", `{"type":"error","message":"something"}`,
+			502, "api_error", "", "OpenAI ended the response with no output (error)", 0, false},
+		{"incomplete content_filter", `{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"content_filter"}}}`,
+			400, "invalid_request_error", "", "OpenAI ended the response with no output (content_filter)", 0, false},
+		{"incomplete max_output_tokens", `{"type":"response.incomplete","response":{"incomplete_details":{"reason":"max_output_tokens"}}}`,
+			400, "invalid_request_error", "", "OpenAI ended the response with no output (max_output_tokens)", 0, false},
+		{"context length code", `{"type":"response.failed","response":{"error":{"code":"context_length_exceeded","message":"too long"}}}`,
+			400, "invalid_request_error", "context_length_exceeded", "prompt is too long", 0, true},
+		{"context length from prose", `{"type":"error","status":400,"error":{"message":"This model's maximum context length is 272000 tokens."}}`,
+			400, "invalid_request_error", "", "prompt is too long", 0, true},
+		{"unbounded identifiers dropped", `{"type":"response.failed","response":{"error":{"code":"has spaces and is prose","type":"` + strings.Repeat("x", 80) + `"}}}`,
+			502, "api_error", "", "OpenAI ended the response with no output (response.failed)", 0, false},
+		{"response.status string is not an HTTP status", `{"type":"response.failed","status":"failed","response":{"status":"failed"}}`,
+			502, "api_error", "", "OpenAI ended the response with no output (response.failed)", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := ClassifyFrame([]byte(tt.frame))
+			if e == nil {
+				t.Fatal("nil")
+			}
+			if e.Status != tt.wantStatus || e.Type != tt.wantType || e.Code != tt.wantCode || e.Message != tt.wantMsg || e.RetryAfter != tt.wantRetry || e.ContextOverflow != tt.overflow {
+				t.Errorf("got %d %s code=%q %q retry=%v overflow=%v\nwant %d %s code=%q %q retry=%v overflow=%v",
+					e.Status, e.Type, e.Code, e.Message, e.RetryAfter, e.ContextOverflow,
+					tt.wantStatus, tt.wantType, tt.wantCode, tt.wantMsg, tt.wantRetry, tt.overflow)
+			}
+		})
+	}
+	if e := ClassifyFrame([]byte(`{"type":"response.output_text.delta","delta":"x"}`)); e != nil {
+		t.Errorf("non-failure frame classified: %+v", e)
+	}
+	if e := ClassifyFrame([]byte(`garbage`)); e == nil || e.Status != 502 {
+		t.Errorf("garbage: %+v", e)
+	}
+}
+
+func TestErrorBody(t *testing.T) {
+	e := &UpstreamError{Status: 529, Type: "overloaded_error", Message: `say "hi"`}
+	if got, want := string(ErrorBody(e)), `{"type":"error","error":{"type":"overloaded_error","message":"say \"hi\""}}`; got != want {
+		t.Errorf("got %s want %s", got, want)
+	}
+	o := &UpstreamError{Status: 400, Type: "invalid_request_error", Message: "prompt is too long: 5 tokens > 4 maximum", ContextOverflow: true}
+	got := string(ErrorBody(o))
+	if !strings.HasPrefix(got, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 5 tokens > 4 maximum"},"request_id":"`) || len(got) < 100 {
+		t.Errorf("overflow body %s", got)
+	}
+	if got := string(ErrorBody(nil)); got != `{"type":"error","error":{"type":"api_error","message":"Upstream model request failed."}}` {
+		t.Errorf("nil body %s", got)
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	for status, want := range map[int]bool{400: false, 401: false, 403: false, 408: true, 409: true, 429: true, 502: true, 529: true} {
+		if got := (&UpstreamError{Status: status}).Retryable(); got != want {
+			t.Errorf("Retryable(%d) = %v", status, got)
+		}
+	}
+}

@@ -1,0 +1,696 @@
+package translate
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Options configures ToResponses. The zero value is usable: a nil Models
+// means DefaultModels().
+type Options struct {
+	Models        *ModelTable
+	SessionHeader string // X-Claude-Code-Session-Id request header value ("" if absent)
+	// ServiceTier is sent as service_tier when set; use ParseServiceTier
+	// to validate configuration (spec 2.8). Empty means the backend default.
+	ServiceTier string
+}
+
+// ParseServiceTier normalises a configured service tier (spec 2.8):
+// "fast" and "priority" give "priority"; "flex", "auto" and "default" pass
+// through; case and surrounding space are ignored; "" gives "".
+func ParseServiceTier(s string) (string, error) {
+	switch v := strings.ToLower(strings.TrimSpace(s)); v {
+	case "":
+		return "", nil
+	case "fast", "priority":
+		return "priority", nil
+	case "flex", "auto", "default":
+		return v, nil
+	}
+	return "", fmt.Errorf("service tier %q is invalid; choices are fast, priority, flex, auto, default", bounded(s))
+}
+
+// Turn is one translated request, ready for the upstream socket. It is
+// immutable once built.
+type Turn struct {
+	RequestedModel string // echoed back to the client
+	Model          string // upstream model
+	Effort         string // reasoning effort sent upstream, "" when none
+	PromptCacheKey string
+	Stream         bool // what the client asked for downstream
+	// Input holds the full input items, each compact JSON with sorted keys
+	// (the canonical form of spec 4.3, except that reasoning items keep
+	// their summary because the backend requires it; compare with
+	// CanonicalItem).
+	Input                []json.RawMessage
+	EstimatedInputTokens int  // spec 8.4 estimate of the request
+	ContextWindow        int  // reported window of the upstream model
+	Lite                 bool // a Responses-Lite model: the upgrade needs the Lite headers (spec 1.2)
+
+	instructions      string
+	serviceTier       string
+	tools             []byte // rendered JSON array, nil when no tools survive
+	toolChoice        []byte // rendered JSON value, nil when not sent
+	parallelToolCalls bool   // send parallel_tool_calls:false
+	reasoning         []byte // rendered JSON object, nil when no effort
+	required          map[string][]string
+}
+
+// defaultInstructions is sent when the system prompt is empty (spec 2.2).
+const defaultInstructions = "You are a coding assistant."
+
+const billingHeaderPrefix = "x-anthropic-billing-header:"
+
+// Claude Code's compaction request markers (spec 2.4).
+const (
+	compactionMarker1 = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools."
+	compactionMarker2 = "REMINDER: Do NOT call any tools. Respond with plain text only"
+)
+
+// placeholderTool is Claude Code's tool-search placeholder: it only keeps
+// deferred loading active and is never sent upstream.
+const placeholderTool = "DeferredToolPlaceholder"
+
+// ToResponses translates a decoded Anthropic request into a Turn (spec
+// section 2, with the issue's changes). Decisions beyond the spec:
+//
+//   - Effort comes from output_config.effort; when absent and thinking is
+//     enabled with budget_tokens, the budget picks it: <= 4096 low,
+//     <= 16384 medium, above high (Claude Code with claude-sonnet-4-5 sends
+//     31999 and no output_config, which gives high). The spec 2.5 model
+//     rules then apply.
+//   - tool_choice {"type":"none"} is sent as "none";
+//     disable_parallel_tool_use sends parallel_tool_calls:false.
+//   - Tool search: the DeferredToolPlaceholder tool is never sent; a tool
+//     with defer_loading is sent once a tool_reference names it; a
+//     tool_reference block becomes the text "Tool <name> is now
+//     available." (a tool_result made only of references becomes those
+//     lines, one per reference).
+func ToResponses(req *MessagesRequest, opts Options) (*Turn, error) {
+	if req == nil {
+		return nil, errors.New("translate request: nil request")
+	}
+	models := opts.Models
+	if models == nil {
+		models = DefaultModels()
+	}
+	upstream := models.Resolve(req.model)
+	t := &Turn{
+		RequestedModel: req.model,
+		Model:          upstream,
+		Stream:         req.stream,
+		ContextWindow:  models.ContextWindow(upstream),
+		required:       map[string][]string{},
+	}
+
+	stripped := stripBillingHeader(req.system)
+	t.instructions = strings.TrimSpace(stripped)
+	if t.instructions == "" {
+		t.instructions = defaultInstructions
+	}
+
+	upTools := selectTools(req)
+	var sig strings.Builder
+	if len(upTools) > 0 {
+		buf := []byte{'['}
+		for i, tl := range upTools {
+			if i > 0 {
+				buf = append(buf, ',')
+				sig.WriteByte(0x02)
+			}
+			buf = append(buf, `{"type":"function","name":`...)
+			buf = appendString(buf, tl.name)
+			buf = append(buf, `,"description":`...)
+			buf = appendString(buf, tl.description)
+			buf = append(buf, `,"parameters":`...)
+			buf = append(buf, tl.schema...)
+			buf = append(buf, '}')
+			sig.WriteString(tl.name)
+			sig.WriteByte(0x01)
+			sig.WriteString(tl.description)
+			sig.WriteByte(0x01)
+			sig.Write(tl.schema)
+			if len(tl.required) > 0 {
+				t.required[tl.name] = tl.required
+			}
+		}
+		t.tools = append(buf, ']')
+		t.toolChoice, t.parallelToolCalls = mapToolChoice(req)
+	}
+
+	t.Effort = effortFor(req, upstream)
+	t.Lite = models.Lite(upstream)
+	if t.Effort != "" || t.Lite {
+		r := []byte{'{'}
+		if t.Effort != "" {
+			r = append(r, `"effort":`...)
+			r = appendString(r, t.Effort)
+			if t.Effort != "none" && !strings.Contains(upstream, "codex-spark") {
+				r = append(r, `,"summary":"detailed"`...)
+			}
+		}
+		if t.Lite {
+			if len(r) > 1 {
+				r = append(r, ',')
+			}
+			r = append(r, `"context":"all_turns"`...)
+		}
+		t.reasoning = append(r, '}')
+	}
+	if tier, err := ParseServiceTier(opts.ServiceTier); err == nil {
+		t.serviceTier = tier
+	}
+
+	if id := sessionID(req.metadataUserID, opts.SessionHeader); id != "" {
+		t.PromptCacheKey = "relay-session-" + hash32(id)
+	} else {
+		t.PromptCacheKey = "relay-" + hash32(stripped+"\x00"+sig.String())
+	}
+
+	t.Input = buildInput(req, upstream)
+	t.EstimatedInputTokens = estimateTokens(req.body)
+	return t, nil
+}
+
+func hash32(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
+}
+
+// stripBillingHeader removes Claude Code's billing line from each system
+// block and joins the blocks with a newline (spec 2.2).
+func stripBillingHeader(blocks []string) string {
+	parts := make([]string, 0, len(blocks))
+	for _, b := range blocks {
+		if strings.HasPrefix(b, billingHeaderPrefix) {
+			_, rest, ok := strings.Cut(b, "\n")
+			if !ok {
+				continue
+			}
+			b = rest
+		}
+		parts = append(parts, b)
+	}
+	return strings.Join(parts, "\n")
+}
+
+func isToolSearchTool(t tool, typ string) bool {
+	return strings.HasPrefix(typ, "tool_search_tool") || strings.Contains(t.name, "tool_search") || t.name == "ToolSearch"
+}
+
+// selectTools returns the tools sent upstream (spec 2.4 + tool search).
+func selectTools(req *MessagesRequest) []tool {
+	if len(req.tools) == 0 {
+		return nil
+	}
+	referenced := referencedTools(req.messages)
+	out := make([]tool, 0, len(req.tools))
+	for _, t := range req.tools {
+		switch {
+		case t.server, t.name == placeholderTool:
+			continue
+		case t.deferred && !referenced[t.name] && !isToolSearchTool(t, ""):
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// referencedTools collects tool names named by tool_reference blocks
+// anywhere in the history (including inside tool results) and by
+// tool_search_tool_result blocks.
+func referencedTools(msgs []message) map[string]bool {
+	refs := map[string]bool{}
+	var walk func([]block)
+	walk = func(bs []block) {
+		for _, b := range bs {
+			switch b.typ {
+			case "tool_reference":
+				refs[b.toolName] = true
+			case "tool_result":
+				walk(b.content)
+			case "tool_search_tool_result":
+				var r struct {
+					Content struct {
+						ToolReferences []struct {
+							ToolName string `json:"tool_name"`
+						} `json:"tool_references"`
+					} `json:"content"`
+				}
+				if json.Unmarshal(b.raw, &r) == nil {
+					for _, tr := range r.Content.ToolReferences {
+						refs[tr.ToolName] = true
+					}
+				}
+			}
+		}
+	}
+	for _, m := range msgs {
+		walk(m.content)
+	}
+	return refs
+}
+
+func mapToolChoice(req *MessagesRequest) (choice []byte, noParallel bool) {
+	if isCompaction(req) {
+		choice = []byte(`"none"`)
+	}
+	tc := req.toolChoice
+	if tc == nil {
+		return choice, false
+	}
+	if choice == nil {
+		switch tc.typ {
+		case "auto":
+			choice = []byte(`"auto"`)
+		case "any":
+			choice = []byte(`"required"`)
+		case "none":
+			choice = []byte(`"none"`)
+		case "tool":
+			choice = appendString([]byte(`{"type":"function","name":`), tc.name)
+			choice = append(choice, '}')
+		}
+	}
+	return choice, tc.disableParallelToolUse
+}
+
+func isCompaction(req *MessagesRequest) bool {
+	if req.hasDiagnostics || len(req.messages) == 0 {
+		return false
+	}
+	found := false
+	for _, t := range req.tools {
+		if t.name == "StructuredOutput" {
+			found = true
+		}
+	}
+	last := req.messages[len(req.messages)-1]
+	if !found || last.role != "user" {
+		return false
+	}
+	var text strings.Builder
+	for _, b := range last.content {
+		if b.typ == "text" {
+			text.WriteString(b.text)
+			text.WriteByte('\n')
+		}
+	}
+	s := text.String()
+	return strings.Contains(s, compactionMarker1) && strings.Contains(s, compactionMarker2)
+}
+
+// EffortFromBudget maps thinking.budget_tokens to an effort: <= 4096 low,
+// <= 16384 medium, above high; "" for a non-positive budget.
+func EffortFromBudget(budget int) string {
+	switch {
+	case budget <= 0:
+		return ""
+	case budget <= 4096:
+		return "low"
+	case budget <= 16384:
+		return "medium"
+	default:
+		return "high"
+	}
+}
+
+func effortFor(req *MessagesRequest, upstream string) string {
+	e := strings.ToLower(req.effort)
+	if e == "" && req.thinkingType == "enabled" {
+		e = EffortFromBudget(req.thinkingBudget)
+	}
+	if e == "" || !prefersResponses(upstream) {
+		return ""
+	}
+	if strings.HasPrefix(upstream, "gpt-5.6") {
+		switch e {
+		case "none", "low", "medium", "high", "xhigh", "max":
+			return e
+		}
+		return ""
+	}
+	switch e {
+	case "low", "medium", "high":
+		return e
+	case "xhigh":
+		return "high"
+	}
+	return ""
+}
+
+// prefersResponses reports whether reasoning effort applies to the model
+// (spec 2.5).
+func prefersResponses(model string) bool {
+	for _, p := range []string{"gpt-5-codex", "gpt-5-pro", "gpt-5.2-pro", "o3", "o4"} {
+		if strings.HasPrefix(model, p) {
+			return true
+		}
+	}
+	if strings.HasPrefix(model, "gpt-") && strings.Contains(model, "-codex") {
+		return true
+	}
+	if rest, ok := strings.CutPrefix(model, "gpt-5."); ok {
+		end := 0
+		for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+			end++
+		}
+		if n, err := strconv.Atoi(rest[:end]); err == nil && n >= 4 {
+			return true
+		}
+	}
+	return false
+}
+
+// isReasoningModel decides the role of in-conversation system messages:
+// developer for reasoning models, system otherwise (spec 1.4).
+func isReasoningModel(model string) bool {
+	switch {
+	case strings.HasPrefix(model, "gpt-5-chat"):
+		return false
+	case strings.HasPrefix(model, "gpt-5"), strings.HasPrefix(model, "o1"),
+		strings.HasPrefix(model, "o3"), strings.HasPrefix(model, "o4-mini"):
+		return true
+	}
+	return false
+}
+
+// sessionID extracts the Claude session id (spec 2.7).
+func sessionID(userID, header string) string {
+	if userID != "" {
+		var m struct {
+			SessionID any `json:"session_id"`
+		}
+		if json.Unmarshal([]byte(userID), &m) == nil {
+			if s, ok := m.SessionID.(string); ok && validUUID(strings.TrimSpace(s)) {
+				return strings.ToLower(strings.TrimSpace(s))
+			}
+		}
+	}
+	if h := strings.TrimSpace(header); validUUID(h) {
+		return strings.ToLower(h)
+	}
+	return ""
+}
+
+// validUUID checks 8-4-4-4-12 hex with version 1-8 and variant 8, 9, a or b.
+func validUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < 36; i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+			continue
+		}
+		if !isHex(c) {
+			return false
+		}
+	}
+	if v := s[14]; v < '1' || v > '8' {
+		return false
+	}
+	switch s[19] {
+	case '8', '9', 'a', 'b', 'A', 'B':
+		return true
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// stripCallIDSuffix removes a thought-signature suffix from a tool_use id.
+func stripCallIDSuffix(id string) string {
+	if i := strings.Index(id, "__ts__"); i >= 0 {
+		id = id[:i]
+	}
+	if i := strings.Index(id, "::ts::"); i >= 0 {
+		id = id[:i]
+	}
+	return id
+}
+
+func toolReferenceText(name string) string { return "Tool " + name + " is now available." }
+
+// buildInput translates the messages into input items (spec 2.3).
+func buildInput(req *MessagesRequest, upstream string) []json.RawMessage {
+	sysRole := "system"
+	if isReasoningModel(upstream) {
+		sysRole = "developer"
+	}
+	items := make([]json.RawMessage, 0, len(req.messages)+4)
+	var buf []byte
+	for _, m := range req.messages {
+		switch m.role {
+		case "system":
+			for _, b := range m.content {
+				if b.typ != "text" || strings.TrimSpace(b.text) == "" {
+					continue
+				}
+				buf = append(buf[:0], `{"content":`...)
+				buf = appendString(buf, b.text)
+				buf = append(buf, `,"role":`...)
+				buf = appendString(buf, sysRole)
+				buf = append(buf, '}')
+				items = append(items, json.RawMessage(string(buf)))
+			}
+		case "assistant":
+			items = appendAssistant(items, m.content)
+		case "user":
+			items = appendUser(items, m.content)
+		}
+	}
+	return items
+}
+
+func appendAssistant(items []json.RawMessage, content []block) []json.RawMessage {
+	for _, b := range content {
+		var buf []byte
+		switch b.typ {
+		case "text":
+			buf = append(buf, `{"content":[{"text":`...)
+			buf = appendString(buf, b.text)
+			buf = append(buf, `,"type":"output_text"}],"role":"assistant"}`...)
+		case "thinking":
+			if b.signature == "" {
+				continue // not replayable upstream (spec 2.3)
+			}
+			buf = append(buf, `{"encrypted_content":`...)
+			buf = appendString(buf, b.signature)
+			buf = append(buf, `,"summary":[`...)
+			if b.thinking != "" {
+				buf = append(buf, `{"text":`...)
+				buf = appendString(buf, b.thinking)
+				buf = append(buf, `,"type":"summary_text"}`...)
+			}
+			buf = append(buf, `],"type":"reasoning"}`...)
+		case "tool_use":
+			args, ok := canonicalJSON(b.input)
+			if !ok {
+				args = []byte("{}")
+			}
+			buf = append(buf, `{"arguments":`...)
+			buf = appendString(buf, string(args))
+			buf = append(buf, `,"call_id":`...)
+			buf = appendString(buf, stripCallIDSuffix(b.id))
+			buf = append(buf, `,"name":`...)
+			buf = appendString(buf, b.name)
+			buf = append(buf, `,"type":"function_call"}`...)
+		default:
+			continue
+		}
+		items = append(items, buf)
+	}
+	return items
+}
+
+func appendImagePart(parts []byte, b block) []byte {
+	var u string
+	switch b.sourceType {
+	case "base64":
+		u = "data:" + b.mediaType + ";base64," + b.data
+	case "url":
+		u = b.url
+	}
+	if len(parts) > 1 {
+		parts = append(parts, ',')
+	}
+	parts = append(parts, `{"image_url":`...)
+	parts = appendString(parts, u)
+	return append(parts, `,"type":"input_image"}`...)
+}
+
+func appendTextPart(parts []byte, text string) []byte {
+	if len(parts) > 1 {
+		parts = append(parts, ',')
+	}
+	parts = append(parts, `{"text":`...)
+	parts = appendString(parts, text)
+	return append(parts, `,"type":"input_text"}`...)
+}
+
+func usableImage(b block) bool {
+	return b.sourceType == "base64" && b.data != "" || b.sourceType == "url" && b.url != ""
+}
+
+func appendUser(items []json.RawMessage, content []block) []json.RawMessage {
+	lifted := []byte{'['} // parts lifted out of tool results
+	own := []byte{'['}
+	for _, b := range content {
+		switch b.typ {
+		case "text":
+			own = appendTextPart(own, b.text)
+		case "image":
+			if usableImage(b) {
+				own = appendImagePart(own, b)
+			}
+		case "tool_reference":
+			own = appendTextPart(own, toolReferenceText(b.toolName))
+		case "tool_result":
+			callID := stripCallIDSuffix(b.toolUseID)
+			output := toolResultOutput(b, callID, &lifted)
+			buf := []byte(`{"call_id":`)
+			buf = appendString(buf, callID)
+			buf = append(buf, `,"output":`...)
+			buf = appendString(buf, output)
+			buf = append(buf, `,"type":"function_call_output"}`...)
+			items = append(items, buf)
+		}
+	}
+	if len(lifted) == 1 && len(own) == 1 {
+		return items
+	}
+	buf := []byte(`{"content":`)
+	buf = append(buf, lifted...)
+	if len(own) > 1 {
+		if len(lifted) > 1 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, own[1:]...)
+	}
+	buf = append(buf, `],"role":"user"}`...)
+	return append(items, buf)
+}
+
+// toolResultOutput renders a tool_result's content as the
+// function_call_output string, lifting images into *lifted (spec 2.3).
+func toolResultOutput(b block, callID string, lifted *[]byte) string {
+	if b.contentIsStr {
+		return b.contentString
+	}
+	allRefs := len(b.content) > 0
+	for _, c := range b.content {
+		if c.typ != "tool_reference" {
+			allRefs = false
+		}
+	}
+	if allRefs {
+		lines := make([]string, len(b.content))
+		for i, c := range b.content {
+			lines[i] = toolReferenceText(c.toolName)
+		}
+		return strings.Join(lines, "\n")
+	}
+	out := []byte{'['}
+	n := 0
+	for i, c := range b.content {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		switch {
+		case c.typ == "image" && usableImage(c):
+			n++
+			note := fmt.Sprintf("attached to the next user message as image %d of tool call %s", n, callID)
+			out = append(out, `{"type":"image","note":`...)
+			out = appendString(out, note)
+			out = append(out, '}')
+			*lifted = appendTextPart(*lifted, fmt.Sprintf("The following image is image %d of tool call %s:", n, callID))
+			*lifted = appendImagePart(*lifted, c)
+		case c.typ == "tool_reference":
+			out = append(out, `{"type":"text","text":`...)
+			out = appendString(out, toolReferenceText(c.toolName))
+			out = append(out, '}')
+		default:
+			out = append(out, compactJSON(c.raw)...)
+		}
+	}
+	return string(append(out, ']'))
+}
+
+// CreateFrame renders the response.create frame (spec 1.3) with the given
+// input items (nil means the full t.Input) and previous_response_id when
+// previousResponseID is non-empty.
+func (t *Turn) CreateFrame(previousResponseID string, input []json.RawMessage) ([]byte, error) {
+	if input == nil {
+		input = t.Input
+	}
+	size := 512 + len(t.instructions) + len(t.tools)
+	for _, it := range input {
+		size += len(it) + 1
+	}
+	buf := make([]byte, 0, size)
+	buf = append(buf, `{"type":"response.create","model":`...)
+	buf = appendString(buf, t.Model)
+	buf = append(buf, `,"instructions":`...)
+	buf = appendString(buf, t.instructions)
+	buf = append(buf, `,"input":[`...)
+	for i, it := range input {
+		if !json.Valid(it) {
+			return nil, fmt.Errorf("create frame: input item %d is not valid JSON", i)
+		}
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, it...)
+	}
+	buf = append(buf, ']')
+	if t.tools != nil {
+		buf = append(buf, `,"tools":`...)
+		buf = append(buf, t.tools...)
+		if t.toolChoice != nil {
+			buf = append(buf, `,"tool_choice":`...)
+			buf = append(buf, t.toolChoice...)
+		}
+		if t.parallelToolCalls && !t.Lite {
+			buf = append(buf, `,"parallel_tool_calls":false`...)
+		}
+	}
+	if t.Lite {
+		buf = append(buf, `,"parallel_tool_calls":false`...)
+	}
+	if t.reasoning != nil {
+		buf = append(buf, `,"reasoning":`...)
+		buf = append(buf, t.reasoning...)
+	}
+	buf = append(buf, `,"store":false,"include":["reasoning.encrypted_content"],"prompt_cache_key":`...)
+	buf = appendString(buf, t.PromptCacheKey)
+	if t.serviceTier != "" {
+		buf = append(buf, `,"service_tier":`...)
+		buf = appendString(buf, t.serviceTier)
+	}
+	buf = append(buf, `,"stream":true`...)
+	if previousResponseID != "" {
+		buf = append(buf, `,"previous_response_id":`...)
+		buf = appendString(buf, previousResponseID)
+	}
+	return append(buf, '}'), nil
+}
+
+// Instructions is the instructions text sent upstream.
+func (t *Turn) Instructions() string { return t.instructions }
+
+// RequiredProps returns the schema's required list of the named tool (used
+// by the filler strip, spec 3.4).
+func (t *Turn) RequiredProps(tool string) []string { return t.required[tool] }

@@ -1,0 +1,767 @@
+package translate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EventWriter receives downstream Anthropic SSE events. The gateway's
+// implementation writes "event: <name>\ndata: <data>\n\n" and flushes each
+// event as it is written. data is only valid during the call.
+type EventWriter interface {
+	WriteEvent(name string, data []byte) error
+}
+
+// State is the state of a Stream after an upstream event.
+type State int
+
+const (
+	StateRunning   State = iota // more events are expected
+	StateCompleted              // the response completed; call Finish
+	StateFailed                 // the response failed; see Failure
+)
+
+func (s State) String() string {
+	switch s {
+	case StateRunning:
+		return "running"
+	case StateCompleted:
+		return "completed"
+	case StateFailed:
+		return "failed"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// Usage is the Anthropic usage mapped from the Responses usage (spec 3.6).
+type Usage struct {
+	InputTokens              int // input tokens excluding cached and cache-write tokens
+	CacheReadInputTokens     int
+	CacheCreationInputTokens int
+	OutputTokens             int
+}
+
+// PingInterval is how often the gateway should call Stream.Ping while the
+// upstream works without producing downstream output (issue item 3).
+const PingInterval = 20 * time.Second
+
+// Stream turns the events of one upstream response into Anthropic SSE
+// events (spec section 3). It is a state machine fed by Handle; it does no
+// I/O beyond calling its EventWriter and is not safe for concurrent use.
+type Stream struct {
+	turn  *Turn
+	w     EventWriter
+	msgID string
+
+	started    bool // message_start written
+	committed  bool // anything written
+	state      State
+	failure    *UpstreamError
+	responseID string
+	nextIndex  int
+	open       *itemState // item whose block is open (nil when none)
+	openKind   string     // kind of the open block
+	openIndex  int
+	items      map[int]*itemState
+	sawToolUse bool
+	usage      Usage
+	haveUsage  bool
+	incomplete string // incomplete_details.reason of a response.incomplete
+	finished   bool
+	output     []json.RawMessage // cached OutputItems
+
+	buf []byte // scratch for event data
+}
+
+// itemState accumulates one output item.
+type itemState struct {
+	index     int
+	typ       string
+	callID    string
+	name      string
+	args      []byte
+	text      []byte
+	summaries [][]byte
+	encrypted string
+	done      json.RawMessage // the output_item.done item
+	argsSent  bool
+	opened    bool // a block was opened for this item
+}
+
+// NewStream starts translating one upstream response for t. messageID is
+// the id of the downstream message (e.g. "msg_<epoch ms>").
+func NewStream(t *Turn, w EventWriter, messageID string) *Stream {
+	if t == nil {
+		t = &Turn{}
+	}
+	return &Stream{turn: t, w: w, msgID: messageID, items: map[int]*itemState{}}
+}
+
+type upEvent struct {
+	Type         string          `json:"type"`
+	OutputIndex  optInt          `json:"output_index"`
+	SummaryIndex int             `json:"summary_index"`
+	Delta        string          `json:"delta"` // a non-string delta fails decoding (a malformed event)
+	Item         json.RawMessage `json:"item"`
+	Response     json.RawMessage `json:"response"`
+}
+
+// optInt is an integer that remembers whether it was present.
+type optInt struct {
+	v  int
+	ok bool
+}
+
+func (o *optInt) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	n, err := strconv.Atoi(string(b))
+	if err != nil {
+		return &json.UnmarshalTypeError{Value: "number " + bounded(string(b)), Type: reflect.TypeFor[int]()}
+	}
+	o.v, o.ok = n, true
+	return nil
+}
+
+type upItem struct {
+	Type             string  `json:"type"`
+	ID               string  `json:"id"`
+	CallID           string  `json:"call_id"`
+	Name             string  `json:"name"`
+	Arguments        string  `json:"arguments"`
+	EncryptedContent *string `json:"encrypted_content"`
+	Summary          []struct {
+		Text string `json:"text"`
+	} `json:"summary"`
+	Content []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content"`
+}
+
+type upResponse struct {
+	ID     string            `json:"id"`
+	Output []json.RawMessage `json:"output"`
+	Usage  *struct {
+		InputTokens        int `json:"input_tokens"`
+		InputTokensDetails struct {
+			CachedTokens     int `json:"cached_tokens"`
+			CacheWriteTokens int `json:"cache_write_tokens"`
+		} `json:"input_tokens_details"`
+		OutputTokens int `json:"output_tokens"`
+	} `json:"usage"`
+	IncompleteDetails *struct {
+		Reason string `json:"reason"`
+	} `json:"incomplete_details"`
+}
+
+var errMalformed = errors.New("malformed event")
+
+// Handle consumes one upstream event (the JSON text of one WebSocket
+// frame) and writes the Anthropic events it determines. Unknown event
+// types, codex.* side events and sequence_number are ignored. The returned
+// error is only ever a write error; upstream failures are reported as
+// StateFailed with Failure set. After the stream reached StateCompleted
+// or StateFailed further events are ignored.
+func (s *Stream) Handle(event []byte) (State, error) {
+	if s.state != StateRunning {
+		return s.state, nil
+	}
+	var ev upEvent
+	if jsonKind(event) != '{' {
+		s.fail(newUpstreamError(502, "", "OpenAI sent an unreadable event"))
+		return s.state, nil
+	}
+	if err := json.Unmarshal(event, &ev); err != nil {
+		var te *json.UnmarshalTypeError
+		if !errors.As(err, &te) || handled(ev.Type) {
+			s.fail(newUpstreamError(502, "", "OpenAI sent an unreadable event"))
+			return s.state, nil
+		}
+		return s.state, nil // a side event we do not read
+	}
+	err := s.dispatch(&ev, event)
+	if errors.Is(err, errMalformed) {
+		s.fail(newUpstreamError(502, "", "OpenAI sent an unreadable "+eventName(ev.Type)+" event"))
+		return s.state, nil
+	}
+	return s.state, err
+}
+
+func eventName(t string) string {
+	if identifier(t) == "" {
+		return "upstream"
+	}
+	return t
+}
+
+func handled(t string) bool {
+	switch t {
+	case "response.output_item.added", "response.output_item.done", "response.output_text.delta",
+		"response.reasoning_summary_text.delta", "response.reasoning_summary_part.added",
+		"response.function_call_arguments.delta", "response.completed", "response.done",
+		"response.incomplete", "response.failed", "error":
+		return true
+	}
+	return false
+}
+
+func (s *Stream) fail(e *UpstreamError) {
+	if e == nil {
+		e = newUpstreamError(502, "", "OpenAI ended the response with an unreadable failure event")
+	}
+	s.state = StateFailed
+	s.failure = s.turn.Overflow(e)
+}
+
+func (s *Stream) dispatch(ev *upEvent, raw []byte) error {
+	switch ev.Type {
+	case "response.created", "response.in_progress", "response.queued":
+		var r struct {
+			Response struct {
+				ID string `json:"id"`
+			} `json:"response"`
+		}
+		if json.Unmarshal(raw, &r) == nil && r.Response.ID != "" {
+			s.responseID = r.Response.ID
+		}
+	case "response.output_item.added":
+		return s.itemAdded(ev.index(), ev.Item)
+	case "response.output_item.done":
+		return s.itemDone(ev.index(), ev.Item)
+	case "response.output_text.delta":
+		d, err := ev.delta()
+		if err != nil {
+			return err
+		}
+		st := s.item(ev.index(), "message")
+		st.text = append(st.text, d...)
+		if d == "" {
+			return nil
+		}
+		if err := s.ensureOpen(st, "text"); err != nil {
+			return err
+		}
+		return s.writeDelta("text_delta", "text", d)
+	case "response.reasoning_summary_part.added":
+		st := s.items[ev.index()]
+		if st == nil || ev.SummaryIndex <= 0 || s.open != st || s.openKind != "thinking" {
+			return nil
+		}
+		return s.openBlock(st, "thinking")
+	case "response.reasoning_summary_text.delta":
+		d, err := ev.delta()
+		if err != nil {
+			return err
+		}
+		st := s.item(ev.index(), "reasoning")
+		if ev.SummaryIndex < 0 || ev.SummaryIndex > 1024 {
+			return errMalformed
+		}
+		for len(st.summaries) <= ev.SummaryIndex {
+			st.summaries = append(st.summaries, nil)
+		}
+		st.summaries[ev.SummaryIndex] = append(st.summaries[ev.SummaryIndex], d...)
+		if d == "" {
+			return nil
+		}
+		if err := s.ensureOpen(st, "thinking"); err != nil {
+			return err
+		}
+		return s.writeDelta("thinking_delta", "thinking", d)
+	case "response.function_call_arguments.delta":
+		d, err := ev.delta()
+		if err != nil {
+			return err
+		}
+		st := s.item(ev.index(), "function_call")
+		st.args = append(st.args, d...)
+	case "response.completed", "response.done":
+		return s.completed(ev.Response)
+	case "response.incomplete":
+		var r upResponse
+		if len(ev.Response) > 0 && json.Unmarshal(ev.Response, &r) != nil {
+			return errMalformed
+		}
+		if !s.committed {
+			s.fail(classifyFrame(raw, false))
+			return nil
+		}
+		s.takeResponse(&r)
+		if r.IncompleteDetails != nil {
+			s.incomplete = r.IncompleteDetails.Reason
+		}
+		s.state = StateCompleted
+	case "response.failed", "error":
+		s.fail(classifyFrame(raw, s.committed))
+	}
+	return nil
+}
+
+func (ev *upEvent) index() int {
+	if !ev.OutputIndex.ok || ev.OutputIndex.v < 0 {
+		return -1
+	}
+	return ev.OutputIndex.v
+}
+
+func (ev *upEvent) delta() (string, error) { return ev.Delta, nil }
+
+// item returns the state of the item at index, creating it with typ when
+// it is new. Events without an output_index share the most recent item of
+// that type.
+func (s *Stream) item(index int, typ string) *itemState {
+	if index < 0 {
+		if s.open != nil && s.open.typ == typ {
+			return s.open
+		}
+		index = len(s.items) + 1_000_000
+	}
+	st := s.items[index]
+	if st == nil {
+		st = &itemState{index: index, typ: typ}
+		s.items[index] = st
+	}
+	return st
+}
+
+func blockKind(typ string) string {
+	switch typ {
+	case "reasoning":
+		return "thinking"
+	case "message":
+		return "text"
+	case "function_call":
+		return "tool_use"
+	}
+	return ""
+}
+
+func (s *Stream) itemAdded(index int, raw json.RawMessage) error {
+	var it upItem
+	if json.Unmarshal(raw, &it) != nil {
+		return errMalformed
+	}
+	st := s.item(index, it.Type)
+	st.typ = it.Type
+	if it.CallID != "" {
+		st.callID = it.CallID
+	}
+	if it.Name != "" {
+		st.name = it.Name
+	}
+	if k := blockKind(it.Type); k != "" {
+		return s.openBlock(st, k)
+	}
+	return nil
+}
+
+func (s *Stream) itemDone(index int, raw json.RawMessage) error {
+	var it upItem
+	if json.Unmarshal(raw, &it) != nil {
+		return errMalformed
+	}
+	st := s.item(index, it.Type)
+	st.typ = it.Type
+	st.done = raw
+	if it.CallID != "" {
+		st.callID = it.CallID
+	}
+	if it.Name != "" {
+		st.name = it.Name
+	}
+	switch it.Type {
+	case "reasoning":
+		if it.EncryptedContent != nil {
+			st.encrypted = *it.EncryptedContent
+		}
+		if err := s.ensureOpen(st, "thinking"); err != nil {
+			return err
+		}
+		if len(st.summaries) == 0 {
+			var parts []string
+			for _, p := range it.Summary {
+				parts = append(parts, p.Text)
+			}
+			if t := strings.Join(parts, "\n\n"); t != "" {
+				return s.writeDelta("thinking_delta", "thinking", t)
+			}
+		}
+	case "message":
+		if len(st.text) > 0 {
+			return nil
+		}
+		var t strings.Builder
+		for _, c := range it.Content {
+			if c.Type == "output_text" {
+				t.WriteString(c.Text)
+			}
+		}
+		if t.Len() == 0 && st.opened {
+			return nil
+		}
+		st.text = []byte(t.String())
+		if err := s.ensureOpen(st, "text"); err != nil {
+			return err
+		}
+		if t.Len() > 0 {
+			return s.writeDelta("text_delta", "text", t.String())
+		}
+	case "function_call":
+		if it.Arguments != "" || len(st.args) == 0 {
+			st.args = []byte(it.Arguments)
+		}
+		if err := s.ensureOpen(st, "tool_use"); err != nil {
+			return err
+		}
+		s.sawToolUse = true
+		if s.open == st && !st.argsSent {
+			st.argsSent = true
+			args := sanitizeArguments(string(st.args), s.turn.required[st.name])
+			return s.writeDelta("input_json_delta", "partial_json", args)
+		}
+	}
+	return nil
+}
+
+func (s *Stream) completed(resp json.RawMessage) error {
+	var r upResponse
+	if len(resp) > 0 && json.Unmarshal(resp, &r) != nil {
+		return errMalformed
+	}
+	if len(s.items) == 0 {
+		// Nothing was streamed: fall back to response.output (spec 1.5).
+		for i, it := range r.Output {
+			if err := s.itemAdded(i, it); err != nil {
+				return err
+			}
+			if err := s.itemDone(i, it); err != nil {
+				return err
+			}
+		}
+	}
+	if !s.committed {
+		// Never an empty 200: a response with no output is a failure.
+		s.fail(newUpstreamError(502, "", "OpenAI ended the response with no output (response.completed)"))
+		return nil
+	}
+	s.takeResponse(&r)
+	s.state = StateCompleted
+	return nil
+}
+
+func (s *Stream) takeResponse(r *upResponse) {
+	if r.ID != "" {
+		s.responseID = r.ID
+	}
+	if u := r.Usage; u != nil {
+		c, w := u.InputTokensDetails.CachedTokens, u.InputTokensDetails.CacheWriteTokens
+		s.usage = Usage{
+			InputTokens:              max(0, u.InputTokens-c-w),
+			CacheReadInputTokens:     c,
+			CacheCreationInputTokens: w,
+			OutputTokens:             u.OutputTokens,
+		}
+		s.haveUsage = true
+	}
+}
+
+// ensureOpen opens a block of kind for st unless one is already open.
+func (s *Stream) ensureOpen(st *itemState, kind string) error {
+	if s.open == st && s.openKind == kind {
+		return nil
+	}
+	return s.openBlock(st, kind)
+}
+
+func (s *Stream) openBlock(st *itemState, kind string) error {
+	if err := s.closeBlock(); err != nil {
+		return err
+	}
+	if err := s.start(); err != nil {
+		return err
+	}
+	idx := s.nextIndex
+	s.nextIndex++
+	b := append(s.buf[:0], `{"type":"content_block_start","index":`...)
+	b = appendInt(b, idx)
+	switch kind {
+	case "thinking":
+		b = append(b, `,"content_block":{"type":"thinking","thinking":"","signature":""}}`...)
+	case "text":
+		b = append(b, `,"content_block":{"type":"text","text":""}}`...)
+	case "tool_use":
+		b = append(b, `,"content_block":{"type":"tool_use","id":`...)
+		b = appendString(b, st.callID)
+		b = append(b, `,"name":`...)
+		b = appendString(b, st.name)
+		b = append(b, `,"input":{}}}`...)
+	}
+	s.buf = b
+	s.open, s.openKind, s.openIndex = st, kind, idx
+	st.opened = true
+	return s.write("content_block_start", b)
+}
+
+func (s *Stream) closeBlock() error {
+	st := s.open
+	if st == nil {
+		return nil
+	}
+	switch s.openKind {
+	case "thinking":
+		if err := s.writeDelta("signature_delta", "signature", st.encrypted); err != nil {
+			return err
+		}
+	case "tool_use":
+		if !st.argsSent && len(st.args) > 0 {
+			st.argsSent = true
+			if err := s.writeDelta("input_json_delta", "partial_json", string(st.args)); err != nil {
+				return err
+			}
+		}
+	}
+	s.open = nil
+	b := append(s.buf[:0], `{"type":"content_block_stop","index":`...)
+	b = appendInt(b, s.openIndex)
+	b = append(b, '}')
+	s.buf = b
+	return s.write("content_block_stop", b)
+}
+
+func (s *Stream) writeDelta(deltaType, field, value string) error {
+	b := append(s.buf[:0], `{"type":"content_block_delta","index":`...)
+	b = appendInt(b, s.openIndex)
+	b = append(b, `,"delta":{"type":"`...)
+	b = append(b, deltaType...)
+	b = append(b, `","`...)
+	b = append(b, field...)
+	b = append(b, `":`...)
+	b = appendString(b, value)
+	b = append(b, `}}`...)
+	s.buf = b
+	return s.write("content_block_delta", b)
+}
+
+// start writes message_start once.
+func (s *Stream) start() error {
+	if s.started {
+		return nil
+	}
+	s.started = true
+	b := append(s.buf[:0], `{"type":"message_start","message":{"id":`...)
+	b = appendString(b, s.msgID)
+	b = append(b, `,"type":"message","role":"assistant","content":[],"model":`...)
+	b = appendString(b, s.turn.RequestedModel)
+	b = append(b, `,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}`...)
+	s.buf = b
+	return s.write("message_start", b)
+}
+
+func (s *Stream) write(name string, data []byte) error {
+	s.committed = true
+	if s.w == nil {
+		return nil
+	}
+	if err := s.w.WriteEvent(name, data); err != nil {
+		return fmt.Errorf("write %s event: %w", name, err)
+	}
+	return nil
+}
+
+// Committed reports whether anything was written downstream. Before that a
+// failure can still be answered with a real HTTP status.
+func (s *Stream) Committed() bool { return s.committed }
+
+// Failure is the classified failure once Handle returned StateFailed.
+func (s *Stream) Failure() *UpstreamError { return s.failure }
+
+// ResponseID is the upstream response id (from response.created or the
+// terminal event), "" if none arrived.
+func (s *Stream) ResponseID() string { return s.responseID }
+
+// StopReason is the stop_reason Finish sends: max_tokens for a response
+// cut by max_output_tokens, tool_use when a tool call completed, else
+// end_turn (spec 3.5).
+func (s *Stream) StopReason() string {
+	switch {
+	case s.incomplete == "max_output_tokens":
+		return "max_tokens"
+	case s.sawToolUse:
+		return "tool_use"
+	}
+	return "end_turn"
+}
+
+// Usage is the mapped usage (spec 3.6). When upstream reported no input
+// tokens at all, InputTokens is the local estimate of the request.
+func (s *Stream) Usage() Usage {
+	u := s.usage
+	if u.InputTokens+u.CacheReadInputTokens+u.CacheCreationInputTokens == 0 {
+		u.InputTokens = s.turn.EstimatedInputTokens
+		u.CacheReadInputTokens, u.CacheCreationInputTokens = 0, 0
+	}
+	return u
+}
+
+var errNotCompleted = errors.New("finish stream: the response has not completed")
+
+// Finish ends a completed response: it closes the open block and writes
+// message_delta (stop_reason and usage) and message_stop.
+func (s *Stream) Finish() error {
+	if s.state != StateCompleted {
+		return errNotCompleted
+	}
+	if s.finished {
+		return nil
+	}
+	s.finished = true
+	if err := s.start(); err != nil {
+		return err
+	}
+	if err := s.closeBlock(); err != nil {
+		return err
+	}
+	u := s.Usage()
+	b := append(s.buf[:0], `{"type":"message_delta","delta":{"stop_reason":"`...)
+	b = append(b, s.StopReason()...)
+	b = append(b, `","stop_sequence":null},"usage":{"input_tokens":`...)
+	b = appendInt(b, u.InputTokens)
+	b = append(b, `,"output_tokens":`...)
+	b = appendInt(b, u.OutputTokens)
+	b = append(b, `,"cache_creation_input_tokens":`...)
+	b = appendInt(b, u.CacheCreationInputTokens)
+	b = append(b, `,"cache_read_input_tokens":`...)
+	b = appendInt(b, u.CacheReadInputTokens)
+	b = append(b, `}}`...)
+	s.buf = b
+	if err := s.write("message_delta", b); err != nil {
+		return err
+	}
+	return s.write("message_stop", []byte(`{"type":"message_stop"}`))
+}
+
+// Abort ends a committed response with an SSE error event (no
+// message_stop; spec 5.6). A nil e uses Failure(), or a generic api_error.
+// A context overflow carries the "prompt is too long" message.
+func (s *Stream) Abort(e *UpstreamError) error {
+	if e == nil {
+		e = s.failure
+	}
+	if e == nil {
+		e = newUpstreamError(502, "", "Upstream model request failed.")
+	}
+	s.finished = true
+	if s.state == StateRunning {
+		s.state = StateFailed
+		s.failure = e
+	}
+	return s.write("error", ErrorBody(s.turn.Overflow(e)))
+}
+
+// Ping writes a ping event when the response is already committed and
+// reports whether it wrote one. Before anything was written it does
+// nothing, so a later failure can still get a real HTTP status.
+func (s *Stream) Ping() (bool, error) {
+	if !s.committed || s.finished {
+		return false, nil
+	}
+	return true, s.write("ping", []byte(`{"type":"ping"}`))
+}
+
+var ephemeralItemFields = []string{"id", "status", "phase", "role"}
+
+// OutputItems returns the completed response's output items in the shape
+// the client will echo them (spec 4.6 expectedAssistant), in output_index
+// order, each in canonical form (CanonicalItem). It is nil before the
+// response completed.
+func (s *Stream) OutputItems() []json.RawMessage {
+	if s.state != StateCompleted {
+		return nil
+	}
+	if s.output != nil {
+		return s.output
+	}
+	idx := make([]int, 0, len(s.items))
+	for i := range s.items {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	out := make([]json.RawMessage, 0, len(idx))
+	for _, i := range idx {
+		st := s.items[i]
+		if !st.opened && st.done == nil {
+			continue // never announced by the upstream
+		}
+		if item := s.echoItem(st); item != nil {
+			if c, err := CanonicalItem(item); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	s.output = out
+	return out
+}
+
+func (s *Stream) echoItem(st *itemState) []byte {
+	var done map[string]any
+	if len(st.done) > 0 {
+		v, _ := decodeAny(st.done)
+		done, _ = v.(map[string]any)
+	}
+	clean := func() map[string]any {
+		m := map[string]any{}
+		for k, v := range done {
+			if v != nil && !contains(ephemeralItemFields, k) {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	switch st.typ {
+	case "message":
+		text := string(st.text)
+		b := []byte(`{"content":[{"text":`)
+		b = appendString(b, text)
+		return append(b, `,"type":"output_text"}],"role":"assistant"}`...)
+	case "reasoning":
+		m := clean()
+		m["type"] = "reasoning"
+		if len(st.summaries) > 0 {
+			sum := make([]any, 0, len(st.summaries))
+			for _, t := range st.summaries {
+				sum = append(sum, map[string]any{"type": "summary_text", "text": string(t)})
+			}
+			m["summary"] = sum
+		} else if _, ok := m["summary"]; !ok {
+			m["summary"] = []any{}
+		}
+		if st.encrypted != "" {
+			m["encrypted_content"] = st.encrypted
+		}
+		b, _ := marshalNoEscape(m)
+		return b
+	case "function_call":
+		m := clean()
+		m["type"] = "function_call"
+		m["call_id"] = st.callID
+		m["name"] = st.name
+		m["arguments"] = sanitizeArguments(string(st.args), s.turn.required[st.name])
+		b, _ := marshalNoEscape(m)
+		return b
+	case "custom_tool_call":
+		if done == nil {
+			return nil
+		}
+		b, _ := marshalNoEscape(clean())
+		return b
+	}
+	return nil
+}
