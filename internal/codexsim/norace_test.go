@@ -1,0 +1,5 @@
+//go:build !race
+
+package codexsim
+
+const raceEnabled = false
