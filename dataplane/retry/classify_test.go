@@ -1,0 +1,96 @@
+package retry
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/clodex/clodex/dataplane/translate"
+)
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		name      string
+		err       *translate.UpstreamError
+		facts     Facts
+		wantClass Class
+		wantHint  time.Duration
+	}{
+		{"previous_response_not_found", translate.ClassifyFrame([]byte(`{"type":"error","error":{"code":"previous_response_not_found"}}`)), Facts{}, Replace, 0},
+		{"connection limit", translate.ClassifyFrame([]byte(`{"type":"error","error":{"code":"websocket_connection_limit_reached"}}`)), Facts{}, Replace, 5 * time.Second},
+		{"upgrade 403 throttle", translate.ClassifyUpgrade(403, "12"), Facts{}, Throttled, 12 * time.Second},
+		{"upgrade 429 no hint", translate.ClassifyUpgrade(429, ""), Facts{}, Throttled, 0},
+		{"upgrade 503", translate.ClassifyUpgrade(503, ""), Facts{}, Backoff, 0},
+		{"upgrade 500", translate.ClassifyUpgrade(500, ""), Facts{}, Backoff, 0},
+		{"upgrade 401", translate.ClassifyUpgrade(401, ""), Facts{}, Fatal, 0},
+		{"upgrade 404", translate.ClassifyUpgrade(404, ""), Facts{}, Fatal, 0},
+		{"output-less server_error", translate.ClassifyFrame([]byte(`{"type":"response.failed","response":{"error":{"code":"server_error"}}}`)), Facts{}, Backoff, 0},
+		{"overloaded", translate.ClassifyFrame([]byte(`{"type":"response.failed","response":{"error":{"code":"overloaded_error"}}}`)), Facts{}, Backoff, 0},
+		{"context overflow", translate.ClassifyFrame([]byte(`{"type":"error","error":{"code":"context_length_exceeded"}}`)), Facts{}, Fatal, 0},
+		{"content filter", translate.ClassifyFrame([]byte(`{"type":"response.incomplete","response":{"incomplete_details":{"reason":"content_filter"}}}`)), Facts{}, Fatal, 0},
+		{"usage limit, reset unknown", &translate.UpstreamError{Status: 429, Code: "usage_limit_reached"}, Facts{}, Throttled, 0},
+		{"usage limit in 30 s", &translate.UpstreamError{Status: 429, Code: "usage_limit_reached"}, Facts{UsageLimitReset: 30 * time.Second}, Throttled, 30 * time.Second},
+		{"usage limit in 2 h", &translate.UpstreamError{Status: 429, Code: "usage_limit_reached"}, Facts{UsageLimitReset: 2 * time.Hour}, Fatal, 0},
+		{"408", &translate.UpstreamError{Status: 408}, Facts{}, Backoff, 0},
+		{"409", &translate.UpstreamError{Status: 409}, Facts{}, Backoff, 0},
+		{"400", &translate.UpstreamError{Status: 400}, Facts{}, Fatal, 0},
+		{"413", &translate.UpstreamError{Status: 413}, Facts{}, Fatal, 0},
+	}
+	for _, tt := range tests {
+		f := Classify(tt.err, tt.facts)
+		if f == nil {
+			t.Errorf("%s: Classify() = nil", tt.name)
+			continue
+		}
+		if f.Class != tt.wantClass || f.Hint != tt.wantHint {
+			t.Errorf("%s: Classify() = %v hint %v, want %v hint %v", tt.name, f.Class, f.Hint, tt.wantClass, tt.wantHint)
+		}
+		if f.Err != error(tt.err) {
+			t.Errorf("%s: Classify().Err = %v, want the upstream error itself", tt.name, f.Err)
+		}
+	}
+	if f := Classify(nil, Facts{}); f != nil {
+		t.Errorf("Classify(nil) = %+v, want nil", f)
+	}
+}
+
+func TestTransportAndRefusal(t *testing.T) {
+	e := errors.New("websocket closed (1006)")
+	if f := Transport(e, true); f.Class != Replace || f.Err != e {
+		t.Errorf("Transport(reused) = %+v, want Replace with the error", f)
+	}
+	if f := Transport(e, false); f.Class != Backoff || f.Err != e {
+		t.Errorf("Transport(new) = %+v, want Backoff with the error", f)
+	}
+	if f := Refusal(4*time.Second, e); f.Class != Refused || f.Hint != 4*time.Second || f.Err != e {
+		t.Errorf("Refusal() = %+v, want Refused, hint 4s, with the error", f)
+	}
+}
+
+func TestFailureError(t *testing.T) {
+	inner := errors.New("inner")
+	f := &Failure{Class: Backoff, Err: inner}
+	if f.Error() != "inner" || !errors.Is(f, inner) {
+		t.Errorf("Failure{Err: inner}: Error() = %q, Is(inner) = %v", f.Error(), errors.Is(f, inner))
+	}
+	if got := (&Failure{Class: Throttled}).Error(); got != "retry: throttled failure" {
+		t.Errorf("Failure without Err: Error() = %q", got)
+	}
+	if got := Class(42).String(); got != "Class(42)" {
+		t.Errorf("Class(42).String() = %q", got)
+	}
+}
+
+func TestFinalStopsRetries(t *testing.T) {
+	inner := &Failure{Class: Backoff, Err: errors.New("socket closed after output")}
+	recs, err := runScript(t, defaultBudget, 0, []error{Final(inner)})
+	if len(recs) != 1 {
+		t.Errorf("attempts = %d, want 1: a failure after output is never retried", len(recs))
+	}
+	if err != error(inner) {
+		t.Errorf("Do() = %v, want the wrapped error itself", err)
+	}
+	if Final(nil) != nil {
+		t.Error("Final(nil) != nil")
+	}
+}

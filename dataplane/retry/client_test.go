@@ -1,0 +1,139 @@
+package retry
+
+import (
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/clodex/clodex/dataplane/translate"
+)
+
+func TestRetryAfterHeaderRange(t *testing.T) {
+	// lo = the hint in whole seconds (rounded up; default 5; at most 60), hi = ceil(1.25 lo)
+	tests := []struct {
+		hint   time.Duration
+		lo, hi int
+	}{
+		{0, 5, 7},
+		{-3 * time.Second, 5, 7},
+		{500 * time.Millisecond, 1, 2},
+		{time.Second, 1, 2},
+		{2 * time.Second, 2, 3},
+		{4 * time.Second, 4, 5},
+		{5 * time.Second, 5, 7},
+		{10 * time.Second, 10, 13},
+		{4200 * time.Millisecond, 5, 7},
+		{59200 * time.Millisecond, 60, 75},
+		{60 * time.Second, 60, 75},
+		{100 * time.Second, 60, 75},
+		{24 * time.Hour, 60, 75},
+	}
+	for _, tt := range tests {
+		r := rand.New(rand.NewPCG(1, uint64(tt.hint)))
+		seen := map[int]int{}
+		for range 5000 {
+			got := RetryAfterHeader(tt.hint, r.Float64)
+			if got < tt.lo || got > tt.hi {
+				t.Fatalf("RetryAfterHeader(%v) = %d, want in [%d, %d]", tt.hint, got, tt.lo, tt.hi)
+			}
+			seen[got]++
+		}
+		for v := tt.lo; v <= tt.hi; v++ {
+			if seen[v] == 0 {
+				t.Errorf("RetryAfterHeader(%v): %d never drawn in 5000 draws, want every value in [%d, %d]", tt.hint, v, tt.lo, tt.hi)
+			}
+		}
+		// roughly uniform: each of k values near 5000/k
+		k := tt.hi - tt.lo + 1
+		for v, c := range seen {
+			if want := 5000.0 / float64(k); math.Abs(float64(c)-want) > want*0.2 {
+				t.Errorf("RetryAfterHeader(%v): %d drawn %d times, want about %.0f (uniform)", tt.hint, v, c, want)
+			}
+		}
+	}
+}
+
+func TestRetryAfterHeaderEdges(t *testing.T) {
+	tests := []struct {
+		name string
+		hint time.Duration
+		rnd  func() float64
+		want int
+	}{
+		{"rand 0 gives the hint", 5 * time.Second, fixedRand(0), 5},
+		{"rand just below 1 gives the top", 5 * time.Second, fixedRand(math.Nextafter(1, 0)), 7},
+		{"rand 1 is clamped to the top", 5 * time.Second, fixedRand(1), 7},
+		{"rand above 1 is clamped to the top", 60 * time.Second, fixedRand(7), 75},
+		{"negative rand is clamped to the bottom", 60 * time.Second, fixedRand(-1), 60},
+		{"NaN rand gives the bottom", 8 * time.Second, fixedRand(math.NaN()), 8},
+		{"rand 0.5 of 5..7", 5 * time.Second, fixedRand(0.5), 6},
+	}
+	for _, tt := range tests {
+		if got := RetryAfterHeader(tt.hint, tt.rnd); got != tt.want {
+			t.Errorf("%s: RetryAfterHeader(%v) = %d, want %d", tt.name, tt.hint, got, tt.want)
+		}
+	}
+	if got := RetryAfterHeader(0, nil); got < 5 || got > 7 {
+		t.Errorf("RetryAfterHeader(0, nil) = %d, want in [5, 7]", got)
+	}
+}
+
+func TestShouldRetry(t *testing.T) {
+	tests := []struct {
+		name   string
+		err    *translate.UpstreamError
+		facts  Facts
+		wantOK bool
+	}{
+		{"nil", nil, Facts{}, false},
+		{"context overflow", &translate.UpstreamError{Status: 400, ContextOverflow: true}, Facts{}, true},
+		{"usage limit in 2 hours", &translate.UpstreamError{Status: 429, Code: "usage_limit_reached"}, Facts{UsageLimitReset: 2 * time.Hour}, true},
+		{"usage limit in 61 s", &translate.UpstreamError{Status: 429}, Facts{UsageLimitReset: 61 * time.Second}, true},
+		{"usage limit in exactly 60 s", &translate.UpstreamError{Status: 429}, Facts{UsageLimitReset: 60 * time.Second}, false},
+		{"usage limit, reset unknown", &translate.UpstreamError{Status: 429, Code: "usage_limit_reached"}, Facts{}, false},
+		{"throttle 429", &translate.UpstreamError{Status: 429, RetryAfter: 5 * time.Second}, Facts{}, false},
+		{"pacing refusal 429", &translate.UpstreamError{Status: 429, RetryAfter: 4 * time.Second}, Facts{}, false},
+		{"401 before refresh", &translate.UpstreamError{Status: 401}, Facts{}, false},
+		{"401 after refresh", &translate.UpstreamError{Status: 401}, Facts{AuthRefreshed: true}, true},
+		{"403 after refresh", &translate.UpstreamError{Status: 403}, Facts{AuthRefreshed: true}, true},
+		{"529 overloaded", &translate.UpstreamError{Status: 529}, Facts{AuthRefreshed: true}, false},
+		{"502", &translate.UpstreamError{Status: 502}, Facts{}, false},
+		{"plain 400", &translate.UpstreamError{Status: 400}, Facts{}, false},
+	}
+	for _, tt := range tests {
+		v, ok := ShouldRetry(tt.err, tt.facts)
+		if ok != tt.wantOK || ok && v != "false" || !ok && v != "" {
+			t.Errorf("%s: ShouldRetry() = (%q, %v), want ok=%v with \"false\"", tt.name, v, ok, tt.wantOK)
+		}
+	}
+}
+
+func TestErrorHeaders(t *testing.T) {
+	tests := []struct {
+		name           string
+		err            *translate.UpstreamError
+		facts          Facts
+		wantRetryAfter string
+		wantShould     string
+	}{
+		{"upgrade 403 as 429, hint 5", translate.ClassifyUpgrade(403, ""), Facts{}, "6", ""},
+		{"connection limit, hint 10: 10 + floor(0.5 x 4 values)", &translate.UpstreamError{Status: 429, Code: translate.CodeConnectionLimit, RetryAfter: 10 * time.Second}, Facts{}, "12", ""},
+		{"429 without a hint gets none", &translate.UpstreamError{Status: 429}, Facts{}, "", ""},
+		{"usage limit hours away", &translate.UpstreamError{Status: 429}, Facts{UsageLimitReset: 3 * time.Hour}, "", "false"},
+		{"529", &translate.UpstreamError{Status: 529, Type: "overloaded_error"}, Facts{}, "", ""},
+		{"overflow", &translate.UpstreamError{Status: 400, ContextOverflow: true}, Facts{}, "", "false"},
+		{"nil", nil, Facts{}, "", ""},
+	}
+	for _, tt := range tests {
+		h := http.Header{}
+		ErrorHeaders(h, tt.err, tt.facts, fixedRand(0.5))
+		if got := h.Get("Retry-After"); got != tt.wantRetryAfter {
+			t.Errorf("%s: retry-after = %q, want %q", tt.name, got, tt.wantRetryAfter)
+		}
+		if got := h.Get("X-Should-Retry"); got != tt.wantShould {
+			t.Errorf("%s: x-should-retry = %q, want %q", tt.name, got, tt.wantShould)
+		}
+	}
+}

@@ -1,0 +1,53 @@
+// Package retry schedules the attempts of one upstream request inside its budget. It is pure:
+// it opens no sockets, time comes from an injected Clock and jitter from an injected random
+// source, so every schedule can be asserted exactly in tests.
+//
+// # Running a request
+//
+// Do runs attempt(ctx, Attempt) until it succeeds, fails fatally, runs out of retries, or the
+// next wait would pass the request's idle or total deadline:
+//
+//	err := retry.Do(ctx, retry.Config{Budget: budget, Logger: logger},
+//		func(ctx context.Context, a retry.Attempt) error {
+//			// a.Replacement: use a new socket with the full context, unpaced.
+//			// a.Previous.Class == retry.Refused: ask the pacer again.
+//			for { frame := next(ctx); a.Idle.Reset(); ... }
+//		})
+//
+// An attempt reports a classified failure by returning a *Failure (or an error wrapping one);
+// any other non-nil error is fatal. Classify turns a *translate.UpstreamError into a Failure,
+// Transport classifies a socket failure, Refusal a pacer refusal. A failure after output has
+// reached the client must be returned through Final (or as a plain error): nothing is ever
+// replayed after output.
+//
+// # The schedule
+//
+// Retry r (1-based; the budget's MaxRetries of them at most) waits, by the failure's Class:
+//
+//   - Backoff: the ladder rung, 2 s × 2^(r−1) (pacing.Rung): attempts at 0, 2, 6, 14, 30, 62 s.
+//   - Throttled: max(rung, min(hint, 60 s)) × (1 + U[0, 0.25)).
+//   - Refused: exactly the refusal's hint (floored at 1 s, capped at 60 s), with no rung and no
+//     jitter, because the pacer's wait bound is derived assuming this substitution.
+//   - Replace: no wait and no retry spent: the next attempt runs at once on a new socket with the
+//     full context. Each budgeted attempt has at most one replacement; a Replace failure of the
+//     replacement itself is treated as Backoff.
+//   - Fatal: no retry.
+//
+// # Deadlines
+//
+// Every attempt of a request shares one no-data deadline (Deadline, Budget.IdleTimeout) that
+// starts when Do starts and is pushed back only by Deadline.Reset, which the attempt calls on
+// every upstream stream event; waits between attempts do not reset it. A total deadline
+// (Budget.TotalTimeout) caps the whole request. When either expires the attempt's context is
+// cancelled with a *TimeoutError cause and Do returns that error. A wait that would reach
+// either deadline is not started: Do returns the last classified failure instead, never a bare
+// "deadline exceeded" that hides why.
+//
+// # What the client is told
+//
+// RetryAfterHeader draws the retry-after value sent with a 429 uniformly from
+// [h, ceil(1.25 h)] whole seconds, so throttled clients do not retry in a herd. ShouldRetry
+// decides when to send "x-should-retry: false": only for outcomes a retry cannot fix (a usage
+// limit resetting in more than 60 s, a context overflow, an auth failure after a refresh).
+// ErrorHeaders sets both.
+package retry

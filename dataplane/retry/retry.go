@@ -1,0 +1,262 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/clodex/clodex/dataplane/translate"
+	"github.com/clodex/clodex/internal/pacing"
+)
+
+// Class says what a failed attempt means for the next one.
+type Class int
+
+const (
+	// Fatal: no retry. 400, 401 after refresh, a usage limit resetting in more than 60 s,
+	// context overflow, client cancellation, and any failure after output.
+	Fatal Class = iota + 1
+	// Replace: previous_response_not_found, websocket_connection_limit_reached, or a transport
+	// failure on a reused socket. The next attempt runs at once on a new socket with the full
+	// context; it is not paced and spends no retry. Each budgeted attempt gets one replacement:
+	// a Replace failure of the replacement itself is treated as Backoff (spec 4.7, 4.8, 7.1).
+	Replace
+	// Backoff: a transport failure on a new socket, an upgrade 5xx, or a 502/529 output-less
+	// terminal. The next attempt waits the ladder rung.
+	Backoff
+	// Throttled: an upstream 403 upgrade or 429. The next attempt waits
+	// max(rung, min(hint, 60 s)) × (1 + U[0, 0.25)).
+	Throttled
+	// Refused: the pacer refused admission. The next attempt waits exactly the hint: no rung,
+	// no jitter (the pacer's wait bound assumes this substitution).
+	Refused
+)
+
+func (c Class) String() string {
+	switch c {
+	case Fatal:
+		return "fatal"
+	case Replace:
+		return "replace"
+	case Backoff:
+		return "backoff"
+	case Throttled:
+		return "throttled"
+	case Refused:
+		return "refused"
+	}
+	return fmt.Sprintf("Class(%d)", int(c))
+}
+
+// Failure is a classified failed attempt.
+type Failure struct {
+	Class Class
+	Hint  time.Duration // retry hint: Throttled and Refused use it; 0 = none
+	Err   error         // the classified error surfaced if the retries run out (often a *translate.UpstreamError)
+}
+
+func (f *Failure) Error() string {
+	if f.Err == nil {
+		return "retry: " + f.Class.String() + " failure"
+	}
+	return f.Err.Error()
+}
+
+func (f *Failure) Unwrap() error { return f.Err }
+
+// final is the error Do surfaces for f.
+func (f *Failure) final() error {
+	if f.Err == nil {
+		return f
+	}
+	return f.Err
+}
+
+// Attempt describes one attempt to the attempt function.
+type Attempt struct {
+	// N is the 0-based budgeted attempt: retry N (N ≥ 1) has been spent to run it. A
+	// replacement keeps the N of the attempt it replaces.
+	N int
+	// Replacement is true for the one immediate replacement of attempt N after a Replace
+	// failure: use a new socket with the full context, and do not ask the pacer.
+	Replacement bool
+	// Previous is the failure that led to this attempt; nil for the first one.
+	Previous *Failure
+	// Waited is how long Do waited before this attempt.
+	Waited time.Duration
+	// Idle is the request's shared no-data deadline. Call Idle.Reset() on every upstream
+	// stream event; nothing else resets it.
+	Idle *Deadline
+}
+
+// Config configures Do. The zero value is usable.
+type Config struct {
+	// Budget (Optional) is the request budget; the zero value means pacing.DefaultBudget()
+	// (idle 120 s, total 600 s, 5 retries). Otherwise IdleTimeout and TotalTimeout must be
+	// positive and MaxRetries in 0..pacing.MaxMaxRetries.
+	Budget pacing.Budget
+	// Clock (Optional) is the time source; default SystemClock.
+	Clock Clock
+	// Rand (Optional) returns a uniform value in [0, 1) for jitter; default math/rand/v2.
+	// Values outside [0, 1) are clamped.
+	Rand func() float64
+	// Logger (Optional) gets one debug line per retry; default discards.
+	Logger *slog.Logger
+}
+
+// ErrInvalidConfig is matched by the error Do returns for a bad Config.
+var ErrInvalidConfig = errors.New("retry: invalid config")
+
+type resolved struct {
+	budget pacing.Budget
+	clock  Clock
+	rand   func() float64
+	logger *slog.Logger
+}
+
+func (c *Config) resolve() (resolved, error) {
+	r := resolved{budget: c.Budget, clock: c.Clock, rand: c.Rand, logger: c.Logger}
+	if r.budget == (pacing.Budget{}) {
+		r.budget = pacing.DefaultBudget()
+	}
+	var errs []error
+	if r.budget.IdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("budget idle timeout %v is out of range; allowed: more than 0", r.budget.IdleTimeout))
+	}
+	if r.budget.TotalTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("budget total timeout %v is out of range; allowed: more than 0", r.budget.TotalTimeout))
+	}
+	if r.budget.MaxRetries < 0 || r.budget.MaxRetries > pacing.MaxMaxRetries {
+		errs = append(errs, fmt.Errorf("budget max retries %d is out of range; allowed: 0..%d", r.budget.MaxRetries, pacing.MaxMaxRetries))
+	}
+	if len(errs) > 0 {
+		return r, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	if r.clock == nil {
+		r.clock = SystemClock{}
+	}
+	if r.rand == nil {
+		r.rand = rand.Float64
+	}
+	if r.logger == nil {
+		r.logger = slog.New(slog.DiscardHandler)
+	}
+	return r, nil
+}
+
+// unit clamps a random draw into [0, 1); NaN gives 0.
+func unit(v float64) float64 {
+	if !(v > 0) { // also NaN
+		return 0
+	}
+	return min(v, math.Nextafter(1, 0))
+}
+
+// Wait returns how long to wait before retry number retry (1-based) after a failure of class
+// c with hint, given a uniform draw r in [0, 1) for jitter. Fatal and unknown classes give 0,
+// and so does Replace (the replacement runs at once).
+func Wait(c Class, retry int, hint time.Duration, r float64) time.Duration {
+	switch c {
+	case Backoff:
+		return pacing.Rung(retry)
+	case Throttled:
+		base := max(pacing.Rung(retry), min(max(hint, 0), translate.MaxRetryAfter))
+		return time.Duration(float64(base) * (1 + 0.25*unit(r)))
+	case Refused:
+		return min(max(hint, time.Second), translate.MaxRetryAfter)
+	}
+	return 0
+}
+
+// Do runs attempt until it returns nil, fails fatally, the budget's retries run out, or the
+// next wait would reach the idle or total deadline; see the package doc for the schedule.
+//
+// attempt returns nil on success, a *Failure (or an error wrapping one) for a classified
+// failure, and any other error for a fatal one. Its context is cancelled when the attempt
+// returns, when ctx is, and when a deadline expires (with a *TimeoutError cause).
+//
+// Do returns nil on success; the failure's Err when it is fatal; the last failure's Err,
+// wrapped with why, when the retries run out or a wait would pass a deadline; the
+// *TimeoutError when a deadline expired during an attempt; context.Cause(ctx), wrapped, when
+// ctx is cancelled; and an error matching ErrInvalidConfig for a bad Config.
+func Do(ctx context.Context, cfg Config, attempt func(ctx context.Context, a Attempt) error) error {
+	c, err := cfg.resolve()
+	if err != nil {
+		return err
+	}
+	if attempt == nil {
+		return fmt.Errorf("%w: nil attempt function", ErrInvalidConfig)
+	}
+	idle := NewDeadline(c.budget.IdleTimeout, c.clock)
+	defer idle.Stop()
+	total := newDeadline(c.budget.TotalTimeout, c.clock, false)
+	defer total.Stop()
+	idleCtx, cancelIdle := idle.Context(ctx)
+	defer cancelIdle()
+	reqCtx, cancelTotal := total.Context(idleCtx)
+	defer cancelTotal()
+
+	a := Attempt{Idle: idle}
+	for {
+		actx, cancel := context.WithCancel(reqCtx)
+		err := attempt(actx, a)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if cause := context.Cause(reqCtx); cause != nil {
+			var te *TimeoutError
+			if errors.As(cause, &te) {
+				return te
+			}
+			return fmt.Errorf("retry: attempt %d: %w", a.N, cause)
+		}
+		var f *Failure
+		if !errors.As(err, &f) {
+			return err
+		}
+		class := f.Class
+		switch class {
+		case Fatal:
+			return f.final()
+		case Replace:
+			if !a.Replacement {
+				c.logger.DebugContext(ctx, "retry: replacing attempt", "attempt", a.N, "class", class.String())
+				a = Attempt{N: a.N, Replacement: true, Previous: f, Idle: idle}
+				continue
+			}
+			class = Backoff
+		case Backoff, Throttled, Refused:
+		default:
+			return fmt.Errorf("retry: attempt %d returned a failure of unknown class %d (allowed: %d..%d): %w",
+				a.N, int(f.Class), int(Fatal), int(Refused), f.final())
+		}
+		if a.N >= c.budget.MaxRetries {
+			return fmt.Errorf("retry: gave up after %d retries: %w", a.N, f.final())
+		}
+		wait := Wait(class, a.N+1, f.Hint, c.rand())
+		at := c.clock.Now().Add(wait)
+		if !at.Before(idle.Expiry()) {
+			return fmt.Errorf("retry: a %v wait would pass the idle deadline: %w", wait, f.final())
+		}
+		if !at.Before(total.Expiry()) {
+			return fmt.Errorf("retry: a %v wait would pass the total deadline: %w", wait, f.final())
+		}
+		c.logger.DebugContext(ctx, "retry: waiting", "attempt", a.N+1, "class", class.String(), "wait", wait)
+		if err := c.clock.Sleep(reqCtx, wait); err != nil {
+			if cause := context.Cause(reqCtx); cause != nil {
+				var te *TimeoutError
+				if errors.As(cause, &te) {
+					return fmt.Errorf("retry: %v while waiting: %w", te, f.final())
+				}
+				return fmt.Errorf("retry: wait before attempt %d: %w", a.N+1, cause)
+			}
+			return fmt.Errorf("retry: wait before attempt %d: %w", a.N+1, err)
+		}
+		a = Attempt{N: a.N + 1, Previous: f, Waited: wait, Idle: idle}
+	}
+}
