@@ -1,0 +1,220 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Default retention policy (spec 4.5 and the pool issue).
+const (
+	DefaultNurseryIdleTTL = 5 * time.Minute
+	DefaultIdleTTL        = 30 * time.Minute
+	DefaultHardTTL        = 55 * time.Minute
+	DefaultRotateAge      = 50 * time.Minute
+	DefaultMaxSocketAge   = 58 * time.Minute
+)
+
+// Env names of the optional caps; see [CapsFromEnv].
+const (
+	EnvMaxConnections        = "CLODEX_WS_MAX_CONNECTIONS"
+	EnvMaxNurseryConnections = "CLODEX_WS_MAX_NURSERY_CONNECTIONS"
+)
+
+// Conn is one upstream socket as the pool and its caller see it. The pool
+// itself only ever calls Close; Send and Next are for the caller driving a
+// turn on a [Lease].
+type Conn interface {
+	Send(ctx context.Context, frame []byte) error
+	Next(ctx context.Context) ([]byte, error)
+	// Close is a hard close: it must release the socket's file descriptor
+	// before it returns (coder/websocket CloseNow, not a close handshake).
+	Close(reason string) error
+}
+
+// Dialer opens a new upstream socket for a partition.
+type Dialer interface {
+	Dial(ctx context.Context, p Partition) (Conn, error)
+}
+
+// DialerFunc adapts a function to [Dialer].
+type DialerFunc func(ctx context.Context, p Partition) (Conn, error)
+
+// Dial calls f.
+func (f DialerFunc) Dial(ctx context.Context, p Partition) (Conn, error) { return f(ctx, p) }
+
+// Admitter is asked before the pool dials a NEW socket for a request: a new
+// head, a parallel head, an unpartitioned socket or a rotation. It is never
+// asked on reuse or for a replacement ([Lease.Replace]). It may block while
+// it waits out a granted delay and may return a refusal, which the pool
+// returns wrapped to the caller (whose retry loop decides what to do).
+type Admitter interface {
+	Admit(ctx context.Context, account string) error
+}
+
+// AdmitterFunc adapts a function to [Admitter].
+type AdmitterFunc func(ctx context.Context, account string) error
+
+// Admit calls f.
+func (f AdmitterFunc) Admit(ctx context.Context, account string) error { return f(ctx, account) }
+
+// Config configures [New]. New copies it; it is never modified.
+type Config struct {
+	// Dialer opens new sockets (Required).
+	Dialer Dialer
+	// Admitter paces new sockets (Optional; nil admits every dial).
+	Admitter Admitter
+	// Clock returns the current time (Optional; default time.Now). Every
+	// TTL, promotion and rotation decision reads it.
+	Clock func() time.Time
+	// Logger receives debug lines (Optional; default discards).
+	Logger *slog.Logger
+	// Notify receives the one-time user notice on file-descriptor
+	// exhaustion (Optional; default: a warning on Logger). It runs
+	// synchronously on the dialing request's goroutine.
+	Notify func(msg string)
+	// ProbeDescriptor opens and closes one file descriptor and returns the
+	// error (Optional; default opens os.DevNull). It classifies dial errors
+	// that hide descriptor exhaustion (a failed DNS lookup). Tests inject it.
+	ProbeDescriptor func() error
+
+	// MaxConnections caps established heads (Optional; 0 = unbounded, the
+	// default). Reaching it evicts the oldest idle established head.
+	MaxConnections int
+	// MaxNurseryConnections caps nursery heads (Optional; 0 = unbounded, the
+	// default). Reaching it evicts the oldest idle nursery head.
+	MaxNurseryConnections int
+
+	// NurseryIdleTTL evicts a nursery head idle this long (Optional; default
+	// 5m; never longer than IdleTTL).
+	NurseryIdleTTL time.Duration
+	// IdleTTL evicts an established head idle this long (Optional; default 30m).
+	IdleTTL time.Duration
+	// HardTTL evicts a head whose age, not counting time in flight, reaches
+	// it (Optional; default 55m).
+	HardTTL time.Duration
+	// RotateAge replaces a head's socket at its next turn once the socket is
+	// this old (Optional; default 50m).
+	RotateAge time.Duration
+	// MaxSocketAge is the oldest a socket may be used at all; a rotation
+	// refused by the Admitter falls back to the old socket only below it
+	// (Optional; default 58m; the backend closes sockets at 60m).
+	MaxSocketAge time.Duration
+
+	// Diagnostics receives one ws_head_decision JSON line per request, and
+	// ws_descriptor_exhaustion lines (Optional; nil disables). Writes are
+	// serialised; a write error is logged at debug level and ignored.
+	Diagnostics io.Writer
+	// Registerer receives the pool's metrics (Optional; nil keeps them
+	// unregistered).
+	Registerer prometheus.Registerer
+}
+
+// Validate reports every problem of c at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Dialer == nil {
+		errs = append(errs, errors.New("Dialer is required"))
+	}
+	if c.MaxConnections < 0 {
+		errs = append(errs, fmt.Errorf("MaxConnections is %d; allowed: 0 (unbounded) or a positive integer", c.MaxConnections))
+	}
+	if c.MaxNurseryConnections < 0 {
+		errs = append(errs, fmt.Errorf("MaxNurseryConnections is %d; allowed: 0 (unbounded) or a positive integer", c.MaxNurseryConnections))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"NurseryIdleTTL", c.NurseryIdleTTL}, {"IdleTTL", c.IdleTTL}, {"HardTTL", c.HardTTL},
+		{"RotateAge", c.RotateAge}, {"MaxSocketAge", c.MaxSocketAge},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s is %v; allowed: 0 (default) or a positive duration", d.name, d.v))
+		}
+	}
+	if c.RotateAge > 0 && c.MaxSocketAge > 0 && c.RotateAge > c.MaxSocketAge {
+		errs = append(errs, fmt.Errorf("RotateAge %v exceeds MaxSocketAge %v; allowed: RotateAge <= MaxSocketAge", c.RotateAge, c.MaxSocketAge))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("pool config: %w", err)
+	}
+	return nil
+}
+
+// withDefaults returns a copy of c with every zero optional field filled.
+func (c Config) withDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Logger = c.Logger.With("component", "dataplane/pool")
+	if c.Notify == nil {
+		logger := c.Logger
+		c.Notify = func(msg string) { logger.Warn(msg) }
+	}
+	if c.ProbeDescriptor == nil {
+		c.ProbeDescriptor = probeDevNull
+	}
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.IdleTTL, DefaultIdleTTL)
+	def(&c.NurseryIdleTTL, DefaultNurseryIdleTTL)
+	c.NurseryIdleTTL = min(c.NurseryIdleTTL, c.IdleTTL)
+	def(&c.HardTTL, DefaultHardTTL)
+	def(&c.MaxSocketAge, DefaultMaxSocketAge)
+	def(&c.RotateAge, min(DefaultRotateAge, c.MaxSocketAge))
+	return c
+}
+
+func probeDevNull() error {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// ParseCap parses the value of a CLODEX_WS_MAX_* variable: "" means
+// unbounded (0); otherwise it must be a positive integer.
+func ParseCap(name, value string) (int, error) {
+	v := strings.TrimSpace(value)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s=%q is not a positive integer; allowed: a positive integer, or unset for no cap", name, value)
+	}
+	return n, nil
+}
+
+// CapsFromEnv reads the two optional caps through getenv (the config
+// loader passes os.Getenv). A malformed value is ignored (unbounded) and
+// reported through notice once per call; call it once per process.
+func CapsFromEnv(getenv func(string) string, notice func(msg string)) (maxConnections, maxNurseryConnections int) {
+	read := func(name string) int {
+		n, err := ParseCap(name, getenv(name))
+		if err != nil {
+			if notice != nil {
+				notice("clodex: ignoring " + err.Error())
+			}
+			return 0
+		}
+		return n
+	}
+	return read(EnvMaxConnections), read(EnvMaxNurseryConnections)
+}

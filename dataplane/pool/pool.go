@@ -1,0 +1,717 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Generations of a socket.
+const (
+	// GenerationNursery is a head that has not been reused yet (idle TTL
+	// NurseryIdleTTL). Parallel heads are nursery heads too.
+	GenerationNursery = "nursery"
+	// GenerationEstablished is a head reused at least once (idle TTL IdleTTL).
+	GenerationEstablished = "established"
+	// GenerationIsolated is an unpartitioned socket: never a head.
+	GenerationIsolated = "isolated"
+)
+
+// Decisions of [Pool.Acquire] and [Lease.Replace].
+const (
+	// DecisionContinuation reuses an idle head: send PreviousResponseID and
+	// items[Delta:].
+	DecisionContinuation = "continuation"
+	// DecisionParallelHead opens a new socket because the partition has a
+	// request in flight and no idle head matches; it becomes a head for its
+	// own conversation when its response completes.
+	DecisionParallelHead = "parallel_head"
+	// DecisionHistoryMismatch opens a new head: heads exist, none matches.
+	DecisionHistoryMismatch = "history_mismatch_new_head"
+	// DecisionNewPartition opens the partition's first head.
+	DecisionNewPartition = "new_partition_head"
+	// DecisionUnpartitioned opens a socket that never becomes a head.
+	DecisionUnpartitioned = "unpartitioned_socket"
+	// DecisionRotation replaces a matching head's socket that reached
+	// RotateAge: a new socket with full context.
+	DecisionRotation = "rotation"
+	// DecisionReplacement is [Lease.Replace]: a new socket with full
+	// context after a failure before any output, not paced.
+	DecisionReplacement = "replacement"
+)
+
+// Miss reasons (metrics and [Stats.Misses]).
+const (
+	MissNoHead          = "no_head"
+	MissHistoryMismatch = "history_mismatch"
+	MissHeadBusy        = "head_busy"
+	MissUnpartitioned   = "unpartitioned"
+)
+
+// Eviction reasons.
+const (
+	EvictHardTTL        = "hard_ttl"
+	EvictIdleTTL        = "idle_ttl"
+	EvictNurseryIdleTTL = "nursery_idle_ttl"
+	EvictMaxSocketAge   = "max_socket_age"
+	EvictNurseryCap     = "nursery_lru_cap"
+	EvictEstablishedCap = "established_lru_cap"
+	EvictDescriptorShed = "descriptor_shed"
+	EvictCredentials    = "credentials_rejected"
+	EvictPoolClosed     = "pool_closed"
+)
+
+// ErrClosed is returned by [Pool.Acquire] after [Pool.Close].
+var ErrClosed = errors.New("pool: closed")
+
+// ErrReplaceSpent is returned by [Lease.Replace] on a lease that is itself
+// a replacement: one replacement per request attempt.
+var ErrReplaceSpent = errors.New("pool: replacement already used for this request")
+
+// ErrLeaseDone is returned by [Lease.Replace] on a finished lease.
+var ErrLeaseDone = errors.New("pool: lease already finished")
+
+// Usage is the token usage of a completed response.
+type Usage struct {
+	InputTokens  int64
+	CachedTokens int64
+	OutputTokens int64
+}
+
+// head is one pooled socket and the conversation it completes.
+type head struct {
+	id   uint64
+	part *partition
+	conn Conn // nil while the socket is being dialled
+	gen  string
+
+	created       time.Time     // when the current socket opened (physical age)
+	ttlPaused     time.Duration // time in flight, excluded from the hard TTL
+	inFlightSince time.Time
+	lastUsed      time.Time
+	busy          bool
+	removed       bool // no longer registered: its lease closes the socket
+
+	responseID string
+	// digests of requestInput ++ expectedAssistant; nInput is
+	// len(requestInput); reasoning lists the indices (>= nInput) of the
+	// assistant's reasoning items, for the omitted-reasoning match.
+	digests   []digest
+	nInput    int32
+	reasoning []int32
+
+	bornParallel bool
+	reused       bool
+}
+
+type partition struct {
+	key   Partition
+	hash  string
+	heads []*head
+}
+
+// Pool holds upstream sockets as continuation heads. It starts no
+// goroutines; every decision runs on the requesting goroutine.
+type Pool struct {
+	cfg     Config
+	metrics *metrics
+
+	diagMu sync.Mutex // serialises writes to cfg.Diagnostics
+
+	mu          sync.Mutex // guards the following fields
+	closed      bool
+	parts       map[Partition]*partition
+	nextID      uint64
+	nNursery    int       // registered nursery heads, busy or idle
+	nEstablish  int       // registered established heads, busy or idle
+	nBusy       int       // registered heads in flight
+	nextSweep   time.Time // no idle head expires before it; zero: none idle
+	stats       Stats
+	fdAnnounced bool
+}
+
+// New returns a pool. It fails only on an invalid [Config] or a metrics
+// registration conflict.
+func New(cfg Config) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Pool{
+		cfg:   cfg.withDefaults(),
+		parts: make(map[Partition]*partition),
+		stats: newStats(),
+	}
+	m, err := newMetrics(cfg.Registerer, p)
+	if err != nil {
+		return nil, fmt.Errorf("pool metrics: %w", err)
+	}
+	p.metrics = m
+	return p, nil
+}
+
+func (p *Pool) now() time.Time { return p.cfg.Clock() }
+
+// Acquire returns a socket for one request whose full input, as canonical
+// item bytes (spec 4.3), is items. It reuses the idle head whose
+// conversation is the longest strict prefix of items (exact, or with the
+// head's reasoning items omitted), or asks the Admitter and dials. After
+// the Admitter returns it matches again, so a head that freed up during
+// the wait is used instead of a new socket. The caller must end the lease
+// with exactly one of Complete, Discard or a successful Replace.
+func (p *Pool) Acquire(ctx context.Context, part Partition, items [][]byte) (*Lease, error) {
+	if len(items) == 0 {
+		return nil, errors.New("acquire socket: empty input; want at least one item")
+	}
+	full := digestAll(items)
+	rec := p.newRecord(part, items)
+	l, err := p.acquire(ctx, part, items, full, rec)
+	if rec != nil {
+		if err != nil && rec.Outcome == "" {
+			rec.Outcome = outcomeOf(err)
+		}
+		if rec.Outcome == "" {
+			rec.Outcome = "ok"
+		}
+		p.writeRecord(rec)
+	}
+	return l, err
+}
+
+func (p *Pool) acquire(ctx context.Context, part Partition, items [][]byte, full []digest, rec *decisionRecord) (*Lease, error) {
+	if !part.keyed() {
+		return p.acquireUnpartitioned(ctx, part, full, rec)
+	}
+	now := p.now()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	var evicted []*head
+	evicted = p.sweepLocked(now, evicted, rec)
+	pt := p.parts[part]
+	m := p.bestMatchLocked(pt, full, items, rec, now)
+	if m.h != nil {
+		if now.Sub(m.h.created) < p.cfg.RotateAge {
+			l := p.continueLocked(m, full, now, rec, &evicted)
+			p.mu.Unlock()
+			closeHeads(evicted)
+			return l, nil
+		}
+		p.reserveLocked(m.h, now)
+		p.mu.Unlock()
+		closeHeads(evicted)
+		return p.rotate(ctx, part, m, full, rec, false)
+	}
+	if rec != nil {
+		rec.Decision = p.missDecisionLocked(pt)
+	}
+	p.mu.Unlock()
+	closeHeads(evicted)
+
+	if err := p.admit(ctx, part.Account); err != nil {
+		if rec != nil {
+			rec.Outcome = "admission_refused"
+		}
+		return nil, err
+	}
+
+	now = p.now()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	evicted = p.sweepLocked(now, evicted[:0], rec)
+	pt = p.parts[part]
+	if m := p.bestMatchLocked(pt, full, items, nil, now); m.h != nil {
+		// A head freed up while we waited for admission (seed 000 #173).
+		p.stats.Rematches++
+		p.metrics.rematches.Inc()
+		if rec != nil {
+			rec.RematchedAfterAdmission = true
+			rec.Heads = nil
+		}
+		if now.Sub(m.h.created) < p.cfg.RotateAge {
+			l := p.continueLocked(m, full, now, rec, &evicted)
+			p.mu.Unlock()
+			closeHeads(evicted)
+			return l, nil
+		}
+		p.reserveLocked(m.h, now)
+		p.mu.Unlock()
+		closeHeads(evicted)
+		return p.rotate(ctx, part, m, full, rec, true)
+	}
+	decision := p.missDecisionLocked(pt)
+	p.countMissLocked(decision)
+	evicted = p.evictCapLocked(GenerationNursery, p.cfg.MaxNurseryConnections, nil, evicted, rec)
+	h := p.registerLocked(part, decision == DecisionParallelHead, now)
+	if rec != nil {
+		rec.Decision = decision
+		rec.CreatedConnectionID = h.id
+		rec.Generation = GenerationNursery
+		rec.fillCountsLocked(p)
+	}
+	p.mu.Unlock()
+	closeHeads(evicted)
+
+	conn, err := p.dial(ctx, part)
+	p.mu.Lock()
+	if err != nil {
+		if !h.removed {
+			p.removeLocked(h)
+		}
+		p.mu.Unlock()
+		if rec != nil {
+			rec.Outcome = "dial_failed"
+		}
+		return nil, fmt.Errorf("acquire socket: %w", err)
+	}
+	now = p.now()
+	h.conn = conn
+	h.created = now
+	h.inFlightSince = now
+	p.countDecisionLocked(decision)
+	p.mu.Unlock()
+	return &Lease{
+		Conn:         conn,
+		Decision:     decision,
+		Generation:   GenerationNursery,
+		ConnectionID: h.id,
+		p:            p,
+		h:            h,
+		part:         part,
+		req:          full,
+	}, nil
+}
+
+func (p *Pool) acquireUnpartitioned(ctx context.Context, part Partition, full []digest, rec *decisionRecord) (*Lease, error) {
+	if rec != nil {
+		rec.Decision = DecisionUnpartitioned
+		rec.Generation = GenerationIsolated
+	}
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if err := p.admit(ctx, part.Account); err != nil {
+		if rec != nil {
+			rec.Outcome = "admission_refused"
+		}
+		return nil, err
+	}
+	conn, err := p.dial(ctx, part)
+	if err != nil {
+		if rec != nil {
+			rec.Outcome = "dial_failed"
+		}
+		return nil, fmt.Errorf("acquire socket: %w", err)
+	}
+	p.mu.Lock()
+	p.nextID++
+	id := p.nextID
+	p.countMissLocked(DecisionUnpartitioned)
+	p.countDecisionLocked(DecisionUnpartitioned)
+	p.mu.Unlock()
+	if rec != nil {
+		rec.CreatedConnectionID = id
+	}
+	return &Lease{
+		Conn:         conn,
+		Decision:     DecisionUnpartitioned,
+		Generation:   GenerationIsolated,
+		ConnectionID: id,
+		p:            p,
+		part:         part,
+		req:          full,
+	}, nil
+}
+
+func (p *Pool) admit(ctx context.Context, account string) error {
+	if p.cfg.Admitter == nil {
+		return nil
+	}
+	if err := p.cfg.Admitter.Admit(ctx, account); err != nil {
+		return fmt.Errorf("admit new socket: %w", err)
+	}
+	return nil
+}
+
+// rotate replaces the socket of m.h, which the caller reserved, with a new
+// one carrying the full context. If admission is refused or the dial fails
+// while the old socket is younger than MaxSocketAge, the turn continues on
+// the old socket.
+func (p *Pool) rotate(ctx context.Context, part Partition, m match, full []digest, rec *decisionRecord, admitted bool) (*Lease, error) {
+	var err error
+	if !admitted {
+		err = p.admit(ctx, part.Account)
+	}
+	var conn Conn
+	if err == nil {
+		conn, err = p.dial(ctx, part)
+	}
+	now := p.now()
+	h := m.h
+	p.mu.Lock()
+	if err != nil {
+		if ctx.Err() != nil {
+			// The request is gone; the head stays as it was, unless it
+			// was dropped meanwhile (then nobody else will close it).
+			p.releaseLocked(h)
+			dropped := h.removed
+			p.mu.Unlock()
+			if dropped && h.conn != nil {
+				_ = h.conn.Close("dropped")
+			}
+			if rec != nil {
+				rec.Outcome = "cancelled"
+			}
+			return nil, err
+		}
+		if !h.removed && now.Sub(h.created) < p.cfg.MaxSocketAge {
+			p.stats.RotationsDeferred++
+			p.metrics.rotationsDeferred.Inc()
+			var evicted []*head
+			p.releaseLocked(h)
+			l := p.continueLocked(m, full, now, rec, &evicted)
+			p.mu.Unlock()
+			closeHeads(evicted)
+			if rec != nil {
+				rec.Rotation = "deferred"
+			}
+			return l, nil
+		}
+		if !h.removed {
+			p.removeLocked(h)
+			p.countEvictionLocked(EvictMaxSocketAge, h, rec)
+		}
+		old := h.conn
+		p.mu.Unlock()
+		if old != nil {
+			_ = old.Close(EvictMaxSocketAge)
+		}
+		if rec != nil {
+			rec.Decision = DecisionRotation
+			rec.Outcome = "rotation_failed"
+		}
+		return nil, fmt.Errorf("rotate socket: %w", err)
+	}
+	old := h.conn
+	p.nextID++
+	h.id = p.nextID
+	h.conn = conn
+	h.created = now
+	h.ttlPaused = 0
+	h.inFlightSince = now
+	gen := h.gen
+	var evicted []*head
+	if gen == GenerationNursery && !h.removed {
+		evicted = p.evictCapLocked(GenerationEstablished, p.cfg.MaxConnections, h, evicted, rec)
+		p.setGenLocked(h, GenerationEstablished)
+		gen = GenerationEstablished
+	}
+	p.stats.Rotations++
+	p.metrics.rotations.Inc()
+	p.countDecisionLocked(DecisionRotation)
+	if rec != nil {
+		rec.Decision = DecisionRotation
+		rec.Rotation = "rotated"
+		rec.Generation = gen
+		rec.CreatedConnectionID = h.id
+		rec.ContinuationMatchMode = m.mode
+		rec.fillCountsLocked(p)
+	}
+	p.mu.Unlock()
+	closeHeads(evicted)
+	if old != nil {
+		_ = old.Close("rotated: socket reached rotation age")
+	}
+	return &Lease{
+		Conn:         conn,
+		Decision:     DecisionRotation,
+		Generation:   gen,
+		ConnectionID: h.id,
+		p:            p,
+		h:            h,
+		part:         part,
+		req:          full,
+	}, nil
+}
+
+// bestMatchLocked returns the idle head of pt whose conversation is the
+// longest strict prefix of full; ties prefer an exact match. When rec is
+// non-nil it records, for a miss, where each idle head diverged.
+func (p *Pool) bestMatchLocked(pt *partition, full []digest, items [][]byte, rec *decisionRecord, now time.Time) match {
+	var best match
+	if pt == nil {
+		return best
+	}
+	matching := 0
+	for _, h := range pt.heads {
+		if h.busy || h.responseID == "" {
+			continue
+		}
+		mode, n := matchHead(h, full)
+		if mode == "" {
+			continue
+		}
+		matching++
+		if best.h == nil || n > best.matched || (n == best.matched && mode == modeExact && best.mode != modeExact) {
+			best = match{h: h, mode: mode, matched: n}
+		}
+	}
+	if rec != nil {
+		rec.CandidateCount = len(pt.heads)
+		rec.MatchingCandidateCount = matching
+		for _, h := range pt.heads {
+			if !h.busy {
+				rec.IdleCandidateCount++
+			}
+		}
+		if best.h == nil {
+			rec.addMismatchesLocked(p, pt, full, items, now)
+		}
+	}
+	return best
+}
+
+func (p *Pool) missDecisionLocked(pt *partition) string {
+	if pt == nil || len(pt.heads) == 0 {
+		return DecisionNewPartition
+	}
+	for _, h := range pt.heads {
+		if h.busy {
+			return DecisionParallelHead
+		}
+	}
+	return DecisionHistoryMismatch
+}
+
+func (p *Pool) countMissLocked(decision string) {
+	reason := ""
+	switch decision {
+	case DecisionNewPartition:
+		reason = MissNoHead
+	case DecisionHistoryMismatch:
+		reason = MissHistoryMismatch
+	case DecisionParallelHead:
+		reason = MissHeadBusy
+	case DecisionUnpartitioned:
+		reason = MissUnpartitioned
+	default:
+		return
+	}
+	p.stats.Misses[reason]++
+	p.metrics.misses.WithLabelValues(reason).Inc()
+}
+
+func (p *Pool) countDecisionLocked(decision string) {
+	p.stats.Acquires++
+	p.stats.Decisions[decision]++
+	p.metrics.decisions.WithLabelValues(decision).Inc()
+	if decision == DecisionContinuation {
+		p.stats.Continuations++
+	} else {
+		p.stats.NewSockets++
+	}
+}
+
+// continueLocked hands the matched idle head to the request, promoting a
+// nursery head (after the established cap's evictions).
+func (p *Pool) continueLocked(m match, full []digest, now time.Time, rec *decisionRecord, evicted *[]*head) *Lease {
+	h := m.h
+	p.reserveLocked(h, now)
+	promoted := false
+	if h.gen == GenerationNursery {
+		*evicted = p.evictCapLocked(GenerationEstablished, p.cfg.MaxConnections, h, *evicted, rec)
+		p.setGenLocked(h, GenerationEstablished)
+		promoted = true
+	}
+	if h.bornParallel && !h.reused {
+		p.stats.SavedSockets++
+		p.metrics.savedSockets.Inc()
+	}
+	h.reused = true
+	p.countDecisionLocked(DecisionContinuation)
+	if rec != nil {
+		rec.Decision = DecisionContinuation
+		rec.Generation = h.gen
+		rec.SelectedConnectionID = h.id
+		rec.ContinuationMatchMode = m.mode
+		rec.IncrementalInputItems = len(full) - m.matched
+		if promoted {
+			rec.PromotedConnectionID = h.id
+		}
+		rec.Heads = nil
+		rec.fillCountsLocked(p)
+	}
+	return &Lease{
+		Conn:               h.conn,
+		PreviousResponseID: h.responseID,
+		Delta:              m.matched,
+		Decision:           DecisionContinuation,
+		Generation:         h.gen,
+		Reused:             true,
+		MatchMode:          m.mode,
+		ConnectionID:       h.id,
+		p:                  p,
+		h:                  h,
+		part:               h.part.key,
+		req:                full,
+	}
+}
+
+func (p *Pool) reserveLocked(h *head, now time.Time) {
+	if !h.busy {
+		h.busy = true
+		if !h.removed {
+			p.nBusy++
+		}
+	}
+	h.inFlightSince = now
+}
+
+// releaseLocked marks h idle again.
+func (p *Pool) releaseLocked(h *head) {
+	if h.busy {
+		h.busy = false
+		if !h.removed {
+			p.nBusy--
+			p.noteIdleLocked(h)
+		}
+	}
+}
+
+func (p *Pool) registerLocked(part Partition, parallel bool, now time.Time) *head {
+	pt := p.parts[part]
+	if pt == nil {
+		pt = &partition{key: part, hash: part.hash()}
+		p.parts[part] = pt
+	}
+	p.nextID++
+	h := &head{
+		id:            p.nextID,
+		part:          pt,
+		gen:           GenerationNursery,
+		created:       now,
+		inFlightSince: now,
+		lastUsed:      now,
+		busy:          true,
+		bornParallel:  parallel,
+	}
+	pt.heads = append(pt.heads, h)
+	p.nNursery++
+	p.nBusy++
+	if parallel {
+		p.stats.ParallelHeads++
+	}
+	return h
+}
+
+func (p *Pool) setGenLocked(h *head, gen string) {
+	if h.gen == gen {
+		return
+	}
+	if !h.removed {
+		p.adjustGenLocked(h.gen, -1)
+		p.adjustGenLocked(gen, +1)
+	}
+	h.gen = gen
+}
+
+func (p *Pool) adjustGenLocked(gen string, d int) {
+	switch gen {
+	case GenerationNursery:
+		p.nNursery += d
+	case GenerationEstablished:
+		p.nEstablish += d
+	}
+}
+
+// removeLocked unregisters h. Its socket is closed by the caller: now if
+// idle, at the end of its lease if busy.
+func (p *Pool) removeLocked(h *head) {
+	if h.removed {
+		return
+	}
+	pt := h.part
+	if i := slices.Index(pt.heads, h); i >= 0 {
+		pt.heads = slices.Delete(pt.heads, i, i+1)
+	}
+	if len(pt.heads) == 0 && p.parts[pt.key] == pt {
+		delete(p.parts, pt.key)
+	}
+	p.adjustGenLocked(h.gen, -1)
+	if h.busy {
+		p.nBusy--
+	}
+	h.removed = true
+}
+
+func closeHeads(hs []*head) {
+	for _, h := range hs {
+		if h.conn != nil {
+			_ = h.conn.Close("evicted")
+		}
+	}
+}
+
+// DropAccount unregisters every head of account, for when the backend
+// rejected a socket's credentials. Idle sockets close now; busy ones when
+// their lease ends. It returns how many heads were dropped.
+func (p *Pool) DropAccount(account string) int {
+	var idle []*head
+	n := 0
+	p.mu.Lock()
+	for key, pt := range p.parts {
+		if key.Account != account {
+			continue
+		}
+		for _, h := range slices.Clone(pt.heads) {
+			p.removeLocked(h)
+			p.countEvictionLocked(EvictCredentials, h, nil)
+			n++
+			if !h.busy {
+				idle = append(idle, h)
+			}
+		}
+	}
+	p.mu.Unlock()
+	closeHeads(idle)
+	return n
+}
+
+// Close unregisters every head and closes every idle socket; sockets in
+// flight close when their lease ends. Acquire fails with ErrClosed after.
+func (p *Pool) Close() error {
+	var idle []*head
+	p.mu.Lock()
+	p.closed = true
+	for _, pt := range p.parts {
+		for _, h := range slices.Clone(pt.heads) {
+			p.removeLocked(h)
+			if !h.busy {
+				idle = append(idle, h)
+			}
+		}
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, h := range idle {
+		if h.conn != nil {
+			if err := h.conn.Close("pool closed"); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close pool: %w", err)
+	}
+	return nil
+}
