@@ -1,0 +1,168 @@
+package credentials
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Refresh failure codes the identity provider sends (error.code) that mean
+// the refresh token is dead: the user has to sign in again.
+const (
+	codeRefreshReused      = "refresh_token_reused"
+	codeRefreshExpired     = "refresh_token_expired"
+	codeRefreshInvalidated = "refresh_token_invalidated"
+)
+
+// maxTokenResponse bounds the token endpoint's answer that is read.
+const maxTokenResponse = 1 << 20
+
+// tokenResponse is the token endpoint's 200 answer.
+type tokenResponse struct {
+	AccessToken  Secret `json:"access_token"`
+	RefreshToken Secret `json:"refresh_token"`
+	IDToken      Secret `json:"id_token"`
+	ExpiresIn    *int64 `json:"expires_in"`
+}
+
+// refreshError is a refused or failed refresh. It never holds a token.
+type refreshError struct {
+	status int    // HTTP status; 0 for a transport error
+	code   string // the error code of the answer, if any
+	err    error  // transport or decoding error, if any
+	// permanent: the refresh token is dead (never retry it; sign in again).
+	permanent bool
+}
+
+func (e *refreshError) Error() string {
+	switch {
+	case e.err != nil && e.status == 0:
+		return "refresh access token: " + e.err.Error()
+	case e.err != nil:
+		return fmt.Sprintf("refresh access token: token endpoint answered HTTP %d: %v", e.status, e.err)
+	case e.code != "":
+		return fmt.Sprintf("refresh access token: token endpoint answered HTTP %d (%s)", e.status, e.code)
+	}
+	return fmt.Sprintf("refresh access token: token endpoint answered HTTP %d", e.status)
+}
+
+func (e *refreshError) Unwrap() error { return e.err }
+
+// errorCode extracts the error code of a failed token response the way
+// Codex CLI does: error.code when error is an object, else error when it is
+// a string (the OAuth form, e.g. "invalid_grant"), else a top-level code.
+func errorCode(body []byte) string {
+	var v struct {
+		Error json.RawMessage `json:"error"`
+		Code  any             `json:"code"`
+	}
+	if json.Unmarshal(body, &v) != nil {
+		return ""
+	}
+	if len(v.Error) > 0 {
+		var obj struct {
+			Code any `json:"code"`
+		}
+		if json.Unmarshal(v.Error, &obj) == nil {
+			if s, ok := obj.Code.(string); ok && s != "" {
+				return s
+			}
+		}
+		var s string
+		if json.Unmarshal(v.Error, &s) == nil && s != "" {
+			return s
+		}
+	}
+	if s, ok := v.Code.(string); ok {
+		return s
+	}
+	return ""
+}
+
+// permanentCode reports whether a refusal means the refresh token can never
+// work again.
+func permanentCode(status int, code string) bool {
+	switch code {
+	case codeRefreshReused, codeRefreshExpired, codeRefreshInvalidated, "invalid_grant":
+		return true
+	}
+	// Codex CLI treats any 401 from the token endpoint as final too:
+	// presenting the same refresh token again could only trip reuse
+	// detection.
+	return status == http.StatusUnauthorized
+}
+
+// tokenCodeSafe keeps an error code fit to log: short and plain.
+func tokenCodeSafe(code string) string {
+	if len(code) > 64 || strings.IndexFunc(code, func(r rune) bool {
+		return !(r == '_' || r == '-' || r == '.' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	}) >= 0 {
+		return "unrecognised"
+	}
+	return code
+}
+
+// postRefresh redeems refreshToken at the token endpoint (spec 6.3): form
+// grant_type=refresh_token, refresh_token, client_id; Accept
+// application/json. Errors are *refreshError and never contain a token.
+func (s *RefreshingFile) postRefresh(ctx context.Context, refreshToken Secret) (tokenResponse, error) {
+	form := url.Values{
+		"grant_type":    {"refresh_token"},
+		"refresh_token": {refreshToken.Reveal()},
+		"client_id":     {s.clientID},
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, strings.NewReader(form.Encode()))
+	if err != nil {
+		return tokenResponse{}, &refreshError{err: errors.New("build request")}
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "clodex")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		// *url.Error names the method and URL only; the form is in the body.
+		return tokenResponse{}, &refreshError{err: err}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenResponse))
+	if err != nil {
+		return tokenResponse{}, &refreshError{status: resp.StatusCode, err: fmt.Errorf("read answer: %w", err)}
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		code := tokenCodeSafe(errorCode(body))
+		return tokenResponse{}, &refreshError{
+			status:    resp.StatusCode,
+			code:      code,
+			permanent: permanentCode(resp.StatusCode, code),
+		}
+	}
+	var tr tokenResponse
+	if err := json.Unmarshal(body, &tr); err != nil {
+		return tokenResponse{}, &refreshError{status: resp.StatusCode, err: errors.New("answer is not the expected JSON object")}
+	}
+	if strings.TrimSpace(tr.AccessToken.Reveal()) == "" {
+		return tokenResponse{}, &refreshError{status: resp.StatusCode, err: errors.New("answer has no access_token")}
+	}
+	if tr.ExpiresIn != nil && *tr.ExpiresIn <= 0 {
+		return tokenResponse{}, &refreshError{status: resp.StatusCode, err: fmt.Errorf("answer has expires_in %d; want a positive number of seconds", *tr.ExpiresIn)}
+	}
+	return tr, nil
+}
+
+// expiresAt is when a token from tr expires: its exp claim, else now plus
+// expires_in; zero when neither is known.
+func (tr tokenResponse) expiresAt(now time.Time) time.Time {
+	if c, err := ParseClaims(tr.AccessToken); err == nil && !c.Expiry.IsZero() {
+		return c.Expiry
+	}
+	if tr.ExpiresIn != nil {
+		return now.Add(time.Duration(*tr.ExpiresIn) * time.Second)
+	}
+	return time.Time{}
+}
