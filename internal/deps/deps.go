@@ -16,11 +16,11 @@ import (
 	_ "go.opentelemetry.io/otel/sdk/trace/tracetest"
 	_ "go.uber.org/goleak"
 	_ "golang.org/x/sync/errgroup"
+	_ "google.golang.org/genproto/googleapis/rpc/errdetails"
 	_ "google.golang.org/grpc"
 	_ "google.golang.org/grpc/health"
 	_ "google.golang.org/grpc/reflection"
 	_ "google.golang.org/grpc/test/bufconn"
-	_ "google.golang.org/genproto/googleapis/rpc/errdetails"
 	_ "google.golang.org/protobuf/proto"
 	_ "pgregory.net/rapid"
 )
