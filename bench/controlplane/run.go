@@ -1,0 +1,356 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/clodex/clodex/controlplane/bearer"
+	"github.com/clodex/clodex/internal/account"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+type options struct {
+	addr      string
+	tokenFile string
+	inflight  []int
+	accounts  []int
+	modes     []string
+	duration  time.Duration
+	warmup    time.Duration
+	conns     int
+	ready     time.Duration
+	jsonOut   bool
+	rounds    int
+}
+
+// result is one measured run.
+type result struct {
+	Mode      string           `json:"mode"`
+	Accounts  int              `json:"accounts"`
+	Inflight  int              `json:"inflight"`
+	Requests  int              `json:"requests"`
+	Errors    int              `json:"errors"`
+	Seconds   float64          `json:"seconds"`
+	RPS       float64          `json:"rps"`
+	P50us     float64          `json:"p50_us"`
+	P99us     float64          `json:"p99_us"`
+	Decisions map[string]int64 `json:"decisions,omitempty"`
+}
+
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("controlplane-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	inflight, accounts, modes := "1,16,64", "1,10000", "noop,admit"
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:17700", "control plane `address`")
+	fs.StringVar(&o.tokenFile, "token-file", "", "agent token `file` (required)")
+	fs.StringVar(&inflight, "inflight", inflight, "comma-separated in-flight counts")
+	fs.StringVar(&accounts, "accounts", accounts, "comma-separated account counts")
+	fs.StringVar(&modes, "modes", modes, "comma-separated modes: noop, admit")
+	fs.DurationVar(&o.duration, "duration", time.Second, "measured duration per mode and round")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds per combination; the modes alternate within and across rounds so load drift hits both alike")
+	fs.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "unmeasured warm-up per measurement")
+	fs.IntVar(&o.conns, "conns", 1, "client connections (HTTP/2 multiplexes in-flight calls over them)")
+	fs.DurationVar(&o.ready, "wait-ready", 15*time.Second, "wait this long for the server's health to be SERVING")
+	fs.BoolVar(&o.jsonOut, "json", false, "print JSON lines instead of the table")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if o.inflight, err = intList(inflight); err != nil {
+		return fmt.Errorf("--inflight: %w", err)
+	}
+	if o.accounts, err = intList(accounts); err != nil {
+		return fmt.Errorf("--accounts: %w", err)
+	}
+	for _, m := range strings.Split(modes, ",") {
+		if m != "noop" && m != "admit" {
+			return fmt.Errorf("--modes: %q is invalid; allowed noop, admit", m)
+		}
+		o.modes = append(o.modes, m)
+	}
+	if o.tokenFile == "" {
+		return errors.New("--token-file is required")
+	}
+	if o.rounds < 1 {
+		return errors.New("--rounds must be at least 1")
+	}
+	if o.conns < 1 {
+		return errors.New("--conns must be at least 1")
+	}
+	tok, _, err := bearer.ReadFile(o.tokenFile)
+	if err != nil {
+		return err
+	}
+
+	conns := make([]*grpc.ClientConn, o.conns)
+	for i := range conns {
+		cc, err := grpc.NewClient(o.addr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithPerRPCCredentials(bearer.Credentials(tok)),
+			grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+		if err != nil {
+			return fmt.Errorf("dial %s: %w", o.addr, err)
+		}
+		defer cc.Close()
+		conns[i] = cc
+	}
+	if err := waitReady(ctx, conns[0], o.ready); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(stderr, "controlplane-bench: %s, GOMAXPROCS %d, %d connection(s), %v per run after %v warm-up\n",
+		o.addr, runtime.GOMAXPROCS(0), o.conns, o.duration, o.warmup)
+	var results []result
+	for _, na := range o.accounts {
+		keys := make([]string, na)
+		for i := range keys {
+			keys[i] = account.Key("bench-account-" + strconv.Itoa(i))
+		}
+		for _, inf := range o.inflight {
+			byMode := map[string][]sample{}
+			for round := range o.rounds {
+				modes := slices.Clone(o.modes)
+				if round%2 == 1 {
+					slices.Reverse(modes)
+				}
+				for _, mode := range modes {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					byMode[mode] = append(byMode[mode], measure(ctx, conns, mode, keys, inf, o.warmup, o.duration))
+				}
+			}
+			for _, mode := range o.modes {
+				r := combine(mode, na, inf, byMode[mode])
+				if o.jsonOut {
+					b, _ := json.Marshal(r)
+					fmt.Fprintln(stdout, string(b))
+				} else {
+					fmt.Fprintf(stderr, "  %-5s accounts=%-5d inflight=%-3d %8.0f/s p50 %7.0fµs p99 %7.0fµs errors %d\n",
+						r.Mode, r.Accounts, r.Inflight, r.RPS, r.P50us, r.P99us, r.Errors)
+				}
+				results = append(results, r)
+			}
+		}
+	}
+	if !o.jsonOut {
+		printTable(stdout, results)
+	}
+	for _, r := range results {
+		if r.Errors > 0 {
+			return fmt.Errorf("%d errors in %s accounts=%d inflight=%d", r.Errors, r.Mode, r.Accounts, r.Inflight)
+		}
+	}
+	return nil
+}
+
+func waitReady(ctx context.Context, cc *grpc.ClientConn, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	hc := healthpb.NewHealthClient(cc)
+	for {
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("server not ready after %v: %v", d, err)
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// phases of a run.
+const (
+	phaseWarmup int32 = iota
+	phaseMeasure
+	phaseStop
+)
+
+// sample is one measured phase.
+type sample struct {
+	lat       []time.Duration
+	errors    int
+	elapsed   time.Duration
+	decisions [4]int64
+}
+
+// combine pools samples: throughput is all requests over all measured
+// time, percentiles are over every latency.
+func combine(mode string, accounts, inflight int, ss []sample) result {
+	var all []time.Duration
+	var elapsed time.Duration
+	var decisions [4]int64
+	r := result{Mode: mode, Accounts: accounts, Inflight: inflight}
+	for _, s := range ss {
+		all = append(all, s.lat...)
+		elapsed += s.elapsed
+		r.Errors += s.errors
+		for i, n := range s.decisions {
+			decisions[i] += n
+		}
+	}
+	slices.Sort(all)
+	r.Requests, r.Seconds = len(all), elapsed.Seconds()
+	if elapsed > 0 {
+		r.RPS = float64(len(all)) / elapsed.Seconds()
+	}
+	if len(all) > 0 {
+		r.P50us = float64(all[len(all)*50/100]) / 1e3
+		r.P99us = float64(all[min(len(all)-1, len(all)*99/100)]) / 1e3
+	}
+	if mode == "admit" {
+		r.Decisions = map[string]int64{}
+		for d, n := range decisions {
+			if n > 0 {
+				r.Decisions[strings.ToLower(strings.TrimPrefix(controlplanev1.Decision(d).String(), "DECISION_"))] = n
+			}
+		}
+	}
+	return r
+}
+
+// measure drives inflight concurrent callers and returns the measured phase.
+func measure(ctx context.Context, conns []*grpc.ClientConn, mode string, keys []string, inflight int, warmup, dur time.Duration) sample {
+	var phase atomic.Int32
+	var next atomic.Uint64
+	var errCount atomic.Int64
+	var decisions [4]atomic.Int64
+	lat := make([][]time.Duration, inflight)
+	var wg sync.WaitGroup
+	for w := range inflight {
+		lat[w] = make([]time.Duration, 0, 1<<14)
+		admit := controlplanev1.NewAdmissionServiceClient(conns[w%len(conns)])
+		bench := controlplanev1.NewBenchServiceClient(conns[w%len(conns)])
+		wg.Go(func() {
+			for {
+				p := phase.Load()
+				if p == phaseStop {
+					return
+				}
+				key := keys[next.Add(1)%uint64(len(keys))]
+				start := time.Now()
+				var err error
+				var d controlplanev1.Decision
+				if mode == "admit" {
+					var resp *controlplanev1.AdmitResponse
+					resp, err = admit.Admit(ctx, &controlplanev1.AdmitRequest{Account: key})
+					d = resp.GetDecision()
+				} else {
+					_, err = bench.Noop(ctx, &controlplanev1.NoopRequest{Account: key})
+				}
+				el := time.Since(start)
+				if p != phaseMeasure {
+					continue
+				}
+				if err != nil {
+					errCount.Add(1)
+					continue
+				}
+				lat[w] = append(lat[w], el)
+				if int(d) < len(decisions) {
+					decisions[d].Add(1)
+				}
+			}
+		})
+	}
+	sleep(ctx, warmup)
+	phase.Store(phaseMeasure)
+	start := time.Now()
+	sleep(ctx, dur)
+	phase.Store(phaseStop)
+	elapsed := time.Since(start)
+	wg.Wait()
+
+	smp := sample{errors: int(errCount.Load()), elapsed: elapsed}
+	for _, l := range lat {
+		smp.lat = append(smp.lat, l...)
+	}
+	for d := range decisions {
+		smp.decisions[d] = decisions[d].Load()
+	}
+	return smp
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// printTable prints the floor and Admit side by side per accounts × inflight.
+func printTable(w io.Writer, rs []result) {
+	type k struct{ a, i int }
+	noop, admit := map[k]result{}, map[k]result{}
+	var order []k
+	for _, r := range rs {
+		key := k{r.Accounts, r.Inflight}
+		if _, seen := noop[key]; !seen {
+			if _, seen := admit[key]; !seen {
+				order = append(order, key)
+			}
+		}
+		if r.Mode == "noop" {
+			noop[key] = r
+		} else {
+			admit[key] = r
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "accounts\tin flight\tfloor rps\tfloor p50 µs\tfloor p99 µs\tAdmit rps\tAdmit p50 µs\tAdmit p99 µs\tAdmit/floor rps\tΔp50 µs\tAdmit decisions\t")
+	for _, key := range order {
+		n, a := noop[key], admit[key]
+		ratio, dp50 := "-", "-"
+		if n.RPS > 0 && a.RPS > 0 {
+			ratio = fmt.Sprintf("%.1f%%", 100*a.RPS/n.RPS)
+			dp50 = fmt.Sprintf("%+.0f", a.P50us-n.P50us)
+		}
+		var dec []string
+		for _, name := range []string{"admit", "wait", "refuse"} {
+			if v := a.Decisions[name]; v > 0 {
+				dec = append(dec, fmt.Sprintf("%s %d", name, v))
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t\n", key.a, key.i,
+			n.RPS, n.P50us, n.P99us, a.RPS, a.P50us, a.P99us, ratio, dp50, strings.Join(dec, ", "))
+	}
+	_ = tw.Flush()
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/clodex/clodex/controlplane/controlplanetest"
+)
+
+// A short run against a real server: every combination is measured, with
+// no errors, and Admit really ran the buckets.
+func TestRunSmoke(t *testing.T) {
+	srv := controlplanetest.Start(t, &controlplanetest.Options{EnableBench: true})
+	var out, errOut bytes.Buffer
+	err := run(t.Context(), []string{"--addr", srv.Addr, "--token-file", srv.AgentTokenFile, "--inflight", "1,4",
+		"--accounts", "1,20", "--duration", "50ms", "--warmup", "10ms", "--rounds", "2", "--json"}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 8 {
+		t.Fatalf("got %d result lines, want 8 (2 modes x 2 in flight x 2 account counts):\n%s", len(lines), out.String())
+	}
+	for _, l := range lines {
+		var r result
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Requests == 0 || r.Errors != 0 || r.RPS <= 0 || r.P50us <= 0 || r.P99us < r.P50us {
+			t.Errorf("result %+v: want requests, no errors, p99 >= p50 > 0", r)
+		}
+		if r.Mode == "admit" && len(r.Decisions) == 0 {
+			t.Errorf("admit result without decisions: %+v", r)
+		}
+	}
+	accts, err := srv.Store().Accounts(t.Context(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(accts) != 20 { // bench-account-0..19; the 1-account runs use bench-account-0
+		t.Errorf("server knows %d accounts, want 20", len(accts))
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "--token-file is required"},
+		{[]string{"--token-file", "x", "--modes", "fast"}, `--modes: "fast" is invalid; allowed noop, admit`},
+		{[]string{"--token-file", "x", "--inflight", "0"}, `--inflight: "0" is not a positive integer`},
+		{[]string{"--token-file", "x", "--rounds", "0"}, "--rounds must be at least 1"},
+	}
+	for _, tt := range tests {
+		err := run(t.Context(), tt.args, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("run(%v) = %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/clodex/clodex/controlplane/bearer"
+	"github.com/clodex/clodex/internal/pacing"
+)
+
+// Environment variables read by loadConfig (the only place that reads the
+// environment).
+const (
+	envListen         = "CLODEX_CONTROLPLANE_LISTEN"
+	envDataDir        = "CLODEX_DATA_DIR"
+	envAdminToken     = "CLODEX_ADMIN_TOKEN"
+	envAgentToken     = "CLODEX_AGENT_TOKEN"
+	envAdminTokenFile = "CLODEX_ADMIN_TOKEN_FILE"
+	envAgentTokenFile = "CLODEX_AGENT_TOKEN_FILE"
+	envAdminListen    = "CLODEX_CONTROLPLANE_ADMIN_LISTEN"
+)
+
+const defaultListen = "127.0.0.1:17700"
+
+// config is the control plane's configuration, loaded once in run.
+type config struct {
+	// Listen is the gRPC listen address. (Optional; default 127.0.0.1:17700)
+	Listen string
+	// DataDir holds policy.json. (Required)
+	DataDir string
+	// AdminTokenFile holds the admin token. (Required unless
+	// CLODEX_ADMIN_TOKEN is set)
+	AdminTokenFile string
+	// AgentTokenFile holds the agent token. (Required unless
+	// CLODEX_AGENT_TOKEN is set)
+	AgentTokenFile string
+	// AdminTokenEnv and AgentTokenEnv are the tokens from the environment,
+	// used when no file is given.
+	AdminTokenEnv, AgentTokenEnv string
+	// AdminListen serves /metrics and /debug/pprof. (Optional; default off)
+	AdminListen string
+	// TLSCert and TLSKey enable TLS; ClientCA requires client
+	// certificates. (Optional; default plaintext)
+	TLSCert, TLSKey, ClientCA string
+	// DefaultRate and DefaultBurst override the default policy's rate and
+	// burst for accounts without a stored policy. (Optional; default from
+	// CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN and the budget variables, else
+	// 60/min, burst 10)
+	DefaultRate, DefaultBurst int
+	setRate, setBurst         bool
+	// ShutdownGrace bounds GracefulStop before Stop. (Optional; default 5s)
+	ShutdownGrace time.Duration
+	// DrainDelay is the wait between health NOT_SERVING and stopping.
+	// (Optional; default 0)
+	DrainDelay time.Duration
+	// BenchService registers the benchmark's no-op service. (Optional;
+	// default false)
+	BenchService bool
+	// LogLevel is debug, info, warn or error. (Optional; default info)
+	LogLevel string
+	// LogFormat is text or json. (Optional; default text)
+	LogFormat string
+	// CheckConfig validates the configuration and exits.
+	CheckConfig bool
+	// Version prints the version and exits.
+	Version bool
+
+	// Defaults is the resolved default policy and the notices resolving it
+	// produced (filled by loadConfig).
+	Defaults pacing.Policy
+	Notices  []pacing.Notice
+}
+
+// errHelp is returned for -h/--help after the usage was printed.
+var errHelp = flag.ErrHelp
+
+// loadConfig parses args and the environment.
+func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.Writer) (*config, error) {
+	env := func(k string) string {
+		v, _ := lookupEnv(k)
+		return strings.TrimSpace(v)
+	}
+	or := func(v, def string) string {
+		if v != "" {
+			return v
+		}
+		return def
+	}
+	c := &config{}
+	fs := flag.NewFlagSet("clodex-controlplane", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.Listen, "listen", or(env(envListen), defaultListen), "gRPC listen `address` (env "+envListen+")")
+	fs.StringVar(&c.DataDir, "data-dir", env(envDataDir), "data `directory` holding policy.json (required; env "+envDataDir+")")
+	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env(envAdminTokenFile), "`file` holding the admin token (or env "+envAdminToken+")")
+	fs.StringVar(&c.AgentTokenFile, "agent-token-file", env(envAgentTokenFile), "`file` holding the agent token (or env "+envAgentToken+")")
+	fs.StringVar(&c.AdminListen, "admin-listen", env(envAdminListen), "serve /metrics and /debug/pprof on this `address` (default off)")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "server certificate PEM `file` (with --tls-key; default plaintext)")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "server key PEM `file`")
+	fs.StringVar(&c.ClientCA, "client-ca", "", "require client certificates signed by this CA PEM `file`")
+	fs.Func("default-rate", "rate per minute for accounts without a stored policy, 0..600 (default from "+pacing.EnvRate+", else 60)", intFlag(&c.DefaultRate, &c.setRate, "0..600"))
+	fs.Func("default-burst", "burst for accounts without a stored policy, 1..1000 (default 10)", intFlag(&c.DefaultBurst, &c.setBurst, "1..1000"))
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 5*time.Second, "bound on graceful stop before connections are closed")
+	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "wait after marking health NOT_SERVING before stopping")
+	fs.BoolVar(&c.BenchService, "bench-service", false, "register the benchmark's no-op BenchService")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text, json")
+	fs.BoolVar(&c.CheckConfig, "check-config", false, "validate the configuration and exit")
+	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, "Usage: clodex-controlplane --data-dir DIR --admin-token-file FILE --agent-token-file FILE [flags]")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, errHelp
+		}
+		return nil, fmt.Errorf("%w (run with --help for the flags)", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q; clodex-controlplane takes only flags (run with --help)", fs.Arg(0))
+	}
+	c.AdminTokenEnv = env(envAdminToken)
+	c.AgentTokenEnv = env(envAgentToken)
+
+	c.Defaults, c.Notices = pacing.PolicyFromEnv(lookupEnv)
+	if c.setRate {
+		c.Defaults.RatePerMinute = c.DefaultRate
+	}
+	if c.setBurst {
+		c.Defaults.Burst = c.DefaultBurst
+	}
+	return c, nil
+}
+
+func intFlag(dst *int, set *bool, allowed string) func(string) error {
+	return func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("not an integer; allowed %s", allowed)
+		}
+		*dst, *set = n, true
+		return nil
+	}
+}
+
+// Validate reports every problem at once, each naming the flag and what is
+// allowed.
+func (c *config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, fmt.Errorf("--data-dir is required (or %s)", envDataDir))
+	}
+	if c.AdminTokenFile == "" && c.AdminTokenEnv == "" {
+		errs = append(errs, fmt.Errorf("--admin-token-file or %s is required", envAdminToken))
+	}
+	if c.AgentTokenFile == "" && c.AgentTokenEnv == "" {
+		errs = append(errs, fmt.Errorf("--agent-token-file or %s is required", envAgentToken))
+	}
+	if err := validAddr("--listen", c.Listen); err != nil {
+		errs = append(errs, err)
+	}
+	if c.AdminListen != "" {
+		if err := validAddr("--admin-listen", c.AdminListen); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("--tls-cert and --tls-key must be given together"))
+	}
+	if c.ClientCA != "" && c.TLSCert == "" {
+		errs = append(errs, errors.New("--client-ca needs --tls-cert and --tls-key"))
+	}
+	if c.setRate {
+		if err := pacing.ValidateRate(c.DefaultRate); err != nil {
+			errs = append(errs, fmt.Errorf("--default-rate: %w", err))
+		}
+	}
+	if c.setBurst {
+		if err := pacing.ValidateBurst(c.DefaultBurst); err != nil {
+			errs = append(errs, fmt.Errorf("--default-burst: %w", err))
+		}
+	}
+	if c.ShutdownGrace <= 0 || c.ShutdownGrace > time.Minute {
+		errs = append(errs, fmt.Errorf("--shutdown-grace %v is out of range; allowed 1ms..1m", c.ShutdownGrace))
+	}
+	if c.DrainDelay < 0 || c.DrainDelay > time.Minute {
+		errs = append(errs, fmt.Errorf("--drain-delay %v is out of range; allowed 0..1m", c.DrainDelay))
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("--log-format %q is invalid; allowed text, json", c.LogFormat))
+	}
+	return joinLine(errs)
+}
+
+// lineErrors joins several errors on one line, so a bad configuration is
+// one clear line however many problems it has.
+type lineErrors []error
+
+func (e lineErrors) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e lineErrors) Unwrap() []error { return e }
+
+func joinLine(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return lineErrors(errs)
+}
+
+func validAddr(flagName, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q is invalid; want host:port such as 127.0.0.1:17700", flagName, addr)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("%s %q has an invalid port; allowed 0..65535", flagName, addr)
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	switch s {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("--log-level %q is invalid; allowed debug, info, warn, error", s)
+}
+
+// tokens loads the admin and agent tokens: from their files when given,
+// else from the environment. Warnings (loose file modes) are returned
+// for the caller to log; they never contain a token.
+func (c *config) tokens() (admin, agent bearer.Token, warnings []string, err error) {
+	load := func(name, file, envValue string) (bearer.Token, error) {
+		if file != "" {
+			tok, warn, err := bearer.ReadFile(file)
+			if err != nil {
+				return bearer.Token{}, fmt.Errorf("%s token: %w", name, err)
+			}
+			if warn != "" {
+				warnings = append(warnings, warn)
+			}
+			return tok, nil
+		}
+		tok, err := bearer.Parse(envValue)
+		if err != nil {
+			return bearer.Token{}, fmt.Errorf("%s token from the environment: %w", name, err)
+		}
+		return tok, nil
+	}
+	admin, err1 := load("admin", c.AdminTokenFile, c.AdminTokenEnv)
+	agent, err2 := load("agent", c.AgentTokenFile, c.AgentTokenEnv)
+	if err := errors.Join(err1, err2); err != nil {
+		return admin, agent, warnings, err
+	}
+	if admin.Equal(agent) {
+		return admin, agent, warnings, errors.New("the admin and agent tokens are the same; they must differ")
+	}
+	return admin, agent, warnings, nil
+}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/clodex/clodex/controlplane/bearer"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func noEnv(string) (string, bool) { return "", false }
+
+func envMap(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func writeFile(t *testing.T, dir, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's concurrent logging.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type running struct {
+	grpcAddr, adminAddr string
+	stderr              *syncBuffer
+	stop                func() error
+}
+
+func start(t *testing.T, args []string, env func(string) (string, bool)) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	r := &running{stderr: &syncBuffer{}}
+	addrs := make(chan [2]string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runEnv(ctx, args, env, io.Discard, r.stderr, func(g, a string) { addrs <- [2]string{g, a} })
+	}()
+	select {
+	case a := <-addrs:
+		r.grpcAddr, r.adminAddr = a[0], a[1]
+	case err := <-done:
+		cancel()
+		t.Fatalf("run returned before listening: %v\n%s", err, r.stderr.String())
+	}
+	var once sync.Once
+	var stopErr error
+	r.stop = func() error {
+		once.Do(func() {
+			cancel() // what SIGTERM does through signal.NotifyContext
+			stopErr = <-done
+		})
+		return stopErr
+	}
+	t.Cleanup(func() { _ = r.stop() })
+	return r
+}
+
+func dial(t *testing.T, addr, token string) *grpc.ClientConn {
+	t.Helper()
+	tok, err := bearer.Parse(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Credentials(tok)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+func TestRunServesAndStops(t *testing.T) {
+	dir := t.TempDir()
+	adminFile := writeFile(t, dir, "admin.token", "admin-secret-1\n", 0o600)
+	agentFile := writeFile(t, dir, "agent.token", "  agent-secret-1  ", 0o644) // loose mode: a warning
+	dataDir := filepath.Join(dir, "data")
+	args := []string{"--listen", "127.0.0.1:0", "--data-dir", dataDir, "--admin-token-file", adminFile,
+		"--agent-token-file", agentFile, "--admin-listen", "127.0.0.1:0", "--shutdown-grace", "2s"}
+	r := start(t, args, noEnv)
+
+	key := "acct_0123456789abcdef"
+	admin := controlplanev1.NewAdminServiceClient(dial(t, r.grpcAddr, "admin-secret-1"))
+	if _, err := admin.SetRate(t.Context(), &controlplanev1.SetRateRequest{Key: key, RatePerMinute: 42, Burst: proto.Int32(7)}); err != nil {
+		t.Fatal(err)
+	}
+	admission := controlplanev1.NewAdmissionServiceClient(dial(t, r.grpcAddr, "agent-secret-1"))
+	resp, err := admission.Admit(t.Context(), &controlplanev1.AdmitRequest{Account: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetDecision() != controlplanev1.Decision_DECISION_ADMIT || resp.GetPolicyVersion() != 1 {
+		t.Errorf("Admit = %v, want ADMIT under policy version 1", resp)
+	}
+	if _, err := healthpb.NewHealthClient(dial(t, r.grpcAddr, "agent-secret-1")).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Errorf("health: %v", err)
+	}
+
+	httpResp, err := http.Get("http://" + r.adminAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(httpResp.Body)
+	httpResp.Body.Close()
+	for _, want := range []string{`clodex_controlplane_admissions_total{decision="admit"} 1`, `clodex_controlplane_account_rate_per_minute{account="` + key + `"} 42`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	if err := r.stop(); err != nil {
+		t.Errorf("run after cancel = %v, want nil", err)
+	}
+	logs := r.stderr.String()
+	if !strings.Contains(logs, "readable by group or others") {
+		t.Errorf("no warning about the agent token file's mode in:\n%s", logs)
+	}
+	for _, secret := range []string{"admin-secret-1", "agent-secret-1"} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("logs leak a token:\n%s", logs)
+		}
+	}
+	if !strings.Contains(logs, "shutting down") {
+		t.Errorf("no shutdown log in:\n%s", logs)
+	}
+
+	// The policy survives a restart of the binary's run.
+	r2 := start(t, args, noEnv)
+	admin = controlplanev1.NewAdminServiceClient(dial(t, r2.grpcAddr, "admin-secret-1"))
+	got, err := admin.GetAccount(t.Context(), &controlplanev1.GetAccountRequest{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetAccount().GetRatePerMinute() != 42 || got.GetAccount().GetBurst() != 7 || got.GetAccount().GetPolicyVersion() != 1 {
+		t.Errorf("after restart = %v, want 42/min burst 7 version 1", got.GetAccount())
+	}
+}
+
+func TestRunTokensFromEnv(t *testing.T) {
+	env := envMap(map[string]string{
+		"CLODEX_ADMIN_TOKEN": " env-admin ", "CLODEX_AGENT_TOKEN": "env-agent",
+		"CLODEX_DATA_DIR": t.TempDir(), "CLODEX_CONTROLPLANE_LISTEN": "127.0.0.1:0",
+		"CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN": "120",
+	})
+	r := start(t, nil, env)
+	admin := controlplanev1.NewAdminServiceClient(dial(t, r.grpcAddr, "env-admin"))
+	admission := controlplanev1.NewAdmissionServiceClient(dial(t, r.grpcAddr, "env-agent"))
+	key := "acct_00000000000000aa"
+	if _, err := admission.Admit(t.Context(), &controlplanev1.AdmitRequest{Account: key}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := admin.GetAccount(t.Context(), &controlplanev1.GetAccountRequest{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetAccount().GetRatePerMinute() != 120 {
+		t.Errorf("default rate = %d, want 120 from %s", got.GetAccount().GetRatePerMinute(), "CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN")
+	}
+}
+
+func TestRunBadInput(t *testing.T) {
+	dir := t.TempDir()
+	admin := writeFile(t, dir, "admin.token", "a", 0o600)
+	agent := writeFile(t, dir, "agent.token", "b", 0o600)
+	same := writeFile(t, dir, "same.token", "a", 0o600)
+	empty := writeFile(t, dir, "empty.token", " \n", 0o600)
+	base := []string{"--data-dir", filepath.Join(dir, "d"), "--admin-token-file", admin, "--agent-token-file", agent}
+	with := func(extra ...string) []string { return append(append([]string{}, base...), extra...) }
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"unknown flag", []string{"--bogus"}, nil, "flag provided but not defined: -bogus"},
+		{"positional", with("extra"), nil, `unexpected argument "extra"`},
+		{"nothing", nil, nil, "--data-dir is required (or CLODEX_DATA_DIR); --admin-token-file or CLODEX_ADMIN_TOKEN is required; --agent-token-file or CLODEX_AGENT_TOKEN is required"},
+		{"rate abc", with("--default-rate", "abc"), nil, `invalid value "abc" for flag -default-rate: not an integer; allowed 0..600`},
+		{"rate 601", with("--default-rate", "601"), nil, "--default-rate: rate_per_minute 601 is out of range; allowed 0..600"},
+		{"rate -1", with("--default-rate", "-1"), nil, "--default-rate: rate_per_minute -1 is out of range; allowed 0..600"},
+		{"burst 0", with("--default-burst", "0"), nil, "--default-burst: burst 0 is out of range; allowed 1..1000"},
+		{"bad listen", with("--listen", "nonsense"), nil, `--listen "nonsense" is invalid; want host:port`},
+		{"bad port", with("--listen", "127.0.0.1:99999"), nil, `--listen "127.0.0.1:99999" has an invalid port; allowed 0..65535`},
+		{"bad level", with("--log-level", "loud"), nil, `--log-level "loud" is invalid; allowed debug, info, warn, error`},
+		{"bad format", with("--log-format", "xml"), nil, `--log-format "xml" is invalid; allowed text, json`},
+		{"grace", with("--shutdown-grace", "0s"), nil, "--shutdown-grace 0s is out of range; allowed 1ms..1m"},
+		{"grace unit", with("--shutdown-grace", "5"), nil, `invalid value "5" for flag -shutdown-grace`},
+		{"cert without key", with("--tls-cert", admin), nil, "--tls-cert and --tls-key must be given together"},
+		{"client ca alone", with("--client-ca", admin), nil, "--client-ca needs --tls-cert and --tls-key"},
+		{"same tokens", []string{"--data-dir", dir, "--admin-token-file", admin, "--agent-token-file", same}, nil, "the admin and agent tokens are the same; they must differ"},
+		{"empty token file", []string{"--data-dir", dir, "--admin-token-file", empty, "--agent-token-file", agent}, nil, "admin token: read token file " + empty + ": token is empty"},
+		{"missing token file", []string{"--data-dir", dir, "--admin-token-file", filepath.Join(dir, "nope"), "--agent-token-file", agent}, nil, "admin token: read token file: open"},
+		{"empty env token", []string{"--data-dir", dir, "--agent-token-file", agent}, map[string]string{"CLODEX_ADMIN_TOKEN": "   "}, "--admin-token-file or CLODEX_ADMIN_TOKEN is required"},
+		{"bad tls files", with("--tls-cert", admin, "--tls-key", agent), nil, "server tls: load key pair"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout bytes.Buffer
+			err := runEnv(t.Context(), tt.args, envMap(tt.env), &stdout, io.Discard, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("run error = %v\nwant it to contain %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error spans several lines: %q", err)
+			}
+		})
+	}
+}
+
+func TestRunBadPolicyFile(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "policy.json", `{"format":1,"version":1,"accounts":{"acct_0123456789abcdef":{"version":1,"rate_per_minute":601,"burst":10,"idle_timeout_ms":120000,"total_timeout_ms":600000,"max_retries":5}}}`, 0o600)
+	err := runEnv(t.Context(), []string{"--listen", "127.0.0.1:0", "--data-dir", dir}, envMap(map[string]string{"CLODEX_ADMIN_TOKEN": "a", "CLODEX_AGENT_TOKEN": "b"}), io.Discard, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "rate_per_minute 601 is out of range; allowed 0..600") {
+		t.Errorf("run with a bad policy file = %v, want the bad value named", err)
+	}
+}
+
+func TestRunVersionHelpCheckConfig(t *testing.T) {
+	var out bytes.Buffer
+	if err := runEnv(t.Context(), []string{"--version"}, noEnv, &out, io.Discard, nil); err != nil || out.String() != "clodex-controlplane dev\n" {
+		t.Errorf("--version = %q, %v", out.String(), err)
+	}
+	out.Reset()
+	if err := runEnv(t.Context(), []string{"--help"}, noEnv, &out, io.Discard, nil); err != nil || !strings.Contains(out.String(), "-admin-token-file") {
+		t.Errorf("--help = %q, %v", out.String(), err)
+	}
+	out.Reset()
+	env := envMap(map[string]string{"CLODEX_ADMIN_TOKEN": "a", "CLODEX_AGENT_TOKEN": "b"})
+	if err := runEnv(t.Context(), []string{"--check-config", "--data-dir", t.TempDir()}, env, &out, io.Discard, nil); err != nil || out.String() != "configuration ok\n" {
+		t.Errorf("--check-config = %q, %v", out.String(), err)
+	}
+}
+
+func TestListenInUse(t *testing.T) {
+	env := envMap(map[string]string{"CLODEX_ADMIN_TOKEN": "a", "CLODEX_AGENT_TOKEN": "b"})
+	r := start(t, []string{"--listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, env)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err := runEnv(ctx, []string{"--listen", r.grpcAddr, "--data-dir", t.TempDir()}, env, io.Discard, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "listen: ") {
+		t.Errorf("second run on %s = %v, want a listen error", r.grpcAddr, err)
+	}
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/clodex/clodex/controlplane"
+	"github.com/clodex/clodex/controlplane/store"
+	"github.com/clodex/clodex/controlplane/tlsconfig"
+	"github.com/clodex/clodex/internal/pacing"
+	"github.com/clodex/clodex/internal/telemetry"
+)
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runEnv(ctx, args, os.LookupEnv, stdout, stderr, nil)
+}
+
+// listening receives the bound addresses once the server accepts (tests
+// use it to learn ports chosen by the kernel). adminAddr is "" when the
+// admin listener is off.
+type listening func(grpcAddr, adminAddr string)
+
+// runEnv is run with the environment and a readiness hook injected.
+func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer, ready listening) error {
+	cfg, err := loadConfig(args, lookupEnv, stdout)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if cfg.Version {
+		fmt.Fprintln(stdout, "clodex-controlplane", version)
+		return nil
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	level, _ := parseLevel(cfg.LogLevel)
+	hopts := &slog.HandlerOptions{Level: level}
+	var handler slog.Handler = slog.NewTextHandler(stderr, hopts)
+	if cfg.LogFormat == "json" {
+		handler = slog.NewJSONHandler(stderr, hopts)
+	}
+	log := slog.New(handler)
+
+	adminTok, agentTok, warnings, err := cfg.tokens()
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+	tlsCfg, err := tlsconfig.Server(cfg.TLSCert, cfg.TLSKey, cfg.ClientCA)
+	if err != nil {
+		return err
+	}
+	var notices pacing.Notices
+	for _, n := range cfg.Notices {
+		notices.Emit(n, func(msg string) { log.Warn(msg, "notice", n.Key) })
+	}
+	if !cfg.Defaults.Enabled() {
+		log.Warn("pacing is off for accounts without a stored policy", "rate_per_minute", cfg.Defaults.RatePerMinute,
+			"wait_bound_ms", cfg.Defaults.Budget.WaitBound.Milliseconds())
+	}
+	if cfg.CheckConfig {
+		fmt.Fprintln(stdout, "configuration ok")
+		return nil
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	st, err := store.Open(store.Options{Dir: cfg.DataDir, Defaults: &cfg.Defaults})
+	if err != nil {
+		return err
+	}
+
+	instance := instanceID()
+	shutdownTelemetry, err := telemetry.Setup(ctx, telemetry.Config{
+		ServiceName: "clodex-controlplane", Version: version, InstanceID: instance, LookupEnv: lookupEnv,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTelemetry(sctx); err != nil {
+			log.Warn("telemetry shutdown", "err", err)
+		}
+	}()
+
+	reg := telemetry.NewRegistry()
+	srv, err := controlplane.New(controlplane.Options{
+		Admissions:    st,
+		Policies:      st,
+		AdminToken:    adminTok,
+		AgentToken:    agentTok,
+		TLS:           tlsCfg,
+		Logger:        log,
+		Registerer:    reg,
+		EnableBench:   cfg.BenchService,
+		ShutdownGrace: cfg.ShutdownGrace,
+		DrainDelay:    cfg.DrainDelay,
+	})
+	if err != nil {
+		return err
+	}
+
+	var lc net.ListenConfig
+	lis, err := lc.Listen(ctx, "tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	var adminLis net.Listener
+	if cfg.AdminListen != "" {
+		adminLis, err = lc.Listen(ctx, "tcp", cfg.AdminListen)
+		if err != nil {
+			_ = lis.Close()
+			return fmt.Errorf("admin listen: %w", err)
+		}
+	}
+	log.Info("starting", "version", version, "instance", instance, "data_dir", cfg.DataDir,
+		"default_rate_per_minute", cfg.Defaults.RatePerMinute, "default_burst", cfg.Defaults.Burst)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Serve(gctx, lis) })
+	g.Go(func() error { return st.Run(gctx) }) // forgets idle default-policy accounts
+	if adminLis != nil {
+		facts := map[string]string{
+			"service": "clodex-controlplane", "version": version, "instance": instance,
+			"listen": lis.Addr().String(), "tls": fmt.Sprint(tlsCfg != nil),
+		}
+		hs := &http.Server{
+			Handler:           telemetry.AdminHandler(reg, facts),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+		}
+		g.Go(func() error {
+			if err := hs.Serve(adminLis); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("admin serve: %w", err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), 5*time.Second)
+			defer cancel()
+			return hs.Shutdown(sctx)
+		})
+		log.Info("admin listener", "addr", adminLis.Addr().String())
+	}
+	if ready != nil {
+		adminAddr := ""
+		if adminLis != nil {
+			adminAddr = adminLis.Addr().String()
+		}
+		ready(lis.Addr().String(), adminAddr)
+	}
+	err = g.Wait()
+	log.Info("stopped")
+	return err
+}
+
+func instanceID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	host, _ := os.Hostname()
+	return host + "-" + hex.EncodeToString(b)
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+const accountsUsage = "accounts"
+
+var accountsCmd = &command{
+	name:  "accounts",
+	usage: accountsUsage,
+	short: "list every known account key",
+	run:   runAccounts,
+}
+
+type accountsArgs struct{}
+
+func runAccounts(ctx context.Context, e *env, args []string) error {
+	var _ accountsArgs
+	fs := e.flagSet("accounts")
+	pos, err := parseArgs(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return usagef("usage: clodexctl %s", accountsUsage)
+	}
+	if err != nil {
+		return err
+	}
+	if err := e.checkOutput(); err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q; accounts takes no arguments", pos[0])
+	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	resp, err := c.admin.ListAccounts(cctx, &controlplanev1.ListAccountsRequest{})
+	if err != nil {
+		return c.rpcError(err, "", "")
+	}
+	views := make([]accountView, 0, len(resp.GetAccounts()))
+	for _, a := range resp.GetAccounts() {
+		views = append(views, view("", a))
+	}
+	if e.g.output == "json" {
+		return writeJSON(e.stdout, views)
+	}
+	return writeAccounts(e.stdout, views)
+}

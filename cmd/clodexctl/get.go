@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+const getUsage = "get ACCOUNT | get --key KEY"
+
+var getCmd = &command{
+	name:  "get",
+	usage: getUsage,
+	short: "show one account's policy and bucket",
+	run:   runGet,
+}
+
+type getArgs struct {
+	target target
+}
+
+func runGet(ctx context.Context, e *env, args []string) error {
+	var a getArgs
+	fs := e.flagSet("get")
+	a.target.register(fs)
+	pos, err := parseArgs(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return usagef("usage: clodexctl %s", getUsage)
+	}
+	if err != nil {
+		return err
+	}
+	if err := e.checkOutput(); err != nil {
+		return err
+	}
+	label, key, rest, err := a.target.resolve(pos)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usagef("unexpected argument %q; usage: clodexctl %s", rest[0], getUsage)
+	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	resp, err := c.admin.GetAccount(cctx, &controlplanev1.GetAccountRequest{Key: key})
+	if err != nil {
+		return c.rpcError(err, label, key)
+	}
+	return e.printAccount(view(label, resp.GetAccount()))
+}

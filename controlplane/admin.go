@@ -1,0 +1,181 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/clodex/clodex/controlplane/store"
+	"github.com/clodex/clodex/internal/pacing"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+type adminService struct {
+	controlplanev1.UnimplementedAdminServiceServer
+	s *Server
+}
+
+func validKey(key string) error {
+	if err := store.ValidateKey(key); err != nil {
+		return &invalidError{msg: "key: " + err.Error()}
+	}
+	return nil
+}
+
+func (a *adminService) SetRate(ctx context.Context, req *controlplanev1.SetRateRequest) (*controlplanev1.SetRateResponse, error) {
+	s := a.s
+	if err := validKey(req.GetKey()); err != nil {
+		return nil, s.toStatus(ctx, "SetRate", err)
+	}
+	rate := int(req.GetRatePerMinute())
+	if err := pacing.ValidateRate(rate); err != nil {
+		return nil, s.toStatus(ctx, "SetRate", err)
+	}
+	if req.Burst != nil {
+		if err := pacing.ValidateBurst(int(req.GetBurst())); err != nil {
+			return nil, s.toStatus(ctx, "SetRate", err)
+		}
+	}
+	acct, err := s.opts.Policies.UpdatePolicy(ctx, req.GetKey(), s.now(), func(p pacing.Policy) (pacing.Policy, error) {
+		p.RatePerMinute = rate
+		if req.Burst != nil {
+			p.Burst = int(req.GetBurst())
+		}
+		return p, nil
+	})
+	if err != nil {
+		return nil, s.toStatus(ctx, "SetRate", err)
+	}
+	s.log.InfoContext(ctx, "rate set", "account", acct.Key, "rate_per_minute", acct.Policy.RatePerMinute,
+		"burst", acct.Policy.Burst, "policy_version", acct.PolicyVersion)
+	s.notePolicy(ctx, acct)
+	return &controlplanev1.SetRateResponse{Account: toProto(acct)}, nil
+}
+
+func (a *adminService) SetBudget(ctx context.Context, req *controlplanev1.SetBudgetRequest) (*controlplanev1.SetBudgetResponse, error) {
+	s := a.s
+	if err := validKey(req.GetKey()); err != nil {
+		return nil, s.toStatus(ctx, "SetBudget", err)
+	}
+	if req.IdleTimeoutMs == nil && req.TotalTimeoutMs == nil && req.MaxRetries == nil {
+		return nil, s.toStatus(ctx, "SetBudget", invalidf("set at least one of idle_timeout_ms, total_timeout_ms, max_retries"))
+	}
+	acct, err := s.opts.Policies.UpdatePolicy(ctx, req.GetKey(), s.now(), func(p pacing.Policy) (pacing.Policy, error) {
+		b, err := mergeBudget(p.Budget, req)
+		if err != nil {
+			return p, err
+		}
+		p.Budget = b
+		return p, nil
+	})
+	if err != nil {
+		return nil, s.toStatus(ctx, "SetBudget", err)
+	}
+	b := acct.Policy.Budget
+	s.log.InfoContext(ctx, "budget set", "account", acct.Key, "idle_timeout_ms", b.IdleTimeout.Milliseconds(),
+		"total_timeout_ms", b.TotalTimeout.Milliseconds(), "max_retries", b.MaxRetries,
+		"wait_bound_ms", b.WaitBound.Milliseconds(), "policy_version", acct.PolicyVersion)
+	s.notePolicy(ctx, acct)
+	return &controlplanev1.SetBudgetResponse{Account: toProto(acct)}, nil
+}
+
+// mergeBudget applies the request's set fields to cur. Explicit values are
+// validated without clamping; a combination the budget rules would adjust
+// (a ladder that does not fit the idle timeout, a total timeout below the
+// idle timeout) is rejected with the rule it breaks. The wait bound is
+// derived by pacing.ResolveBudget.
+func mergeBudget(cur pacing.Budget, req *controlplanev1.SetBudgetRequest) (pacing.Budget, error) {
+	want := pacing.Budget{IdleTimeout: cur.IdleTimeout, TotalTimeout: cur.TotalTimeout, MaxRetries: cur.MaxRetries}
+	// Milliseconds beyond what a time.Duration holds (about 292 years).
+	const maxMs = math.MaxInt64 / int64(time.Millisecond)
+	if req.IdleTimeoutMs != nil {
+		ms := req.GetIdleTimeoutMs()
+		if ms > maxMs || ms < -maxMs {
+			return cur, &pacing.RangeError{Field: "idle_timeout_ms", Value: fmt.Sprint(ms), Allowed: "10000..3600000"}
+		}
+		want.IdleTimeout = time.Duration(ms) * time.Millisecond
+	}
+	if req.TotalTimeoutMs != nil {
+		ms := req.GetTotalTimeoutMs()
+		if ms > maxMs || ms < -maxMs {
+			return cur, &pacing.RangeError{Field: "total_timeout_ms", Value: fmt.Sprint(ms), Allowed: fmt.Sprintf("10000..%d", maxMs)}
+		}
+		want.TotalTimeout = time.Duration(ms) * time.Millisecond
+	}
+	if req.MaxRetries != nil {
+		want.MaxRetries = int(req.GetMaxRetries())
+	}
+	if err := want.Validate(); err != nil {
+		return cur, err
+	}
+	idle, total, retries := want.IdleTimeout, want.TotalTimeout, want.MaxRetries
+	got, notices := pacing.ResolveBudget(pacing.BudgetInput{IdleTimeout: &idle, TotalTimeout: &total, MaxRetries: &retries})
+	if got.IdleTimeout != idle || got.TotalTimeout != total || got.MaxRetries != retries {
+		msgs := make([]string, 0, len(notices))
+		for _, n := range notices {
+			msgs = append(msgs, n.Message)
+		}
+		return cur, invalidf("budget idle_timeout_ms=%d total_timeout_ms=%d max_retries=%d is inconsistent and is not clamped: %s",
+			idle.Milliseconds(), total.Milliseconds(), retries, strings.Join(msgs, "; "))
+	}
+	return got, nil
+}
+
+func (a *adminService) GetAccount(ctx context.Context, req *controlplanev1.GetAccountRequest) (*controlplanev1.GetAccountResponse, error) {
+	s := a.s
+	if err := validKey(req.GetKey()); err != nil {
+		return nil, s.toStatus(ctx, "GetAccount", err)
+	}
+	acct, err := s.opts.Policies.Account(ctx, req.GetKey(), s.now())
+	if err != nil {
+		return nil, s.toStatus(ctx, "GetAccount", err)
+	}
+	return &controlplanev1.GetAccountResponse{Account: toProto(acct)}, nil
+}
+
+func (a *adminService) ListAccounts(ctx context.Context, _ *controlplanev1.ListAccountsRequest) (*controlplanev1.ListAccountsResponse, error) {
+	s := a.s
+	accts, err := s.opts.Policies.Accounts(ctx, s.now())
+	if err != nil {
+		return nil, s.toStatus(ctx, "ListAccounts", err)
+	}
+	out := make([]*controlplanev1.Account, 0, len(accts))
+	for _, a := range accts {
+		out = append(out, toProto(a))
+	}
+	return &controlplanev1.ListAccountsResponse{Accounts: out}, nil
+}
+
+func toProto(a store.Account) *controlplanev1.Account {
+	p := a.Policy
+	return &controlplanev1.Account{
+		Key:            a.Key,
+		RatePerMinute:  int32(p.RatePerMinute),
+		Burst:          int32(p.Burst),
+		Tokens:         a.Tokens,
+		WaitBoundMs:    p.Budget.WaitBound.Milliseconds(),
+		IdleTimeoutMs:  p.Budget.IdleTimeout.Milliseconds(),
+		TotalTimeoutMs: p.Budget.TotalTimeout.Milliseconds(),
+		MaxRetries:     int32(p.Budget.MaxRetries),
+		PolicyVersion:  a.PolicyVersion,
+		CanRefuse:      p.CanRefuse(),
+		Enabled:        p.Enabled(),
+		Custom:         a.Custom,
+	}
+}
+
+// notePolicy tells the operator what a new policy means when it does not
+// simply pace: pacing off, or pacing that never refuses.
+func (s *Server) notePolicy(ctx context.Context, acct store.Account) {
+	p := acct.Policy
+	switch {
+	case p.RatePerMinute == 0:
+		s.log.InfoContext(ctx, "pacing is off for this account (rate 0)", "account", acct.Key, "notice", pacing.KeyPacingOff)
+	case !p.Enabled():
+		s.log.WarnContext(ctx, p.DisabledNotice().Message, "account", acct.Key, "notice", pacing.KeyPacingDisabled)
+	case !p.CanRefuse():
+		s.log.InfoContext(ctx, p.NoRefuseNotice().Message, "account", acct.Key, "notice", pacing.KeyPacingNoRefuse)
+	}
+}

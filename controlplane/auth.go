@@ -1,0 +1,105 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/clodex/clodex/controlplane/bearer"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+// role is what a presented token may do.
+type role int
+
+const (
+	roleNone role = iota
+	roleAgent
+	roleAdmin
+)
+
+// adminPrefix starts the full method name of every AdminService RPC.
+var adminPrefix = "/" + controlplanev1.AdminService_ServiceDesc.ServiceName + "/"
+
+// authenticator checks bearer tokens. It keeps only SHA-256 digests, so a
+// comparison takes the same time whatever the presented token's length.
+type authenticator struct {
+	admin, agent [sha256.Size]byte // immutable
+}
+
+func newAuthenticator(admin, agent bearer.Token) *authenticator {
+	return &authenticator{
+		admin: sha256.Sum256([]byte(admin.Reveal())),
+		agent: sha256.Sum256([]byte(agent.Reveal())),
+	}
+}
+
+// role returns the role of the bearer token in ctx's metadata.
+func (a *authenticator) role(ctx context.Context) role {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md["authorization"]
+	if len(vals) != 1 {
+		return roleNone
+	}
+	v := vals[0]
+	const scheme = "bearer "
+	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
+		return roleNone
+	}
+	sum := sha256.Sum256([]byte(v[len(scheme):]))
+	// Compare with both so the time does not tell which one matched.
+	isAdmin := subtle.ConstantTimeCompare(sum[:], a.admin[:])
+	isAgent := subtle.ConstantTimeCompare(sum[:], a.agent[:])
+	switch {
+	case isAdmin == 1:
+		return roleAdmin
+	case isAgent == 1:
+		return roleAgent
+	}
+	return roleNone
+}
+
+// authorize returns nil when ctx may call method, else the status error.
+func (s *Server) authorize(ctx context.Context, method string) error {
+	r := s.auth.role(ctx)
+	switch {
+	case r == roleNone:
+		s.logDenied(ctx, method, codes.Unauthenticated)
+		return status.Error(codes.Unauthenticated, "missing or invalid bearer token; send authorization: Bearer <agent or admin token>")
+	case r == roleAgent && strings.HasPrefix(method, adminPrefix):
+		s.logDenied(ctx, method, codes.PermissionDenied)
+		return status.Errorf(codes.PermissionDenied, "%s requires the admin token; the agent token may call AdmissionService, health and reflection", method)
+	}
+	return nil
+}
+
+func (s *Server) logDenied(ctx context.Context, method string, code codes.Code) {
+	s.deniedLog.Do(func() {
+		var addr string
+		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+			addr = p.Addr.String()
+		}
+		s.log.WarnContext(ctx, "rpc denied", "method", method, "code", code.String(), "peer", addr)
+	})
+}
+
+func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := s.authorize(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}

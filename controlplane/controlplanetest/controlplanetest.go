@@ -1,0 +1,202 @@
+// Package controlplanetest runs the real control-plane server on a loopback
+// listener for tests: temporary token files and data directory, a client
+// dialer per role, and a restart that keeps the data directory.
+package controlplanetest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/clodex/clodex/controlplane"
+	"github.com/clodex/clodex/controlplane/bearer"
+	"github.com/clodex/clodex/controlplane/store"
+	"github.com/clodex/clodex/internal/pacing"
+)
+
+// Options configures Start. A nil *Options uses every default.
+type Options struct {
+	// Now is the server's clock. (Optional; default time.Now)
+	Now func() time.Time
+	// Defaults is the policy for new accounts. (Optional; default
+	// pacing.DefaultPolicy())
+	Defaults *pacing.Policy
+	// TLS is the server's TLS configuration. (Optional; default plaintext)
+	TLS *tls.Config
+	// EnableBench registers BenchService. (Optional)
+	EnableBench bool
+	// Logger receives the server's logs. (Optional; default discards)
+	Logger *slog.Logger
+	// Registerer receives the server's metrics on every start; a restart
+	// unregisters nothing, so pass a fresh registry per Start or none.
+	// (Optional)
+	Registerer prometheus.Registerer
+	// ShutdownGrace bounds GracefulStop. (Optional; default 5s)
+	ShutdownGrace time.Duration
+}
+
+// Server is a running control plane.
+type Server struct {
+	// Addr is the listener's address ("127.0.0.1:port"); it stays the same
+	// across Restart.
+	Addr string
+	// AdminToken and AgentToken are the server's tokens; the files hold
+	// the same values with mode 0600.
+	AdminToken, AgentToken         bearer.Token
+	AdminTokenFile, AgentTokenFile string
+	// DataDir holds the policy file.
+	DataDir string
+
+	t    testing.TB
+	opts Options
+
+	mu     sync.Mutex // guards the following fields
+	store  *store.Memory
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// Start starts a server and stops it when the test ends.
+func Start(t testing.TB, opts *Options) *Server {
+	t.Helper()
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	dir := t.TempDir()
+	s := &Server{t: t, opts: o, DataDir: filepath.Join(dir, "data")}
+	if err := os.Mkdir(s.DataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s.AdminToken, s.AdminTokenFile = newToken(t, dir, "admin.token")
+	s.AgentToken, s.AgentTokenFile = newToken(t, dir, "agent.token")
+	s.start("127.0.0.1:0")
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func newToken(t testing.TB, dir, name string) (bearer.Token, string) {
+	t.Helper()
+	tok, err := bearer.Parse(hex.EncodeToString(randBytes(16)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(tok.Reveal()+"\n"), bearer.FileMode); err != nil {
+		t.Fatal(err)
+	}
+	return tok, path
+}
+
+func randBytes(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}
+
+func (s *Server) start(addr string) {
+	t := s.t
+	t.Helper()
+	st, err := store.Open(store.Options{Dir: s.DataDir, Defaults: s.opts.Defaults, Now: s.opts.Now})
+	if err != nil {
+		t.Fatalf("controlplanetest: %v", err)
+	}
+	srv, err := controlplane.New(controlplane.Options{
+		Admissions:    st,
+		Policies:      st,
+		AdminToken:    s.AdminToken,
+		AgentToken:    s.AgentToken,
+		TLS:           s.opts.TLS,
+		Logger:        s.opts.Logger,
+		Now:           s.opts.Now,
+		Registerer:    s.opts.Registerer,
+		EnableBench:   s.opts.EnableBench,
+		ShutdownGrace: s.opts.ShutdownGrace,
+	})
+	if err != nil {
+		t.Fatalf("controlplanetest: %v", err)
+	}
+	var lis net.Listener
+	for range 50 { // the port of a stopped server is normally free at once
+		lis, err = net.Listen("tcp", addr)
+		if err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("controlplanetest: listen: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	s.mu.Lock()
+	s.Addr = lis.Addr().String()
+	s.store, s.cancel, s.done = st, cancel, done
+	s.mu.Unlock()
+}
+
+// Store returns the running server's store.
+func (s *Server) Store() *store.Memory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.store
+}
+
+// Stop shuts the server down gracefully and waits for it; it is safe to
+// call more than once.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel, s.done = nil, nil
+	s.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	if err := <-done; err != nil {
+		s.t.Errorf("controlplanetest: serve: %v", err)
+	}
+}
+
+// Restart stops the server and starts a new one on the same address and
+// data directory (bucket levels start over; policies are reloaded).
+func (s *Server) Restart() {
+	s.t.Helper()
+	addr := s.Addr
+	s.Stop()
+	s.start(addr)
+}
+
+// Dial returns a client connection sending tok (none when tok is zero),
+// closed when the test ends. tlsCfg nil means plaintext.
+func (s *Server) Dial(tok bearer.Token, tlsCfg *tls.Config) *grpc.ClientConn {
+	s.t.Helper()
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if !tok.IsZero() {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer.Credentials(tok)))
+	}
+	conn, err := grpc.NewClient(s.Addr, opts...)
+	if err != nil {
+		s.t.Fatalf("controlplanetest: dial: %v", err)
+	}
+	s.t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}

@@ -1,0 +1,47 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/clodex/clodex/controlplane/store"
+	"github.com/clodex/clodex/internal/pacing"
+)
+
+// invalidError is a request the server rejects as InvalidArgument; its
+// message names what was wrong and what is allowed.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string { return e.msg }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}
+
+// toStatus maps a domain error to a gRPC status. It is the one place that
+// does; op names the RPC for unexpected errors, which are logged here once
+// and reach the client only as Internal.
+func (s *Server) toStatus(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var inv *invalidError
+	var rng *pacing.RangeError
+	switch {
+	case errors.As(err, &inv), errors.As(err, &rng):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, store.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	s.log.LogAttrs(ctx, slog.LevelError, "rpc failed", slog.String("method", op), slog.String("err", err.Error()))
+	return status.Errorf(codes.Internal, "%s: internal error", op)
+}

@@ -1,0 +1,144 @@
+package controlplane
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clodex/clodex/internal/pacing"
+)
+
+// MaxTrackedAccounts bounds the accounts with per-account gauges: the
+// first this many distinct keys the server admits.
+const MaxTrackedAccounts = 100
+
+type metrics struct {
+	admissions [pacing.KindRefuse + 1]prometheus.Counter // indexed by pacing.Kind
+	wait       prometheus.Histogram
+	cancels    [2]prometheus.Counter // [refunded=false, refunded=true]
+	accounts   *accountCollector
+
+	all []prometheus.Collector
+}
+
+func newMetrics(policies PolicyStore, now func() time.Time) *metrics {
+	m := &metrics{}
+	admissions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clodex_controlplane_admissions_total",
+		Help: "Admission decisions by kind: admit (dial now), wait (admitted after a wait), refuse (nothing debited).",
+	}, []string{"decision"})
+	for _, k := range []pacing.Kind{pacing.KindAdmit, pacing.KindWait, pacing.KindRefuse} {
+		m.admissions[k] = admissions.WithLabelValues(k.String())
+	}
+	m.wait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "clodex_controlplane_admission_wait_seconds",
+		Help:    "Waits granted with wait decisions, in seconds.",
+		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 4, 5, 7.5, 10, 15},
+	})
+	cancels := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clodex_controlplane_cancels_total",
+		Help: "Cancel calls by whether they refunded a pending reservation.",
+	}, []string{"refunded"})
+	m.cancels[0] = cancels.WithLabelValues("false")
+	m.cancels[1] = cancels.WithLabelValues("true")
+	m.accounts = &accountCollector{
+		policies: policies,
+		now:      now,
+		tokens: prometheus.NewDesc("clodex_controlplane_account_tokens",
+			"Bucket level per account (negative while admitted requests wait); only the first 100 accounts admitted.",
+			[]string{"account"}, nil),
+		rate: prometheus.NewDesc("clodex_controlplane_account_rate_per_minute",
+			"Sustained rate per account; only the first 100 accounts admitted.",
+			[]string{"account"}, nil),
+	}
+	m.all = []prometheus.Collector{admissions, m.wait, cancels, m.accounts}
+	return m
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	for _, c := range m.all {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// observe records one decision; it is on the Admit hot path.
+func (m *metrics) observe(key string, d pacing.Decision) {
+	if d.Kind >= pacing.KindAdmit && d.Kind <= pacing.KindRefuse {
+		m.admissions[d.Kind].Inc()
+	}
+	if d.Kind == pacing.KindWait {
+		m.wait.Observe(d.Wait.Seconds())
+	}
+	m.accounts.track(key)
+}
+
+func (m *metrics) cancelled(refunded bool) {
+	if refunded {
+		m.cancels[1].Inc()
+	} else {
+		m.cancels[0].Inc()
+	}
+}
+
+// accountCollector exports per-account gauges for a bounded set of keys,
+// read from the store at scrape time.
+type accountCollector struct {
+	policies     PolicyStore
+	now          func() time.Time
+	tokens, rate *prometheus.Desc
+
+	full atomic.Bool // set once MaxTrackedAccounts keys are tracked
+	seen sync.Map    // key -> struct{}; lock-free lookups on the hot path
+
+	mu   sync.Mutex // guards the following field
+	keys []string
+}
+
+func (c *accountCollector) track(key string) {
+	if c.full.Load() {
+		return
+	}
+	if _, ok := c.seen.Load(key); ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.keys) >= MaxTrackedAccounts {
+		return
+	}
+	if _, loaded := c.seen.LoadOrStore(key, struct{}{}); loaded {
+		return
+	}
+	c.keys = append(c.keys, key)
+	if len(c.keys) == MaxTrackedAccounts {
+		c.full.Store(true)
+	}
+}
+
+func (c *accountCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.tokens
+	ch <- c.rate
+}
+
+func (c *accountCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	keys := append([]string(nil), c.keys...)
+	c.mu.Unlock()
+	now := c.now()
+	// prometheus.Collector.Collect has no context; the memory store ignores it.
+	ctx := context.TODO()
+	for _, key := range keys {
+		a, err := c.policies.Account(ctx, key, now)
+		if err != nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.tokens, prometheus.GaugeValue, a.Tokens, key)
+		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, float64(a.Policy.RatePerMinute), key)
+	}
+}

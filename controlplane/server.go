@@ -1,0 +1,256 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/clodex/clodex/controlplane/bearer"
+	"github.com/clodex/clodex/controlplane/store"
+	"github.com/clodex/clodex/internal/pacing"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+// DefaultShutdownGrace bounds GracefulStop before Stop.
+const DefaultShutdownGrace = 5 * time.Second
+
+// Admitter runs admissions. *store.Memory implements it.
+type Admitter interface {
+	Admit(ctx context.Context, key string, now time.Time) (store.Admission, error)
+	Cancel(ctx context.Context, key string, reservation uint64, now time.Time) (bool, error)
+}
+
+// PolicyStore reads and changes per-account policy. *store.Memory
+// implements it. Account returns store.ErrNotFound for an unknown key.
+type PolicyStore interface {
+	UpdatePolicy(ctx context.Context, key string, now time.Time, update func(pacing.Policy) (pacing.Policy, error)) (store.Account, error)
+	Account(ctx context.Context, key string, now time.Time) (store.Account, error)
+	Accounts(ctx context.Context, now time.Time) ([]store.Account, error)
+}
+
+// Options configures New. Options is copied; New does not keep a pointer
+// to it.
+type Options struct {
+	// Admissions runs admissions. (Required)
+	Admissions Admitter
+	// Policies reads and changes policies. (Required)
+	Policies PolicyStore
+	// AdminToken authorizes every RPC. (Required)
+	AdminToken bearer.Token
+	// AgentToken authorizes every RPC except AdminService. (Required;
+	// must differ from AdminToken)
+	AgentToken bearer.Token
+	// TLS, when set, serves TLS (mutual TLS when it verifies client
+	// certificates). (Optional; default plaintext)
+	TLS *tls.Config
+	// Logger receives the server's logs. (Optional; default discards)
+	Logger *slog.Logger
+	// Now is the clock. (Optional; default time.Now)
+	Now func() time.Time
+	// Registerer receives the server's metrics. (Optional; default none)
+	Registerer prometheus.Registerer
+	// TracerProvider traces RPCs through otelgrpc. (Optional; default the
+	// global provider)
+	TracerProvider trace.TracerProvider
+	// EnableBench registers BenchService, the benchmark's no-op floor.
+	// (Optional; default false)
+	EnableBench bool
+	// ShutdownGrace bounds GracefulStop before Stop. (Optional; default 5s)
+	ShutdownGrace time.Duration
+	// DrainDelay is how long Serve waits after marking health NOT_SERVING
+	// before it stops accepting. (Optional; default 0)
+	DrainDelay time.Duration
+}
+
+// Server is the control plane's gRPC server.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	now     func() time.Time
+	auth    *authenticator
+	metrics *metrics
+	grpc    *grpc.Server
+	health  *health.Server
+
+	warnPlaintext sync.Once
+	deniedLog     rate.Sometimes // limits "rpc denied" logs to 10, then one a minute
+	notices       pacing.Notices // one-time operator notices, keyed per account
+
+	mu          sync.Mutex // guards the following fields
+	streamHooks []func(reason string)
+}
+
+var (
+	_ controlplanev1.AdmissionServiceServer = (*admissionService)(nil)
+	_ controlplanev1.AdminServiceServer     = (*adminService)(nil)
+	_ controlplanev1.BenchServiceServer     = (*benchService)(nil)
+)
+
+// New returns a Server ready to Serve. Every invalid option is reported.
+func New(opts Options) (*Server, error) {
+	var errs []error
+	if opts.Admissions == nil {
+		errs = append(errs, errors.New("Admissions is required"))
+	}
+	if opts.Policies == nil {
+		errs = append(errs, errors.New("Policies is required"))
+	}
+	if opts.AdminToken.IsZero() {
+		errs = append(errs, errors.New("AdminToken is required"))
+	}
+	if opts.AgentToken.IsZero() {
+		errs = append(errs, errors.New("AgentToken is required"))
+	}
+	if !opts.AdminToken.IsZero() && opts.AdminToken.Equal(opts.AgentToken) {
+		errs = append(errs, errors.New("AdminToken and AgentToken must differ"))
+	}
+	if opts.ShutdownGrace < 0 || opts.DrainDelay < 0 {
+		errs = append(errs, errors.New("ShutdownGrace and DrainDelay must not be negative"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("new control plane server: %w", err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.ShutdownGrace == 0 {
+		opts.ShutdownGrace = DefaultShutdownGrace
+	}
+	s := &Server{
+		opts: opts,
+		log:  opts.Logger.With("component", "controlplane"),
+		now:  opts.Now,
+		auth: newAuthenticator(opts.AdminToken, opts.AgentToken),
+
+		deniedLog: rate.Sometimes{First: 10, Interval: time.Minute},
+	}
+	s.metrics = newMetrics(opts.Policies, opts.Now)
+	if opts.Registerer != nil {
+		if err := s.metrics.register(opts.Registerer); err != nil {
+			return nil, fmt.Errorf("new control plane server: register metrics: %w", err)
+		}
+	}
+
+	var otelOpts []otelgrpc.Option
+	if opts.TracerProvider != nil {
+		otelOpts = append(otelOpts, otelgrpc.WithTracerProvider(opts.TracerProvider))
+	}
+	serverOpts := []grpc.ServerOption{
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelOpts...)),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
+		grpc.ChainStreamInterceptor(s.streamInterceptor),
+	}
+	if opts.TLS != nil {
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	}
+	s.grpc = grpc.NewServer(serverOpts...)
+	controlplanev1.RegisterAdmissionServiceServer(s.grpc, &admissionService{s: s})
+	controlplanev1.RegisterAdminServiceServer(s.grpc, &adminService{s: s})
+	if opts.EnableBench {
+		controlplanev1.RegisterBenchServiceServer(s.grpc, &benchService{})
+	}
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	for name := range s.grpc.GetServiceInfo() {
+		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	return s, nil
+}
+
+// OnShutdown registers hook to run when Serve begins shutting down, before
+// GracefulStop: it must end its long-lived streams with the given reason
+// so GracefulStop need not wait for them. Hooks run synchronously, in
+// registration order. (No service holds long-lived streams yet; agent
+// streams will.)
+func (s *Server) OnShutdown(hook func(reason string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streamHooks = append(s.streamHooks, hook)
+}
+
+// Serve serves lis until ctx ends, then shuts down: health NOT_SERVING,
+// the drain delay, the shutdown hooks, GracefulStop bounded by the shutdown
+// grace, then Stop. It returns nil after a shutdown caused by ctx, and the
+// serving error otherwise. A Server serves once.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	s.checkPlaintext(lis.Addr())
+	s.log.InfoContext(ctx, "serving", "addr", lis.Addr().String(), "tls", s.opts.TLS != nil)
+	errc := make(chan error, 1) // buffered: serveLoop must not block if Serve already returned
+	go s.serveLoop(lis, errc)
+	select {
+	case err := <-errc:
+		if err != nil {
+			return fmt.Errorf("serve %s: %w", lis.Addr(), err)
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	s.shutdown(ctx)
+	<-errc
+	return nil
+}
+
+func (s *Server) serveLoop(lis net.Listener, errc chan<- error) {
+	errc <- s.grpc.Serve(lis)
+}
+
+// shutdown stops the server; every step is bounded.
+func (s *Server) shutdown(ctx context.Context) {
+	s.log.InfoContext(ctx, "shutting down", "grace", s.opts.ShutdownGrace)
+	s.health.Shutdown() // NOT_SERVING for every service
+	if s.opts.DrainDelay > 0 {
+		t := time.NewTimer(s.opts.DrainDelay)
+		<-t.C
+	}
+	s.mu.Lock()
+	hooks := append([]func(string){}, s.streamHooks...)
+	s.mu.Unlock()
+	for _, h := range hooks {
+		h("control plane shutting down")
+	}
+	force := time.AfterFunc(s.opts.ShutdownGrace, func() {
+		s.log.Warn("graceful stop exceeded its grace; stopping", "grace", s.opts.ShutdownGrace)
+		s.grpc.Stop()
+	})
+	s.grpc.GracefulStop()
+	force.Stop()
+}
+
+// Stop stops the server at once, closing every connection.
+func (s *Server) Stop() { s.grpc.Stop() }
+
+// checkPlaintext warns once when a TCP listener beyond loopback serves
+// without TLS: tokens would cross the network in clear.
+func (s *Server) checkPlaintext(addr net.Addr) {
+	if s.opts.TLS != nil {
+		return
+	}
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || tcp.IP.IsLoopback() {
+		return
+	}
+	s.warnPlaintext.Do(func() {
+		s.log.Warn("listening beyond loopback without TLS: bearer tokens cross the network in clear; set --tls-cert and --tls-key", "addr", addr.String())
+	})
+}

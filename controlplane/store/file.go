@@ -1,0 +1,165 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/clodex/clodex/internal/pacing"
+)
+
+// PolicyFile is the policy file's name inside the data directory.
+const PolicyFile = "policy.json"
+
+// fileFormat is the policy file's format number.
+const fileFormat = 1
+
+func policyPath(dir string) string { return filepath.Join(dir, PolicyFile) }
+
+// policyFile is the on-disk form of every stored policy.
+type policyFile struct {
+	Format   int                     `json:"format"`
+	Version  int64                   `json:"version"`
+	Accounts map[string]storedPolicy `json:"accounts"`
+}
+
+// storedPolicy is one account's stored policy. The wait bound is derived
+// from the budget on load, never stored.
+type storedPolicy struct {
+	Version        int64 `json:"version"`
+	RatePerMinute  int   `json:"rate_per_minute"`
+	Burst          int   `json:"burst"`
+	IdleTimeoutMs  int64 `json:"idle_timeout_ms"`
+	TotalTimeoutMs int64 `json:"total_timeout_ms"`
+	MaxRetries     int   `json:"max_retries"`
+}
+
+func newStoredPolicy(p pacing.Policy, version int64) storedPolicy {
+	return storedPolicy{
+		Version:        version,
+		RatePerMinute:  p.RatePerMinute,
+		Burst:          p.Burst,
+		IdleTimeoutMs:  p.Budget.IdleTimeout.Milliseconds(),
+		TotalTimeoutMs: p.Budget.TotalTimeout.Milliseconds(),
+		MaxRetries:     p.Budget.MaxRetries,
+	}
+}
+
+func (sp storedPolicy) policy() pacing.Policy {
+	idle := time.Duration(sp.IdleTimeoutMs) * time.Millisecond
+	total := time.Duration(sp.TotalTimeoutMs) * time.Millisecond
+	retries := sp.MaxRetries
+	b, _ := pacing.ResolveBudget(pacing.BudgetInput{IdleTimeout: &idle, TotalTimeout: &total, MaxRetries: &retries})
+	return pacing.Policy{RatePerMinute: sp.RatePerMinute, Burst: sp.Burst, Budget: b}
+}
+
+// loadPolicyFile reads and validates path; a missing file is empty.
+func loadPolicyFile(path string) (policyFile, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return policyFile{Format: fileFormat, Accounts: map[string]storedPolicy{}}, nil
+	}
+	if err != nil {
+		return policyFile{}, fmt.Errorf("read policy file: %w", err)
+	}
+	var f policyFile
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return policyFile{}, fmt.Errorf("parse policy file %s: %w", path, err)
+	}
+	if f.Format != fileFormat {
+		return policyFile{}, fmt.Errorf("parse policy file %s: format %d is not supported; want %d", path, f.Format, fileFormat)
+	}
+	if f.Accounts == nil {
+		f.Accounts = map[string]storedPolicy{}
+	}
+	var errs []error
+	for key, sp := range f.Accounts {
+		if err := ValidateKey(key); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		const maxMs = math.MaxInt64 / int64(time.Millisecond)
+		if sp.IdleTimeoutMs > maxMs || sp.IdleTimeoutMs < -maxMs || sp.TotalTimeoutMs > maxMs || sp.TotalTimeoutMs < -maxMs {
+			errs = append(errs, fmt.Errorf("account %s: idle_timeout_ms %d or total_timeout_ms %d is out of range; allowed 10000..3600000 and 10000..%d",
+				key, sp.IdleTimeoutMs, sp.TotalTimeoutMs, maxMs))
+			continue
+		}
+		p := pacing.Policy{
+			RatePerMinute: sp.RatePerMinute,
+			Burst:         sp.Burst,
+			Budget: pacing.Budget{
+				IdleTimeout:  time.Duration(sp.IdleTimeoutMs) * time.Millisecond,
+				TotalTimeout: time.Duration(sp.TotalTimeoutMs) * time.Millisecond,
+				MaxRetries:   sp.MaxRetries,
+			},
+		}
+		if err := p.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("account %s: %w", key, err))
+		} else if r := sp.policy().Budget; r.IdleTimeout != p.Budget.IdleTimeout || r.TotalTimeout != p.Budget.TotalTimeout || r.MaxRetries != p.Budget.MaxRetries {
+			errs = append(errs, fmt.Errorf("account %s: budget idle_timeout_ms=%d total_timeout_ms=%d max_retries=%d is inconsistent (the budget rules would change it); fix it or remove the account",
+				key, sp.IdleTimeoutMs, sp.TotalTimeoutMs, sp.MaxRetries))
+		}
+		if sp.Version < 1 || sp.Version > f.Version {
+			errs = append(errs, fmt.Errorf("account %s: version %d is out of range; allowed 1..%d", key, sp.Version, f.Version))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return policyFile{}, fmt.Errorf("policy file %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// writePolicyFile writes f to path atomically: a temporary file in the same
+// directory, fsync, rename, then fsync of the directory. The file has mode
+// 0600.
+func writePolicyFile(path string, f policyFile) error {
+	f.Format = fileFormat
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode policy file: %w", err)
+	}
+	b = append(b, '\n')
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, ".policy-*.json.tmp")
+	if err != nil {
+		return fmt.Errorf("write policy file: %w", err)
+	}
+	tmpName := tmp.Name()
+	defer func() {
+		if tmpName != "" {
+			_ = os.Remove(tmpName)
+		}
+	}()
+	if err := tmp.Chmod(0o600); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("write policy file: %w", err)
+	}
+	if _, err := tmp.Write(b); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("write policy file: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("write policy file: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write policy file: %w", err)
+	}
+	if err := os.Rename(tmpName, path); err != nil {
+		return fmt.Errorf("write policy file: %w", err)
+	}
+	tmpName = ""
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync() // best effort: the rename is already visible
+		_ = d.Close()
+	}
+	return nil
+}

@@ -1,0 +1,364 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/clodex/clodex/internal/pacing"
+)
+
+// ErrNotFound reports an account key with neither admissions nor a stored
+// policy.
+var ErrNotFound = errors.New("account not found")
+
+// shardCount is the number of independently locked shards; a power of two.
+const shardCount = 64
+
+// maxPending bounds the pending reservations remembered per account. The
+// bucket's debt floor already bounds them (at most bound × rate, 150 at the
+// maxima), so this only guards against a future policy range change.
+const maxPending = 1024
+
+// Admission is the outcome of one Admit.
+type Admission struct {
+	Decision pacing.Decision
+	// PolicyVersion is the version of the policy the decision was made
+	// under; 0 for the default policy.
+	PolicyVersion int64
+	// Reservation identifies a debited admission whose wait is still
+	// pending (Decision.Wait > 0); 0 when there is nothing to cancel.
+	Reservation uint64
+}
+
+// Account is a snapshot of one account.
+type Account struct {
+	Key           string
+	Policy        pacing.Policy
+	Tokens        float64 // at the snapshot's instant; negative is debt
+	PolicyVersion int64   // 0 for the default policy
+	Custom        bool    // the account has a stored policy
+}
+
+// Options configures Open. The zero value is a memory-only store with
+// pacing.DefaultPolicy for new accounts.
+type Options struct {
+	// Dir is the data directory holding policy.json. (Optional; default
+	// "": policies are kept in memory only.)
+	Dir string
+	// Defaults is the policy for accounts without a stored policy.
+	// (Optional; default pacing.DefaultPolicy().)
+	Defaults *pacing.Policy
+	// Now is the clock for buckets created while loading and for Run's
+	// sweeps. (Optional; default time.Now.)
+	Now func() time.Time
+	// SweepEvery is how often Run sweeps. (Optional; default 1m)
+	SweepEvery time.Duration
+	// SweepIdle is how long an account must be idle before a sweep may
+	// forget it. (Optional; default 10m)
+	SweepIdle time.Duration
+}
+
+// Memory is the in-memory store. It is safe for concurrent use.
+type Memory struct {
+	defaults   pacing.Policy
+	file       string // "" when not persisted
+	now        func() time.Time
+	sweepEvery time.Duration
+	sweepIdle  time.Duration
+
+	shards [shardCount]shard
+
+	mu       sync.Mutex // guards the following fields; held across a policy write
+	version  int64
+	policies map[string]storedPolicy
+}
+
+type shard struct {
+	mu       sync.Mutex // guards accounts and every *entry in it
+	accounts map[string]*entry
+	_        [40]byte // keep neighbouring shards' locks off one cache line
+}
+
+type entry struct {
+	bucket  *pacing.Bucket
+	version int64
+	custom  bool
+	pending []pending // debited reservations still waiting, oldest first
+}
+
+type pending struct {
+	id     uint64
+	depart time.Time
+}
+
+// Open returns a store, loading stored policies from opts.Dir when set.
+// A missing policy file is an empty one; a malformed one is an error that
+// names the problem.
+func Open(opts Options) (*Memory, error) {
+	m := &Memory{
+		defaults:   pacing.DefaultPolicy(),
+		policies:   map[string]storedPolicy{},
+		now:        time.Now,
+		sweepEvery: time.Minute,
+		sweepIdle:  10 * time.Minute,
+	}
+	if opts.Defaults != nil {
+		m.defaults = *opts.Defaults
+	}
+	if opts.Now != nil {
+		m.now = opts.Now
+	}
+	if opts.SweepEvery > 0 {
+		m.sweepEvery = opts.SweepEvery
+	}
+	if opts.SweepIdle > 0 {
+		m.sweepIdle = opts.SweepIdle
+	}
+	for i := range m.shards {
+		m.shards[i].accounts = map[string]*entry{}
+	}
+	if opts.Dir == "" {
+		return m, nil
+	}
+	now := m.now
+	m.file = policyPath(opts.Dir)
+	f, err := loadPolicyFile(m.file)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	m.version = f.Version
+	t := now()
+	for key, sp := range f.Accounts {
+		p := sp.policy()
+		m.policies[key] = sp
+		sh := m.shard(key)
+		sh.accounts[key] = &entry{bucket: pacing.NewBucket(p, t), version: sp.Version, custom: true}
+	}
+	return m, nil
+}
+
+// Defaults returns the policy for accounts without a stored policy.
+func (m *Memory) Defaults() pacing.Policy { return m.defaults }
+
+// shard returns key's shard (FNV-1a, inlined so it does not allocate).
+func (m *Memory) shard(key string) *shard {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return &m.shards[h%shardCount]
+}
+
+// entryLocked returns key's entry, creating it with the default policy.
+func (sh *shard) entryLocked(key string, defaults pacing.Policy, now time.Time) *entry {
+	e := sh.accounts[key]
+	if e == nil {
+		e = &entry{bucket: pacing.NewBucket(defaults, now)}
+		sh.accounts[key] = e
+	}
+	return e
+}
+
+// Admit runs key's bucket once at now, creating the bucket with the default
+// policy on first use. It never fails; the error is for stores that can.
+func (m *Memory) Admit(_ context.Context, key string, now time.Time) (Admission, error) {
+	sh := m.shard(key)
+	sh.mu.Lock()
+	e := sh.entryLocked(key, m.defaults, now)
+	e.prunePendingLocked(now)
+	d := e.bucket.Take(now)
+	a := Admission{Decision: d, PolicyVersion: e.version}
+	if d.Debited && d.Wait > 0 {
+		if len(e.pending) >= maxPending {
+			e.pending = slices.Delete(e.pending, 0, 1)
+		}
+		e.pending = append(e.pending, pending{id: d.ID, depart: now.Add(d.Wait)})
+		a.Reservation = d.ID
+	}
+	sh.mu.Unlock()
+	return a, nil
+}
+
+// prunePendingLocked forgets reservations that have departed by now.
+// Departures are nearly always in order; one out of order is dropped on a
+// later call (Cancel checks the departure itself).
+func (e *entry) prunePendingLocked(now time.Time) {
+	n := 0
+	for n < len(e.pending) && !e.pending[n].depart.After(now) {
+		n++
+	}
+	if n > 0 {
+		e.pending = slices.Delete(e.pending, 0, n)
+	}
+}
+
+// Cancel refunds reservation id of key if it is still pending at now, and
+// reports whether it did. Each reservation is refunded at most once.
+func (m *Memory) Cancel(_ context.Context, key string, id uint64, now time.Time) (bool, error) {
+	if id == 0 {
+		return false, nil
+	}
+	sh := m.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.accounts[key]
+	if e == nil {
+		return false, nil
+	}
+	e.prunePendingLocked(now)
+	i := slices.IndexFunc(e.pending, func(p pending) bool { return p.id == id })
+	if i < 0 || !e.pending[i].depart.After(now) {
+		return false, nil
+	}
+	e.pending = slices.Delete(e.pending, i, i+1)
+	return e.bucket.RefundReservation(now, id), nil
+}
+
+// UpdatePolicy changes key's policy: update receives the current policy
+// (the default one for an account without a stored policy) and returns the
+// new one, or an error that UpdatePolicy returns unchanged. The new policy
+// is persisted before it takes effect; a failed write changes nothing.
+func (m *Memory) UpdatePolicy(_ context.Context, key string, now time.Time, update func(pacing.Policy) (pacing.Policy, error)) (Account, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := m.defaults
+	if sp, ok := m.policies[key]; ok {
+		cur = sp.policy()
+	}
+	p, err := update(cur)
+	if err != nil {
+		return Account{}, err
+	}
+	version := m.version + 1
+	old, had := m.policies[key]
+	m.policies[key] = newStoredPolicy(p, version)
+	if m.file != "" {
+		if err := writePolicyFile(m.file, policyFile{Version: version, Accounts: m.policies}); err != nil {
+			if had {
+				m.policies[key] = old
+			} else {
+				delete(m.policies, key)
+			}
+			return Account{}, fmt.Errorf("update policy: %w", err)
+		}
+	}
+	m.version = version
+
+	sh := m.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.accounts[key]
+	if e == nil {
+		e = &entry{bucket: pacing.NewBucket(p, now)}
+		sh.accounts[key] = e
+	} else {
+		e.bucket.SetPolicy(now, p)
+	}
+	e.version = version
+	e.custom = true
+	return e.snapshotLocked(key, now), nil
+}
+
+func (e *entry) snapshotLocked(key string, now time.Time) Account {
+	return Account{
+		Key:           key,
+		Policy:        e.bucket.Policy(),
+		Tokens:        e.bucket.Tokens(now),
+		PolicyVersion: e.version,
+		Custom:        e.custom,
+	}
+}
+
+// Account returns key's snapshot at now, or ErrNotFound.
+func (m *Memory) Account(_ context.Context, key string, now time.Time) (Account, error) {
+	sh := m.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.accounts[key]
+	if e == nil {
+		return Account{}, ErrNotFound
+	}
+	return e.snapshotLocked(key, now), nil
+}
+
+// Accounts returns every known account at now, ordered by key.
+func (m *Memory) Accounts(_ context.Context, now time.Time) ([]Account, error) {
+	var out []Account
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		for key, e := range sh.accounts {
+			out = append(out, e.snapshotLocked(key, now))
+		}
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b Account) int { return cmp.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// Len returns the number of known accounts.
+func (m *Memory) Len() int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		n += len(sh.accounts)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Version returns the store-wide policy version (0 before any change).
+func (m *Memory) Version() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.version
+}
+
+// Sweep forgets accounts that are indistinguishable from new ones and have
+// been idle for at least idle at now: no stored policy, no pending
+// reservation, a full bucket and no admission since now-idle. It returns
+// how many it forgot. It keeps memory bounded by the accounts in use; a
+// forgotten account is recreated with the default policy on its next
+// Admit, exactly as it would have continued.
+func (m *Memory) Sweep(now time.Time, idle time.Duration) int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		for key, e := range sh.accounts {
+			e.prunePendingLocked(now)
+			if e.custom || len(e.pending) > 0 || now.Sub(e.bucket.State().Updated) < idle {
+				continue
+			}
+			if e.bucket.Tokens(now) < float64(e.bucket.Policy().Burst) {
+				continue
+			}
+			delete(sh.accounts, key)
+			n++
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Run sweeps idle accounts every Options.SweepEvery until ctx ends, and
+// returns nil then. Without Run the store keeps every account it has seen.
+func (m *Memory) Run(ctx context.Context) error {
+	t := time.NewTicker(m.sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			m.Sweep(m.now(), m.sweepIdle)
+		}
+	}
+}
