@@ -1,0 +1,42 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrInvalidKey reports an account argument that is not an account key. The
+// error never repeats the argument, which may be a raw account id.
+var ErrInvalidKey = errors.New(`account key is invalid; want "acct_" followed by 16 lowercase hex digits (account.Key of the ChatGPT account id)`)
+
+// ErrClosed reports an Admit on a closed Client.
+var ErrClosed = errors.New("admission client is closed")
+
+// RefusedError is a refusal: no token was spent and no socket may be opened.
+// It is retryable; the caller's next attempt waits exactly RetryAfter instead
+// of its backoff rung (the wait bound is derived assuming that substitution).
+type RefusedError struct {
+	// RetryAfter is the hint to wait before the next attempt: whole
+	// seconds, at least 1 s.
+	RetryAfter time.Duration
+	// RequiredWait is the wait a slot would really need (diagnostics); it
+	// may exceed RetryAfter.
+	RequiredWait time.Duration
+	// Local reports a refusal by the local fallback bucket.
+	Local bool
+}
+
+// Error returns "admission refused: retry after 4s" (or "admission refused
+// locally: ..."); it names no account.
+func (e *RefusedError) Error() string {
+	where := ""
+	if e.Local {
+		where = " locally"
+	}
+	return fmt.Sprintf("admission refused%s: retry after %v", where, e.RetryAfter)
+}
+
+// Retryable reports true: a refusal is always worth retrying after
+// RetryAfter.
+func (e *RefusedError) Retryable() bool { return true }
