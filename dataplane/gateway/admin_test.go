@@ -1,0 +1,59 @@
+package gateway
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+func TestMetricsAndSpans(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	defer tp.Shutdown(t.Context())
+	e := newEnv(t, envOptions{mutate: func(c *Config) { c.TracerProvider = tp }})
+	readAll(t, e.post(t, "/v1/messages", messagesBody(false, "#sim reply metered"), nil))
+	readAll(t, e.post(t, "/v1/messages", `{"model":`, nil))
+
+	admin := httptest.NewServer(e.gw.AdminHandler())
+	defer admin.Close()
+	resp, err := e.client.Get(admin.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := string(readAll(t, resp))
+	for _, want := range []string{
+		`clodex_dataplane_requests_total{status="200"} 1`,
+		`clodex_dataplane_requests_total{status="400"} 1`,
+		`clodex_dataplane_upstream_dials_total{result="ok"} 1`,
+		`clodex_dataplane_turn_seconds_count{outcome="completed"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
+		}
+	}
+	resp, err = e.client.Get(admin.URL + "/debug/pprof/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/debug/pprof/ status %d, want 200", resp.StatusCode)
+	}
+
+	spans := sr.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("recorded %d spans, want 1 (one per turn; the bad request never reached a turn)", len(spans))
+	}
+	attrs := map[attribute.Key]attribute.Value{}
+	for _, kv := range spans[0].Attributes() {
+		attrs[kv.Key] = kv.Value
+	}
+	if spans[0].Name() != "Gateway.Messages" || attrs["clodex.outcome"].AsString() != "completed" || attrs["clodex.model.upstream"].AsString() != "gpt-5.5" {
+		t.Errorf("span %s attrs %v, want Gateway.Messages, outcome completed, upstream model gpt-5.5", spans[0].Name(), attrs)
+	}
+}

@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/dataplane/translate"
+)
+
+// Defaults for Config.
+const (
+	DefaultListenAddr   = "127.0.0.1:17645"
+	DefaultIdleTimeout  = 120 * time.Second
+	DefaultTotalTimeout = 600 * time.Second
+	DefaultPingInterval = 20 * time.Second
+	DefaultMaxBodyBytes = 50 << 20
+)
+
+// Config configures a Server. New copies it and never modifies the
+// caller's value.
+type Config struct {
+	// Credentials supplies the upstream credential per turn (Required).
+	Credentials credentials.Source
+	// Dialer opens the upstream socket for a turn (Required). See
+	// UpstreamDialer.
+	Dialer Dialer
+	// ListenAddr is the address the Handler is served on (Optional;
+	// default DefaultListenAddr). It selects the listener security mode: a
+	// loopback host (127.0.0.0/8, ::1, localhost) accepts any key and checks
+	// Host and Origin; anything else, including ":port" and 0.0.0.0,
+	// requires APIKey.
+	ListenAddr string
+	// APIKey is the key clients must present on a non-loopback listener
+	// (Required there; ignored on loopback).
+	APIKey string
+	// AllowedOrigins lists Origin header values that may call the API, e.g.
+	// "http://localhost:3000" (Optional; default none: any Origin is
+	// refused).
+	AllowedOrigins []string
+	// Models maps requested model names to upstream models (Optional;
+	// default translate.DefaultModels()).
+	Models *translate.ModelTable
+	// IdleTimeout aborts a turn when the backend sends nothing for this long
+	// (Optional; default 120 s).
+	IdleTimeout time.Duration
+	// TotalTimeout bounds a whole turn (Optional; default 600 s).
+	TotalTimeout time.Duration
+	// PingInterval is how often a committed stream gets a ping event while
+	// the backend works without downstream output (Optional; default 20 s).
+	PingInterval time.Duration
+	// MaxBodyBytes limits request bodies, before and after decoding
+	// (Optional; default 50 MiB).
+	MaxBodyBytes int64
+	// Logger receives one line per request (Optional; default discards).
+	Logger *slog.Logger
+	// Registry receives the gateway's metrics and is served by AdminHandler
+	// (Optional; default a new private registry).
+	Registry *prometheus.Registry
+	// TracerProvider creates one span per turn (Optional; default no-op).
+	TracerProvider trace.TracerProvider
+}
+
+// IsLoopbackAddr reports whether a listen address ("host:port") binds only
+// loopback interfaces.
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	return isLoopbackHost(host)
+}
+
+func isLoopbackHost(host string) bool {
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// validate fills defaults into c (a copy) and reports every problem.
+func (c *Config) validate() error {
+	var errs []error
+	if c.Credentials == nil {
+		errs = append(errs, errors.New("Credentials is required"))
+	}
+	if c.Dialer == nil {
+		errs = append(errs, errors.New("Dialer is required"))
+	}
+	if c.ListenAddr == "" {
+		c.ListenAddr = DefaultListenAddr
+	}
+	if !IsLoopbackAddr(c.ListenAddr) && strings.TrimSpace(c.APIKey) == "" {
+		errs = append(errs, fmt.Errorf("APIKey is required when listening on %s, which is not a loopback address (use 127.0.0.1 or [::1] to run without a key)", c.ListenAddr))
+	}
+	c.APIKey = strings.TrimSpace(c.APIKey)
+	for i, o := range c.AllowedOrigins {
+		if _, err := normalizeOrigin(o); err != nil {
+			errs = append(errs, fmt.Errorf("AllowedOrigins[%d] %q: %w", i, o, err))
+		}
+	}
+	durations := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"IdleTimeout", &c.IdleTimeout, DefaultIdleTimeout},
+		{"TotalTimeout", &c.TotalTimeout, DefaultTotalTimeout},
+		{"PingInterval", &c.PingInterval, DefaultPingInterval},
+	}
+	for _, d := range durations {
+		switch {
+		case *d.v == 0:
+			*d.v = d.def
+		case *d.v < 0:
+			errs = append(errs, fmt.Errorf("%s is %v; want a positive duration", d.name, *d.v))
+		}
+	}
+	switch {
+	case c.MaxBodyBytes == 0:
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	case c.MaxBodyBytes < 0:
+		errs = append(errs, fmt.Errorf("MaxBodyBytes is %d; want a positive size", c.MaxBodyBytes))
+	}
+	if c.Models == nil {
+		c.Models = translate.DefaultModels()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("gateway config: %w", err)
+	}
+	return nil
+}
+
+// normalizeOrigin reduces an origin to lowercase scheme://host[:port].
+func normalizeOrigin(o string) (string, error) {
+	o = strings.TrimSuffix(strings.TrimSpace(o), "/")
+	u, err := url.Parse(o)
+	if err != nil || u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return "", errors.New("want an origin such as http://localhost:3000 (scheme and host, no path)")
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host), nil
+}

@@ -1,0 +1,53 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+type metrics struct {
+	requests *prometheus.CounterVec   // by HTTP status
+	turns    *prometheus.HistogramVec // by outcome
+	dials    *prometheus.CounterVec   // by result
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clodex_dataplane_requests_total",
+			Help: "HTTP requests answered by the data plane, by status code.",
+		}, []string{"status"}),
+		turns: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "clodex_dataplane_turn_seconds",
+			Help:    "Duration of /v1/messages turns from dial to the end of the response, by outcome.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+		}, []string{"outcome"}),
+		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clodex_dataplane_upstream_dials_total",
+			Help: "Upstream WebSocket dials, by result (ok, refused, error).",
+		}, []string{"result"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.turns, m.dials} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register gateway metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// AdminHandler serves /metrics from the Server's registry and
+// /debug/pprof/. Serve it only on the admin listener.
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}

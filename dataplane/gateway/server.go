@@ -1,0 +1,481 @@
+package gateway
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/clodex/clodex/dataplane/translate"
+)
+
+// Log keys shared by the gateway's log lines.
+const (
+	keyRequestID = "request_id"
+	keyMethod    = "method"
+	keyPath      = "path"
+	keyStatus    = "status"
+	keyDuration  = "duration"
+	keyModel     = "model"
+	keyErr       = "err"
+)
+
+// Server is the data plane's Anthropic API. Create it with New.
+type Server struct {
+	cfg      Config // immutable after New
+	loopback bool
+	origins  map[string]bool
+	keyHash  [sha256.Size]byte
+	models   []byte // GET /v1/models body
+	modelIDs map[string][]byte
+	tracer   trace.Tracer
+	metrics  *metrics
+
+	// bg counts tracked turns until their socket is released (closes run
+	// in the background); Close waits for it. Add happens under mu while
+	// !closed, so no Add races with Wait.
+	bg sync.WaitGroup
+
+	mu     sync.Mutex // guards the following fields
+	turns  map[*turnHandle]struct{}
+	closed bool
+}
+
+// turnHandle lets Close cancel an in-flight turn.
+type turnHandle struct{ cancel context.CancelCauseFunc }
+
+// New checks cfg and returns a Server. Every bad field is named in the
+// error.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:      cfg,
+		loopback: IsLoopbackAddr(cfg.ListenAddr),
+		origins:  make(map[string]bool, len(cfg.AllowedOrigins)),
+		turns:    make(map[*turnHandle]struct{}),
+	}
+	for _, o := range cfg.AllowedOrigins {
+		n, _ := normalizeOrigin(o)
+		s.origins[n] = true
+	}
+	s.keyHash = sha256.Sum256([]byte(cfg.APIKey))
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	s.tracer = tp.Tracer("github.com/clodex/clodex/dataplane/gateway")
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	s.models, s.modelIDs = renderModels(cfg.Models.List())
+	return s, nil
+}
+
+// Close cancels every in-flight turn (their sockets are closed with 1001,
+// "server shutting down") and waits for the background socket closes.
+// Call it after http.Server.Shutdown has given turns their grace period.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for h := range s.turns {
+		h.cancel(errShuttingDown)
+	}
+	s.mu.Unlock()
+	s.bg.Wait()
+	return nil
+}
+
+var (
+	errShuttingDown = errors.New("server shutting down")
+	errTotalTimeout = errors.New("turn exceeded its total deadline")
+)
+
+func (s *Server) track(cancel context.CancelCauseFunc) (*turnHandle, bool) {
+	h := &turnHandle{cancel: cancel}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, false
+	}
+	s.turns[h] = struct{}{}
+	s.bg.Add(1) // released by the turn once its socket is closed
+	return h, true
+}
+
+func (s *Server) untrack(h *turnHandle) {
+	s.mu.Lock()
+	delete(s.turns, h)
+	s.mu.Unlock()
+}
+
+// Handler returns the API handler: listener checks, routing, one log line
+// and one metric per request.
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+
+// record is the per-request state the boundary logs once.
+type record struct {
+	http.ResponseWriter
+	status int
+	err    error  // the error behind a failure status, logged once
+	model  string // requested model, when known
+}
+
+func (r *record) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *record) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush on the real writer.
+func (r *record) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &record{ResponseWriter: w}
+	reqID := newID("req_")
+	w.Header().Set("Request-Id", reqID)
+	s.route(rec, r)
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	s.metrics.requests.WithLabelValues(strconv.Itoa(rec.status)).Inc()
+	level := slog.LevelDebug
+	if r.Method == http.MethodPost {
+		level = slog.LevelInfo
+	}
+	if rec.status >= 500 {
+		level = slog.LevelWarn
+	}
+	if !s.cfg.Logger.Enabled(r.Context(), level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String(keyRequestID, reqID),
+		slog.String(keyMethod, r.Method),
+		slog.String(keyPath, r.URL.Path),
+		slog.Int(keyStatus, rec.status),
+		slog.Duration(keyDuration, time.Since(start)),
+	}
+	if rec.model != "" {
+		attrs = append(attrs, slog.String(keyModel, rec.model))
+	}
+	if rec.err != nil {
+		attrs = append(attrs, slog.String(keyErr, rec.err.Error()))
+	}
+	s.cfg.Logger.LogAttrs(r.Context(), level, "request", attrs...)
+}
+
+func (s *Server) route(w *record, r *http.Request) {
+	if !s.checkListener(w, r) {
+		return
+	}
+	if r.Method == http.MethodHead {
+		w.WriteHeader(http.StatusOK) // Claude Code's preconnect: any path
+		return
+	}
+	if r.URL.Path == "/healthz" && r.Method == http.MethodGet {
+		writeJSON(w, http.StatusOK, []byte(`{"ok":true}`))
+		return
+	}
+	if !s.loopback && !s.checkKey(w, r) {
+		return
+	}
+	switch p := r.URL.Path; {
+	case p == "/v1/messages" && r.Method == http.MethodPost:
+		s.serveMessages(w, r)
+	case p == "/v1/messages/count_tokens" && r.Method == http.MethodPost:
+		s.serveCountTokens(w, r)
+	case p == "/v1/models" && r.Method == http.MethodGet:
+		writeJSON(w, http.StatusOK, s.models)
+	case strings.HasPrefix(p, "/v1/models/") && r.Method == http.MethodGet:
+		id := strings.TrimPrefix(p, "/v1/models/")
+		if body, ok := s.modelIDs[id]; ok {
+			writeJSON(w, http.StatusOK, body)
+			return
+		}
+		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("Model '%s' not found", id))
+	default:
+		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("Unknown endpoint: %s %s", r.Method, p))
+	}
+}
+
+// checkListener applies the Host and Origin rules.
+func (s *Server) checkListener(w *record, r *http.Request) bool {
+	if s.loopback {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if !isLoopbackHost(host) {
+			w.err = fmt.Errorf("refused Host %q", r.Host)
+			writeError(w, http.StatusForbidden, "permission_error",
+				fmt.Sprintf("Host %q is not a loopback host; this listener only answers requests for localhost, 127.0.0.1 or [::1]", r.Host))
+			return false
+		}
+	}
+	if origin, ok := r.Header["Origin"]; ok {
+		o := ""
+		if len(origin) > 0 {
+			o = origin[0]
+		}
+		n, err := normalizeOrigin(o)
+		if err != nil || !s.origins[n] {
+			w.err = fmt.Errorf("refused Origin %q", o)
+			writeError(w, http.StatusForbidden, "permission_error",
+				fmt.Sprintf("Origin %q is not allowed; browsers may not call this API unless the origin is listed with --allowed-origins", o))
+			return false
+		}
+	}
+	return true
+}
+
+// checkKey requires the configured key on a non-loopback listener.
+func (s *Server) checkKey(w *record, r *http.Request) bool {
+	key := strings.TrimSpace(r.Header.Get("X-Api-Key"))
+	if key == "" {
+		if auth := r.Header.Get("Authorization"); len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
+			key = strings.TrimSpace(auth[7:])
+		}
+	}
+	got := sha256.Sum256([]byte(key))
+	if key == "" || subtle.ConstantTimeCompare(got[:], s.keyHash[:]) != 1 {
+		w.err = errors.New("missing or wrong API key")
+		writeError(w, http.StatusUnauthorized, "authentication_error",
+			"invalid x-api-key: this listener requires the configured API key in x-api-key or Authorization: Bearer")
+		return false
+	}
+	return true
+}
+
+// httpError is a local failure answered with an Anthropic error body.
+type httpError struct {
+	status  int
+	typ     string
+	message string
+}
+
+func (e *httpError) Error() string { return e.message }
+
+// readBody checks the content type, size and encoding of a POST body and
+// returns it decoded.
+func (s *Server) readBody(r *http.Request) ([]byte, *httpError) {
+	ct := r.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		return nil, &httpError{http.StatusUnsupportedMediaType, "invalid_request_error",
+			fmt.Sprintf("Content-Type %q is not supported; send Content-Type: application/json", ct)}
+	}
+	limit := s.cfg.MaxBodyBytes
+	tooLarge := &httpError{http.StatusRequestEntityTooLarge, "request_too_large",
+		fmt.Sprintf("Request body exceeds the %d byte limit", limit)}
+	if r.ContentLength > limit {
+		return nil, tooLarge
+	}
+	body, err := readBodyLimited(r.Body, r.ContentLength, limit)
+	if err != nil {
+		if errors.Is(err, errTooLarge) {
+			return nil, tooLarge
+		}
+		return nil, &httpError{http.StatusBadRequest, "invalid_request_error", "Could not read the request body"}
+	}
+	encodings := r.Header.Values("Content-Encoding")
+	var codings []string
+	for _, v := range encodings {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
+				codings = append(codings, c)
+			}
+		}
+	}
+	for i := len(codings) - 1; i >= 0; i-- {
+		body, err = decode(codings[i], body, limit)
+		switch {
+		case errors.Is(err, errTooLarge):
+			return nil, tooLarge
+		case errors.Is(err, errUnknownEncoding):
+			return nil, &httpError{http.StatusUnsupportedMediaType, "invalid_request_error",
+				fmt.Sprintf("Content-Encoding %q is not supported; send gzip, deflate or identity", codings[i])}
+		case err != nil:
+			return nil, &httpError{http.StatusBadRequest, "invalid_request_error",
+				fmt.Sprintf("Request body is not valid %s data", codings[i])}
+		}
+	}
+	return body, nil
+}
+
+var (
+	errTooLarge        = errors.New("body too large")
+	errUnknownEncoding = errors.New("unknown content encoding")
+)
+
+// readBodyLimited reads a request body of the announced length (-1 when
+// unknown) into one buffer. net/http ends a body at its Content-Length.
+func readBodyLimited(r io.Reader, length, limit int64) ([]byte, error) {
+	if length <= 0 || length > limit {
+		return readLimited(r, limit)
+	}
+	buf := make([]byte, length)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+func readLimited(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errTooLarge
+	}
+	return b, nil
+}
+
+func decode(coding string, body []byte, limit int64) ([]byte, error) {
+	var rd io.ReadCloser
+	var err error
+	switch coding {
+	case "gzip", "x-gzip":
+		rd, err = gzip.NewReader(bytes.NewReader(body))
+	case "deflate":
+		// RFC 9110 deflate is zlib-wrapped; some clients send raw deflate.
+		rd, err = zlib.NewReader(bytes.NewReader(body))
+		if err != nil {
+			rd, err = flate.NewReader(bytes.NewReader(body)), nil
+		}
+	default:
+		return nil, errUnknownEncoding
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	return readLimited(rd, limit)
+}
+
+func (s *Server) serveCountTokens(w *record, r *http.Request) {
+	body, herr := s.readBody(r)
+	if herr != nil {
+		w.err = herr
+		writeError(w, herr.status, herr.typ, herr.message)
+		return
+	}
+	n, err := translate.CountTokens(body)
+	if err != nil {
+		w.err = err
+		writeError(w, http.StatusBadRequest, "invalid_request_error", requestErrorMessage(err))
+		return
+	}
+	w.Header().Set("X-Relay-Token-Count-Source", "local-estimate")
+	writeJSON(w, http.StatusOK, []byte(`{"input_tokens":`+strconv.Itoa(n)+`}`))
+}
+
+func requestErrorMessage(err error) string {
+	var re *translate.RequestError
+	if errors.As(err, &re) {
+		return re.Error()
+	}
+	return "Invalid request body"
+}
+
+type modelEntry struct {
+	Type           string `json:"type"`
+	ID             string `json:"id"`
+	DisplayName    string `json:"display_name"`
+	CreatedAt      string `json:"created_at"`
+	ContextWindow  int    `json:"context_window"`
+	MaxInputTokens int    `json:"max_input_tokens"`
+}
+
+// renderModels builds the GET /v1/models body (spec 8.3) and one body per
+// model id.
+func renderModels(list []translate.ModelInfo) ([]byte, map[string][]byte) {
+	entries := make([]modelEntry, 0, len(list))
+	byID := make(map[string][]byte, len(list))
+	for _, m := range list {
+		e := modelEntry{Type: "model", ID: m.ID, DisplayName: m.DisplayName, CreatedAt: "2025-01-01T00:00:00Z",
+			ContextWindow: m.ContextWindow, MaxInputTokens: m.ContextWindow}
+		if e.DisplayName == "" {
+			e.DisplayName = m.ID
+		}
+		entries = append(entries, e)
+		b, _ := json.Marshal(e)
+		byID[m.ID] = b
+	}
+	page := struct {
+		Data    []modelEntry `json:"data"`
+		HasMore bool         `json:"has_more"`
+		FirstID *string      `json:"first_id"`
+		LastID  *string      `json:"last_id"`
+	}{Data: entries}
+	if len(entries) > 0 {
+		page.FirstID, page.LastID = &entries[0].ID, &entries[len(entries)-1].ID
+	}
+	b, _ := json.Marshal(page)
+	return b, byID
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// writeError answers with Anthropic's error body.
+func writeError(w http.ResponseWriter, status int, typ, message string) {
+	body, _ := json.Marshal(struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}{Type: "error", Error: struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}{typ, message}})
+	writeJSON(w, status, body)
+}
+
+// newID returns prefix + 24 hex digits. The ids only need to be unique
+// (request and message ids), so the fast, randomly seeded math/rand/v2
+// generator is enough; it costs no system call.
+func newID(prefix string) string {
+	var b [12]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
+	return prefix + hex.EncodeToString(b[:])
+}
