@@ -1,0 +1,56 @@
+# clodex — build, test and run targets. `make help` lists them.
+
+GO       ?= go
+TOOL     := $(GO) tool -modfile=tools/go.mod
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+BINARIES := clodex-dataplane clodex-controlplane clodexctl clodex-sim
+
+.PHONY: help build test lint vet fmt generate check-generated bench bench-controlplane mutation run clients clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## build every binary into ./bin
+	@mkdir -p bin
+	@for b in $(BINARIES); do \
+		if [ -d cmd/$$b ]; then $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/$$b ./cmd/$$b || exit 1; fi; \
+	done
+
+test: ## the whole test suite (what CI runs): generated code, format, vet, race tests, real clients
+	./scripts/test.sh
+
+lint: vet check-generated ## vet, gofmt and buf lint
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet: ## go vet
+	$(GO) vet ./...
+
+fmt: ## gofmt the tree
+	gofmt -w $$(git ls-files '*.go')
+
+generate: ## regenerate protobuf and gRPC code with the pinned buf and plugins
+	$(TOOL) buf generate
+
+check-generated: ## fail when committed generated code is stale
+	./scripts/check-generated.sh
+
+bench: ## microbenchmarks and the control-plane RPC benchmark, side by side
+	$(GO) test -run='^$$' -bench=. -benchmem ./internal/pacing ./controlplane ./controlplane/store ./internal/codexsim ./dataplane/translate ./dataplane/retry ./dataplane/admission
+	$(GO) test -run='^$$' -bench='IdleHeadMemory|UpstreamBytes30Turns|SubagentFanOutSockets' -benchtime=1x -benchmem ./dataplane/pool
+	./scripts/bench-controlplane.sh
+
+bench-controlplane: ## Admit vs a no-op RPC floor over a real loopback listener
+	./scripts/bench-controlplane.sh
+
+mutation: ## mutation testing of the pacing core (slow; not part of `make test`)
+	cd internal/pacing && $(TOOL) gremlins unleash --config .gremlins.yaml .
+
+run: ## run clodex: the data plane, in front of the emulator when ~/.codex/auth.json is missing
+	./scripts/run.sh
+
+clients: ## install the pinned Claude Code and Codex CLI used by the end-to-end tests
+	./scripts/install-clients.sh
+
+clean: ## remove build output
+	rm -rf bin
