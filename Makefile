@@ -44,7 +44,7 @@ bench-controlplane: ## Admit vs a no-op RPC floor over a real loopback listener
 	./scripts/bench-controlplane.sh
 
 mutation: ## mutation testing of the pacing core (slow; not part of `make test`)
-	cd internal/pacing && $(TOOL) gremlins unleash --config .gremlins.yaml .
+	$(TOOL) gremlins unleash --integration=false --workers 1 --threshold-efficacy 90 ./internal/pacing
 
 run: ## run clodex: the data plane, in front of the emulator when ~/.codex/auth.json is missing
 	./scripts/run.sh

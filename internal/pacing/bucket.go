@@ -226,7 +226,8 @@ func (b *Bucket) State() State {
 }
 
 // Restore rebuilds a bucket for p from a snapshot. Tokens are clamped to
-// [F − 1, burst] (NaN counts as full).
+// [F − 1, burst] (NaN counts as full). Reservation ids start afresh, so reservations taken
+// before the snapshot cannot be refunded through RefundReservation.
 func Restore(p Policy, s State) *Bucket {
 	b := NewBucket(p, s.Updated)
 	lo := b.floor - tokenUnits
