@@ -51,6 +51,7 @@ func (a *adminService) SetRate(ctx context.Context, req *controlplanev1.SetRateR
 	s.log.InfoContext(ctx, "rate set", "account", acct.Key, "rate_per_minute", acct.Policy.RatePerMinute,
 		"burst", acct.Policy.Burst, "policy_version", acct.PolicyVersion)
 	s.notePolicy(ctx, acct)
+	s.agents.push(acct.Key)
 	return &controlplanev1.SetRateResponse{Account: toProto(acct)}, nil
 }
 
@@ -78,6 +79,7 @@ func (a *adminService) SetBudget(ctx context.Context, req *controlplanev1.SetBud
 		"total_timeout_ms", b.TotalTimeout.Milliseconds(), "max_retries", b.MaxRetries,
 		"wait_bound_ms", b.WaitBound.Milliseconds(), "policy_version", acct.PolicyVersion)
 	s.notePolicy(ctx, acct)
+	s.agents.push(acct.Key)
 	return &controlplanev1.SetBudgetResponse{Account: toProto(acct)}, nil
 }
 
@@ -163,7 +165,29 @@ func toProto(a store.Account) *controlplanev1.Account {
 		CanRefuse:      p.CanRefuse(),
 		Enabled:        p.Enabled(),
 		Custom:         a.Custom,
+
+		EffectiveRatePerMinute: int32(a.EffectiveRate),
+		Adaptive:               a.Adaptive,
 	}
+}
+
+func (a *adminService) ListAgents(context.Context, *controlplanev1.ListAgentsRequest) (*controlplanev1.ListAgentsResponse, error) {
+	return &controlplanev1.ListAgentsResponse{Agents: a.s.agents.list()}, nil
+}
+
+func (a *adminService) SetAdaptive(ctx context.Context, req *controlplanev1.SetAdaptiveRequest) (*controlplanev1.SetAdaptiveResponse, error) {
+	s := a.s
+	if err := validKey(req.GetKey()); err != nil {
+		return nil, s.toStatus(ctx, "SetAdaptive", err)
+	}
+	acct, err := s.opts.Policies.SetAdaptive(ctx, req.GetKey(), req.GetEnabled(), s.now())
+	if err != nil {
+		return nil, s.toStatus(ctx, "SetAdaptive", err)
+	}
+	s.log.InfoContext(ctx, "adaptive mode set", "account", acct.Key, "adaptive", acct.Adaptive,
+		"rate_per_minute", acct.Policy.RatePerMinute, "policy_version", acct.PolicyVersion)
+	s.agents.push(acct.Key)
+	return &controlplanev1.SetAdaptiveResponse{Account: toProto(acct)}, nil
 }
 
 // notePolicy tells the operator what a new policy means when it does not

@@ -75,7 +75,7 @@ func (s *Server) authorize(ctx context.Context, method string) error {
 		return status.Error(codes.Unauthenticated, "missing or invalid bearer token; send authorization: Bearer <agent or admin token>")
 	case r == roleAgent && strings.HasPrefix(method, adminPrefix):
 		s.logDenied(ctx, method, codes.PermissionDenied)
-		return status.Errorf(codes.PermissionDenied, "%s requires the admin token; the agent token may call AdmissionService, health and reflection", method)
+		return status.Errorf(codes.PermissionDenied, "%s requires the admin token; the agent token may call AdmissionService, AgentService, health and reflection", method)
 	}
 	return nil
 }

@@ -12,20 +12,41 @@
 //     the default policy on first use) and returns the decision, the wait
 //     or retry-after, and the policy version it was decided under. Cancel
 //     refunds a still-pending reservation exactly once.
-//   - AdminService: SetRate, SetBudget, GetAccount, ListAccounts. Values
-//     out of range are InvalidArgument naming the allowed range; nothing
-//     is clamped.
+//   - AdminService: SetRate, SetBudget, SetAdaptive, GetAccount,
+//     ListAccounts, ListAgents. Values out of range are InvalidArgument
+//     naming the allowed range; nothing is clamped. Accounts carry the
+//     configured rate_per_minute and the effective_rate_per_minute the
+//     bucket paces at.
+//   - AgentService: Connect is each data plane's stream. The agent sends a
+//     hello (id, host, version, capability version, account keys), then
+//     heartbeats (every 5 s), upstream 403 reports and a goodbye. The
+//     server pushes each of the agent's accounts' policy on connect, on
+//     every change (SetRate, SetBudget, SetAdaptive, an adaptive step)
+//     and whenever the account's live agent count changes; pushes are
+//     coalesced per stream and sent at once. An agent is live for
+//     AgentLiveWindow (15 s) after its last hello or heartbeat while its
+//     stream is open; the fleet loop (every Options.FleetTick) closes
+//     the streams of silent agents. On shutdown every stream gets an
+//     AgentClose with ShutdownReason and ends with Unavailable, through
+//     the OnShutdown hook, before GracefulStop.
+//   - Adaptive mode (per account, stored with the policy): an upstream 403
+//     reported by any agent lowers the effective rate to
+//     max(1, floor(0.7 x effective)) at most once per 10 s; each full
+//     minute without one raises it by max(1, configured / 10), never above
+//     the configured rate. The fleet loop applies raises and pushes them.
 //   - BenchService (only with Options.EnableBench): a no-op with Admit's
 //     authentication and message sizes, the benchmark's floor.
 //   - grpc.health.v1 and server reflection.
 //
 // Authentication: every RPC carries "authorization: Bearer <token>". The
 // admin token may call everything; the agent token may call everything
-// but AdminService (PermissionDenied). A missing or unknown token is
-// Unauthenticated. Tokens are compared in constant time and never logged.
+// but AdminService (PermissionDenied), AgentService included. A missing
+// or unknown token is Unauthenticated. Tokens are compared in constant time and never logged.
 //
 // State lives behind two small interfaces declared here, Admitter and
-// PolicyStore; controlplane/store.Memory implements both.
+// PolicyStore; controlplane/store.Memory implements both. CapabilityVersion
+// is the protocol version this server implements (history in
+// proto/clodex/controlplane/v1/agent.proto).
 //
 // Metrics (private registry, Options.Registerer):
 //
@@ -34,6 +55,9 @@
 //	clodex_controlplane_cancels_total{refunded="true|false"}
 //	clodex_controlplane_account_tokens{account}      bucket level, first 100 accounts
 //	clodex_controlplane_account_rate_per_minute{account}
+//	clodex_controlplane_account_effective_rate_per_minute{account}
+//	clodex_controlplane_upstream_403_total           403s reported by agents
+//	clodex_controlplane_agents                       registered agents
 //
 // The per-account gauges cover only the first MaxTrackedAccounts account
 // keys the server admits (in order of first Admit), so their cardinality

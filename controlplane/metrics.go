@@ -20,11 +20,13 @@ type metrics struct {
 	wait       prometheus.Histogram
 	cancels    [2]prometheus.Counter // [refunded=false, refunded=true]
 	accounts   *accountCollector
+	// upstream403 counts the upgrade 403s agents reported.
+	upstream403 prometheus.Counter
 
 	all []prometheus.Collector
 }
 
-func newMetrics(policies PolicyStore, now func() time.Time) *metrics {
+func newMetrics(policies PolicyStore, now func() time.Time, agents *registry) *metrics {
 	m := &metrics{}
 	admissions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "clodex_controlplane_admissions_total",
@@ -53,8 +55,19 @@ func newMetrics(policies PolicyStore, now func() time.Time) *metrics {
 		rate: prometheus.NewDesc("clodex_controlplane_account_rate_per_minute",
 			"Sustained rate per account; only the first 100 accounts admitted.",
 			[]string{"account"}, nil),
+		effective: prometheus.NewDesc("clodex_controlplane_account_effective_rate_per_minute",
+			"Rate the bucket paces at (below the sustained rate while adaptive mode backs off); only the first 100 accounts admitted.",
+			[]string{"account"}, nil),
 	}
-	m.all = []prometheus.Collector{admissions, m.wait, cancels, m.accounts}
+	m.upstream403 = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "clodex_controlplane_upstream_403_total",
+		Help: "Upstream upgrade 403s reported by agents.",
+	})
+	liveAgents := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "clodex_controlplane_agents",
+		Help: "Registered agents with an open stream.",
+	}, func() float64 { return float64(agents.len()) })
+	m.all = []prometheus.Collector{admissions, m.wait, cancels, m.accounts, m.upstream403, liveAgents}
 	return m
 }
 
@@ -92,6 +105,7 @@ type accountCollector struct {
 	policies     PolicyStore
 	now          func() time.Time
 	tokens, rate *prometheus.Desc
+	effective    *prometheus.Desc
 
 	full atomic.Bool // set once MaxTrackedAccounts keys are tracked
 	seen sync.Map    // key -> struct{}; lock-free lookups on the hot path
@@ -124,6 +138,7 @@ func (c *accountCollector) track(key string) {
 func (c *accountCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.tokens
 	ch <- c.rate
+	ch <- c.effective
 }
 
 func (c *accountCollector) Collect(ch chan<- prometheus.Metric) {
@@ -140,5 +155,6 @@ func (c *accountCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.tokens, prometheus.GaugeValue, a.Tokens, key)
 		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, float64(a.Policy.RatePerMinute), key)
+		ch <- prometheus.MustNewConstMetric(c.effective, prometheus.GaugeValue, float64(a.EffectiveRate), key)
 	}
 }

@@ -42,6 +42,16 @@ type PolicyStore interface {
 	UpdatePolicy(ctx context.Context, key string, now time.Time, update func(pacing.Policy) (pacing.Policy, error)) (store.Account, error)
 	Account(ctx context.Context, key string, now time.Time) (store.Account, error)
 	Accounts(ctx context.Context, now time.Time) ([]store.Account, error)
+	// Defaults is the policy of an account without a stored one.
+	Defaults() pacing.Policy
+	// SetAdaptive turns adaptive mode on or off (persisted with the policy).
+	SetAdaptive(ctx context.Context, key string, enabled bool, now time.Time) (store.Account, error)
+	// Report403 records an upstream 403; changed reports a lowered
+	// effective rate. store.ErrNotFound for an unknown key.
+	Report403(ctx context.Context, key string, now time.Time) (acct store.Account, changed bool, err error)
+	// Adapt applies the adaptive raises due by now and returns the
+	// accounts whose effective rate changed.
+	Adapt(ctx context.Context, now time.Time) ([]store.Account, error)
 }
 
 // Options configures New. Options is copied; New does not keep a pointer
@@ -76,7 +86,17 @@ type Options struct {
 	// DrainDelay is how long Serve waits after marking health NOT_SERVING
 	// before it stops accepting. (Optional; default 0)
 	DrainDelay time.Duration
+	// FleetTick is how often Serve expires silent agents and applies
+	// adaptive raises (pushing the new rates). (Optional; default 1s)
+	FleetTick time.Duration
 }
+
+// DefaultFleetTick is the default Options.FleetTick.
+const DefaultFleetTick = time.Second
+
+// ShutdownReason is the reason agent streams are closed with when the
+// server shuts down (an AgentClose, then status Unavailable).
+const ShutdownReason = "control plane shutting down"
 
 // Server is the control plane's gRPC server.
 type Server struct {
@@ -91,6 +111,8 @@ type Server struct {
 	warnPlaintext sync.Once
 	deniedLog     rate.Sometimes // limits "rpc denied" logs to 10, then one a minute
 	notices       pacing.Notices // one-time operator notices, keyed per account
+	agents        *registry
+	streams       sync.WaitGroup // agent streams' receive loops
 
 	mu          sync.Mutex // guards the following fields
 	streamHooks []func(reason string)
@@ -99,6 +121,7 @@ type Server struct {
 var (
 	_ controlplanev1.AdmissionServiceServer = (*admissionService)(nil)
 	_ controlplanev1.AdminServiceServer     = (*adminService)(nil)
+	_ controlplanev1.AgentServiceServer     = (*agentService)(nil)
 	_ controlplanev1.BenchServiceServer     = (*benchService)(nil)
 )
 
@@ -120,8 +143,8 @@ func New(opts Options) (*Server, error) {
 	if !opts.AdminToken.IsZero() && opts.AdminToken.Equal(opts.AgentToken) {
 		errs = append(errs, errors.New("AdminToken and AgentToken must differ"))
 	}
-	if opts.ShutdownGrace < 0 || opts.DrainDelay < 0 {
-		errs = append(errs, errors.New("ShutdownGrace and DrainDelay must not be negative"))
+	if opts.ShutdownGrace < 0 || opts.DrainDelay < 0 || opts.FleetTick < 0 {
+		errs = append(errs, errors.New("ShutdownGrace, DrainDelay and FleetTick must not be negative"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("new control plane server: %w", err)
@@ -135,6 +158,9 @@ func New(opts Options) (*Server, error) {
 	if opts.ShutdownGrace == 0 {
 		opts.ShutdownGrace = DefaultShutdownGrace
 	}
+	if opts.FleetTick == 0 {
+		opts.FleetTick = DefaultFleetTick
+	}
 	s := &Server{
 		opts: opts,
 		log:  opts.Logger.With("component", "controlplane"),
@@ -142,8 +168,10 @@ func New(opts Options) (*Server, error) {
 		auth: newAuthenticator(opts.AdminToken, opts.AgentToken),
 
 		deniedLog: rate.Sometimes{First: 10, Interval: time.Minute},
+		agents:    newRegistry(opts.Now),
 	}
-	s.metrics = newMetrics(opts.Policies, opts.Now)
+	s.OnShutdown(s.agents.closeAll)
+	s.metrics = newMetrics(opts.Policies, opts.Now, s.agents)
 	if opts.Registerer != nil {
 		if err := s.metrics.register(opts.Registerer); err != nil {
 			return nil, fmt.Errorf("new control plane server: register metrics: %w", err)
@@ -165,6 +193,7 @@ func New(opts Options) (*Server, error) {
 	s.grpc = grpc.NewServer(serverOpts...)
 	controlplanev1.RegisterAdmissionServiceServer(s.grpc, &admissionService{s: s})
 	controlplanev1.RegisterAdminServiceServer(s.grpc, &adminService{s: s})
+	controlplanev1.RegisterAgentServiceServer(s.grpc, &agentService{s: s})
 	if opts.EnableBench {
 		controlplanev1.RegisterBenchServiceServer(s.grpc, &benchService{})
 	}
@@ -181,8 +210,7 @@ func New(opts Options) (*Server, error) {
 // OnShutdown registers hook to run when Serve begins shutting down, before
 // GracefulStop: it must end its long-lived streams with the given reason
 // so GracefulStop need not wait for them. Hooks run synchronously, in
-// registration order. (No service holds long-lived streams yet; agent
-// streams will.)
+// registration order. New registers the agent streams' hook first.
 func (s *Server) OnShutdown(hook func(reason string)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -192,15 +220,23 @@ func (s *Server) OnShutdown(hook func(reason string)) {
 // Serve serves lis until ctx ends, then shuts down: health NOT_SERVING,
 // the drain delay, the shutdown hooks, GracefulStop bounded by the shutdown
 // grace, then Stop. It returns nil after a shutdown caused by ctx, and the
-// serving error otherwise. A Server serves once.
+// serving error otherwise. A Server serves once. While serving it expires
+// silent agents and applies adaptive raises every Options.FleetTick.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.checkPlaintext(lis.Addr())
 	s.log.InfoContext(ctx, "serving", "addr", lis.Addr().String(), "tls", s.opts.TLS != nil)
+	fleetCtx, stopFleet := context.WithCancel(ctx)
+	fleetStopped := make(chan struct{})
+	go s.fleetLoop(fleetCtx, fleetStopped)
+	defer func() { stopFleet(); <-fleetStopped }()
 	errc := make(chan error, 1) // buffered: serveLoop must not block if Serve already returned
 	go s.serveLoop(lis, errc)
 	select {
 	case err := <-errc:
 		if err != nil {
+			s.agents.closeAll(ShutdownReason)
+			s.grpc.Stop()
+			s.streams.Wait()
 			return fmt.Errorf("serve %s: %w", lis.Addr(), err)
 		}
 		return nil
@@ -227,7 +263,7 @@ func (s *Server) shutdown(ctx context.Context) {
 	hooks := append([]func(string){}, s.streamHooks...)
 	s.mu.Unlock()
 	for _, h := range hooks {
-		h("control plane shutting down")
+		h(ShutdownReason)
 	}
 	force := time.AfterFunc(s.opts.ShutdownGrace, func() {
 		s.log.Warn("graceful stop exceeded its grace; stopping", "grace", s.opts.ShutdownGrace)
@@ -235,6 +271,7 @@ func (s *Server) shutdown(ctx context.Context) {
 	})
 	s.grpc.GracefulStop()
 	force.Stop()
+	s.streams.Wait() // agent receive loops end with their streams
 }
 
 // Stop stops the server at once, closing every connection.

@@ -112,6 +112,9 @@ func TestGolden(t *testing.T) {
 			admitN(t, srv, "chatgpt-account-2", 1)
 		}, []string{"accounts", "-o", "json"}},
 		{"accounts_empty_json", nil, []string{"-o", "json", "accounts"}},
+		{"set_adaptive_table", nil, []string{"set-adaptive", acct1, "on"}},
+		{"set_adaptive_off_json", nil, []string{"set-adaptive", "--key", account.Key(acct1), "off", "-o", "json"}},
+		{"agents_empty_table", nil, []string{"agents"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -150,7 +153,7 @@ func TestGetJSONContract(t *testing.T) {
 		t.Errorf("account, key = %v, %v", m["account"], m["key"])
 	}
 	want := map[string]string{"rate_per_minute": "60", "burst": "10", "tokens": "9", "wait_bound_ms": "4833",
-		"idle_timeout_ms": "120000", "total_timeout_ms": "600000", "max_retries": "5"}
+		"idle_timeout_ms": "120000", "total_timeout_ms": "600000", "max_retries": "5", "effective_rate_per_minute": "60"}
 	for k, v := range want {
 		n, ok := m[k].(json.Number)
 		if !ok || n.String() != v {
@@ -179,7 +182,12 @@ func TestBadInput(t *testing.T) {
 		{"unknown account", []string{"get", "nobody"}, "get: account nobody is unknown to the control plane (key " + account.Key("nobody") + ")", 1},
 		{"bad key", []string{"get", "--key", "acct_XYZ"}, `get: --key "acct_XYZ" is not an account key; want acct_ followed by 16 lowercase hex digits`, 2},
 		{"no account", []string{"get"}, "get: missing ACCOUNT (the ChatGPT account id) or --key KEY", 2},
-		{"unknown command", []string{"frob"}, `unknown command "frob"; allowed: set-rate, set-budget, get, accounts`, 2},
+		{"unknown command", []string{"frob"}, `unknown command "frob"; allowed: set-rate, set-budget, set-adaptive, get, accounts, agents`, 2},
+		{"adaptive missing", []string{"set-adaptive", acct1}, "set-adaptive: missing on|off", 2},
+		{"adaptive bad value", []string{"set-adaptive", acct1, "maybe"}, `set-adaptive: adaptive mode "maybe" is invalid; allowed on, off`, 2},
+		{"adaptive extra", []string{"set-adaptive", acct1, "on", "x"}, `set-adaptive: unexpected argument "x"`, 2},
+		{"adaptive bad key", []string{"set-adaptive", "--key", "acct_1", "on"}, `set-adaptive: --key "acct_1" is not an account key`, 2},
+		{"agents extra", []string{"agents", "x"}, `agents: unexpected argument "x"; agents takes no arguments`, 2},
 		{"unknown flag", []string{"get", acct1, "--frob"}, "get: flag provided but not defined: -frob", 2},
 		{"bad output", []string{"accounts", "-o", "yaml"}, `accounts: -o "yaml" is invalid; allowed table, json`, 2},
 		{"budget nothing", []string{"set-budget", acct1}, "set-budget: nothing to set; give at least one of --idle-timeout (10s..1h)", 2},

@@ -28,6 +28,10 @@ type accountView struct {
 	CanRefuse      bool    `json:"can_refuse"`
 	Enabled        bool    `json:"enabled"`
 	Custom         bool    `json:"custom"`
+	// EffectiveRatePerMinute is the rate the bucket paces at: RatePerMinute
+	// (configured) unless adaptive mode has lowered it.
+	EffectiveRatePerMinute int32 `json:"effective_rate_per_minute"`
+	Adaptive               bool  `json:"adaptive"`
 }
 
 func view(label string, a *controlplanev1.Account) accountView {
@@ -45,6 +49,9 @@ func view(label string, a *controlplanev1.Account) accountView {
 		CanRefuse:      a.GetCanRefuse(),
 		Enabled:        a.GetEnabled(),
 		Custom:         a.GetCustom(),
+
+		EffectiveRatePerMinute: a.GetEffectiveRatePerMinute(),
+		Adaptive:               a.GetAdaptive(),
 	}
 }
 
@@ -72,6 +79,8 @@ func writeAccount(w io.Writer, v accountView) error {
 		{"ACCOUNT", v.Account},
 		{"KEY", v.Key},
 		{"RATE", fmt.Sprintf("%d/min", v.RatePerMinute)},
+		{"EFFECTIVE RATE", fmt.Sprintf("%d/min", v.EffectiveRatePerMinute)},
+		{"ADAPTIVE", onOff(v.Adaptive)},
 		{"BURST", fmt.Sprint(v.Burst)},
 		{"TOKENS", tokens(v.Tokens)},
 		{"WAIT BOUND", ms(v.WaitBoundMs)},
@@ -98,10 +107,11 @@ func onOff(b bool) string {
 // writeAccounts prints accounts as a table, one per row.
 func writeAccounts(w io.Writer, vs []accountView) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tRATE/MIN\tBURST\tTOKENS\tWAIT BOUND\tIDLE\tTOTAL\tRETRIES\tPOLICY\tVERSION")
+	fmt.Fprintln(tw, "KEY\tRATE/MIN\tEFFECTIVE\tADAPTIVE\tBURST\tTOKENS\tWAIT BOUND\tIDLE\tTOTAL\tRETRIES\tPOLICY\tVERSION")
 	for _, v := range vs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\n", v.Key, v.RatePerMinute, v.Burst, tokens(v.Tokens),
-			ms(v.WaitBoundMs), ms(v.IdleTimeoutMs), ms(v.TotalTimeoutMs), v.MaxRetries, policyKind(v), v.PolicyVersion)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\n", v.Key, v.RatePerMinute, v.EffectiveRatePerMinute,
+			onOff(v.Adaptive), v.Burst, tokens(v.Tokens), ms(v.WaitBoundMs), ms(v.IdleTimeoutMs), ms(v.TotalTimeoutMs),
+			v.MaxRetries, policyKind(v), v.PolicyVersion)
 	}
 	return tw.Flush()
 }

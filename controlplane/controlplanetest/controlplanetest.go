@@ -46,6 +46,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// ShutdownGrace bounds GracefulStop. (Optional; default 5s)
 	ShutdownGrace time.Duration
+	// FleetTick is how often the server expires silent agents and applies
+	// adaptive raises. (Optional; default 1s)
+	FleetTick time.Duration
 }
 
 // Server is a running control plane.
@@ -125,6 +128,7 @@ func (s *Server) start(addr string) {
 		Registerer:    s.opts.Registerer,
 		EnableBench:   s.opts.EnableBench,
 		ShutdownGrace: s.opts.ShutdownGrace,
+		FleetTick:     s.opts.FleetTick,
 	})
 	if err != nil {
 		t.Fatalf("controlplanetest: %v", err)

@@ -38,6 +38,9 @@ type storedPolicy struct {
 	IdleTimeoutMs  int64 `json:"idle_timeout_ms"`
 	TotalTimeoutMs int64 `json:"total_timeout_ms"`
 	MaxRetries     int   `json:"max_retries"`
+	// Adaptive is adaptive mode; the effective rate is not stored (it
+	// starts at the configured rate).
+	Adaptive bool `json:"adaptive,omitempty"`
 }
 
 func newStoredPolicy(p pacing.Policy, version int64) storedPolicy {

@@ -42,6 +42,10 @@ type Account struct {
 	Tokens        float64 // at the snapshot's instant; negative is debt
 	PolicyVersion int64   // 0 for the default policy
 	Custom        bool    // the account has a stored policy
+	// EffectiveRate is the rate the bucket paces at: Policy.RatePerMinute
+	// (the configured rate) unless adaptive mode has lowered it.
+	EffectiveRate int
+	Adaptive      bool // adaptive mode is on
 }
 
 // Options configures Open. The zero value is a memory-only store with
@@ -85,7 +89,9 @@ type shard struct {
 }
 
 type entry struct {
-	bucket  *pacing.Bucket
+	bucket  *pacing.Bucket // paces at bucketPolicy()
+	policy  pacing.Policy  // the configured policy
+	adapt   adaptive
 	version int64
 	custom  bool
 	pending []pending // debited reservations still waiting, oldest first
@@ -137,7 +143,10 @@ func Open(opts Options) (*Memory, error) {
 		p := sp.policy()
 		m.policies[key] = sp
 		sh := m.shard(key)
-		sh.accounts[key] = &entry{bucket: pacing.NewBucket(p, t), version: sp.Version, custom: true}
+		e := &entry{policy: p, version: sp.Version, custom: true}
+		e.adapt.reset(sp.Adaptive, p.RatePerMinute, t)
+		e.bucket = pacing.NewBucket(e.bucketPolicy(), t)
+		sh.accounts[key] = e
 	}
 	return m, nil
 }
@@ -159,7 +168,7 @@ func (m *Memory) shard(key string) *shard {
 func (sh *shard) entryLocked(key string, defaults pacing.Policy, now time.Time) *entry {
 	e := sh.accounts[key]
 	if e == nil {
-		e = &entry{bucket: pacing.NewBucket(defaults, now)}
+		e = &entry{bucket: pacing.NewBucket(defaults, now), policy: defaults}
 		sh.accounts[key] = e
 	}
 	return e
@@ -172,6 +181,7 @@ func (m *Memory) Admit(_ context.Context, key string, now time.Time) (Admission,
 	sh.mu.Lock()
 	e := sh.entryLocked(key, m.defaults, now)
 	e.prunePendingLocked(now)
+	e.advanceLocked(now)
 	d := e.bucket.Take(now)
 	a := Admission{Decision: d, PolicyVersion: e.version}
 	if d.Debited && d.Wait > 0 {
@@ -223,25 +233,41 @@ func (m *Memory) Cancel(_ context.Context, key string, id uint64, now time.Time)
 // UpdatePolicy changes key's policy: update receives the current policy
 // (the default one for an account without a stored policy) and returns the
 // new one, or an error that UpdatePolicy returns unchanged. The new policy
-// is persisted before it takes effect; a failed write changes nothing.
-func (m *Memory) UpdatePolicy(_ context.Context, key string, now time.Time, update func(pacing.Policy) (pacing.Policy, error)) (Account, error) {
+// is persisted before it takes effect; a failed write changes nothing. In
+// adaptive mode a new configured rate restarts the effective rate at it.
+func (m *Memory) UpdatePolicy(ctx context.Context, key string, now time.Time, update func(pacing.Policy) (pacing.Policy, error)) (Account, error) {
+	return m.updateStored(ctx, key, now, func(sp storedPolicy) (storedPolicy, error) {
+		p, err := update(sp.policy())
+		if err != nil {
+			return sp, err
+		}
+		adaptive := sp.Adaptive
+		sp = newStoredPolicy(p, sp.Version)
+		sp.Adaptive = adaptive
+		return sp, nil
+	})
+}
+
+// updateStored changes key's stored policy under a new store-wide version,
+// persists it, then applies it to the bucket.
+func (m *Memory) updateStored(_ context.Context, key string, now time.Time, update func(storedPolicy) (storedPolicy, error)) (Account, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur := m.defaults
-	if sp, ok := m.policies[key]; ok {
-		cur = sp.policy()
+	cur, had := m.policies[key]
+	if !had {
+		cur = newStoredPolicy(m.defaults, 0)
 	}
-	p, err := update(cur)
+	next, err := update(cur)
 	if err != nil {
 		return Account{}, err
 	}
 	version := m.version + 1
-	old, had := m.policies[key]
-	m.policies[key] = newStoredPolicy(p, version)
+	next.Version = version
+	m.policies[key] = next
 	if m.file != "" {
 		if err := writePolicyFile(m.file, policyFile{Version: version, Accounts: m.policies}); err != nil {
 			if had {
-				m.policies[key] = old
+				m.policies[key] = cur
 			} else {
 				delete(m.policies, key)
 			}
@@ -250,15 +276,25 @@ func (m *Memory) UpdatePolicy(_ context.Context, key string, now time.Time, upda
 	}
 	m.version = version
 
+	p := next.policy()
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.accounts[key]
 	if e == nil {
-		e = &entry{bucket: pacing.NewBucket(p, now)}
+		e = &entry{}
 		sh.accounts[key] = e
+	}
+	// A new configured rate or mode starts adaptive mode over; a budget
+	// change keeps its effective rate.
+	if e.bucket == nil || e.policy.RatePerMinute != p.RatePerMinute || e.adapt.on != next.Adaptive {
+		e.adapt.reset(next.Adaptive, p.RatePerMinute, now)
+	}
+	e.policy = p
+	if e.bucket == nil {
+		e.bucket = pacing.NewBucket(e.bucketPolicy(), now)
 	} else {
-		e.bucket.SetPolicy(now, p)
+		e.bucket.SetPolicy(now, e.bucketPolicy())
 	}
 	e.version = version
 	e.custom = true
@@ -268,10 +304,12 @@ func (m *Memory) UpdatePolicy(_ context.Context, key string, now time.Time, upda
 func (e *entry) snapshotLocked(key string, now time.Time) Account {
 	return Account{
 		Key:           key,
-		Policy:        e.bucket.Policy(),
+		Policy:        e.policy,
 		Tokens:        e.bucket.Tokens(now),
 		PolicyVersion: e.version,
 		Custom:        e.custom,
+		EffectiveRate: e.bucket.Policy().RatePerMinute,
+		Adaptive:      e.adapt.on,
 	}
 }
 
@@ -284,6 +322,7 @@ func (m *Memory) Account(_ context.Context, key string, now time.Time) (Account,
 	if e == nil {
 		return Account{}, ErrNotFound
 	}
+	e.advanceLocked(now)
 	return e.snapshotLocked(key, now), nil
 }
 
@@ -294,12 +333,17 @@ func (m *Memory) Accounts(_ context.Context, now time.Time) ([]Account, error) {
 		sh := &m.shards[i]
 		sh.mu.Lock()
 		for key, e := range sh.accounts {
+			e.advanceLocked(now)
 			out = append(out, e.snapshotLocked(key, now))
 		}
 		sh.mu.Unlock()
 	}
-	slices.SortFunc(out, func(a, b Account) int { return cmp.Compare(a.Key, b.Key) })
+	sortAccounts(out)
 	return out, nil
+}
+
+func sortAccounts(accts []Account) {
+	slices.SortFunc(accts, func(a, b Account) int { return cmp.Compare(a.Key, b.Key) })
 }
 
 // Len returns the number of known accounts.

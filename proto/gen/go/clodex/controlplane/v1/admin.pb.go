@@ -43,7 +43,12 @@ type Account struct {
 	// enabled is false when rate_per_minute is 0 (pacing off).
 	Enabled bool `protobuf:"varint,11,opt,name=enabled,proto3" json:"enabled,omitempty"`
 	// custom is true when the account has a stored policy (not the default).
-	Custom        bool `protobuf:"varint,12,opt,name=custom,proto3" json:"custom,omitempty"`
+	Custom bool `protobuf:"varint,12,opt,name=custom,proto3" json:"custom,omitempty"`
+	// effective_rate_per_minute is the rate the bucket paces at: equal to
+	// rate_per_minute unless adaptive mode has lowered it.
+	EffectiveRatePerMinute int32 `protobuf:"varint,13,opt,name=effective_rate_per_minute,json=effectiveRatePerMinute,proto3" json:"effective_rate_per_minute,omitempty"`
+	// adaptive reports adaptive mode (see AdminService.SetAdaptive).
+	Adaptive      bool `protobuf:"varint,14,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -158,6 +163,20 @@ func (x *Account) GetEnabled() bool {
 func (x *Account) GetCustom() bool {
 	if x != nil {
 		return x.Custom
+	}
+	return false
+}
+
+func (x *Account) GetEffectiveRatePerMinute() int32 {
+	if x != nil {
+		return x.EffectiveRatePerMinute
+	}
+	return 0
+}
+
+func (x *Account) GetAdaptive() bool {
+	if x != nil {
+		return x.Adaptive
 	}
 	return false
 }
@@ -548,11 +567,291 @@ func (x *ListAccountsResponse) GetAccounts() []*Account {
 	return nil
 }
 
+type ListAgentsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentsRequest) Reset() {
+	*x = ListAgentsRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentsRequest) ProtoMessage() {}
+
+func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
+func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+type ListAgentsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Agents        []*Agent               `protobuf:"bytes,1,rep,name=agents,proto3" json:"agents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentsResponse) Reset() {
+	*x = ListAgentsResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentsResponse) ProtoMessage() {}
+
+func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
+func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListAgentsResponse) GetAgents() []*Agent {
+	if x != nil {
+		return x.Agents
+	}
+	return nil
+}
+
+// Agent is one registered data plane.
+type Agent struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Id                string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Host              string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	Version           string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	CapabilityVersion int32                  `protobuf:"varint,4,opt,name=capability_version,json=capabilityVersion,proto3" json:"capability_version,omitempty"`
+	// accounts are the account keys it serves, sorted.
+	Accounts []string `protobuf:"bytes,5,rep,name=accounts,proto3" json:"accounts,omitempty"`
+	// last_seen_unix_ms is when its last hello or heartbeat arrived.
+	LastSeenUnixMs  int64 `protobuf:"varint,6,opt,name=last_seen_unix_ms,json=lastSeenUnixMs,proto3" json:"last_seen_unix_ms,omitempty"`
+	ConnectedUnixMs int64 `protobuf:"varint,7,opt,name=connected_unix_ms,json=connectedUnixMs,proto3" json:"connected_unix_ms,omitempty"`
+	// live is true within 15 s of last_seen while its stream is open.
+	Live          bool `protobuf:"varint,8,opt,name=live,proto3" json:"live,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Agent) Reset() {
+	*x = Agent{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Agent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Agent) ProtoMessage() {}
+
+func (x *Agent) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Agent.ProtoReflect.Descriptor instead.
+func (*Agent) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Agent) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Agent) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *Agent) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Agent) GetCapabilityVersion() int32 {
+	if x != nil {
+		return x.CapabilityVersion
+	}
+	return 0
+}
+
+func (x *Agent) GetAccounts() []string {
+	if x != nil {
+		return x.Accounts
+	}
+	return nil
+}
+
+func (x *Agent) GetLastSeenUnixMs() int64 {
+	if x != nil {
+		return x.LastSeenUnixMs
+	}
+	return 0
+}
+
+func (x *Agent) GetConnectedUnixMs() int64 {
+	if x != nil {
+		return x.ConnectedUnixMs
+	}
+	return 0
+}
+
+func (x *Agent) GetLive() bool {
+	if x != nil {
+		return x.Live
+	}
+	return false
+}
+
+type SetAdaptiveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Enabled       bool                   `protobuf:"varint,2,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAdaptiveRequest) Reset() {
+	*x = SetAdaptiveRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAdaptiveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAdaptiveRequest) ProtoMessage() {}
+
+func (x *SetAdaptiveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAdaptiveRequest.ProtoReflect.Descriptor instead.
+func (*SetAdaptiveRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetAdaptiveRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SetAdaptiveRequest) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+type SetAdaptiveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Account       *Account               `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAdaptiveResponse) Reset() {
+	*x = SetAdaptiveResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAdaptiveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAdaptiveResponse) ProtoMessage() {}
+
+func (x *SetAdaptiveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAdaptiveResponse.ProtoReflect.Descriptor instead.
+func (*SetAdaptiveResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetAdaptiveResponse) GetAccount() *Account {
+	if x != nil {
+		return x.Account
+	}
+	return nil
+}
+
 var File_clodex_controlplane_v1_admin_proto protoreflect.FileDescriptor
 
 const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\"clodex/controlplane/v1/admin.proto\x12\x16clodex.controlplane.v1\"\x80\x03\n" +
+	"\"clodex/controlplane/v1/admin.proto\x12\x16clodex.controlplane.v1\"\xd7\x03\n" +
 	"\aAccount\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
 	"\x0frate_per_minute\x18\x02 \x01(\x05R\rratePerMinute\x12\x14\n" +
@@ -568,7 +867,9 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"can_refuse\x18\n" +
 	" \x01(\bR\tcanRefuse\x12\x18\n" +
 	"\aenabled\x18\v \x01(\bR\aenabled\x12\x16\n" +
-	"\x06custom\x18\f \x01(\bR\x06custom\"o\n" +
+	"\x06custom\x18\f \x01(\bR\x06custom\x129\n" +
+	"\x19effective_rate_per_minute\x18\r \x01(\x05R\x16effectiveRatePerMinute\x12\x1a\n" +
+	"\badaptive\x18\x0e \x01(\bR\badaptive\"o\n" +
 	"\x0eSetRateRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
 	"\x0frate_per_minute\x18\x02 \x01(\x05R\rratePerMinute\x12\x19\n" +
@@ -593,13 +894,33 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\aaccount\x18\x01 \x01(\v2\x1f.clodex.controlplane.v1.AccountR\aaccount\"\x15\n" +
 	"\x13ListAccountsRequest\"S\n" +
 	"\x14ListAccountsResponse\x12;\n" +
-	"\baccounts\x18\x01 \x03(\v2\x1f.clodex.controlplane.v1.AccountR\baccounts2\x9c\x03\n" +
+	"\baccounts\x18\x01 \x03(\v2\x1f.clodex.controlplane.v1.AccountR\baccounts\"\x13\n" +
+	"\x11ListAgentsRequest\"K\n" +
+	"\x12ListAgentsResponse\x125\n" +
+	"\x06agents\x18\x01 \x03(\v2\x1d.clodex.controlplane.v1.AgentR\x06agents\"\xfb\x01\n" +
+	"\x05Agent\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12-\n" +
+	"\x12capability_version\x18\x04 \x01(\x05R\x11capabilityVersion\x12\x1a\n" +
+	"\baccounts\x18\x05 \x03(\tR\baccounts\x12)\n" +
+	"\x11last_seen_unix_ms\x18\x06 \x01(\x03R\x0elastSeenUnixMs\x12*\n" +
+	"\x11connected_unix_ms\x18\a \x01(\x03R\x0fconnectedUnixMs\x12\x12\n" +
+	"\x04live\x18\b \x01(\bR\x04live\"@\n" +
+	"\x12SetAdaptiveRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
+	"\aenabled\x18\x02 \x01(\bR\aenabled\"P\n" +
+	"\x13SetAdaptiveResponse\x129\n" +
+	"\aaccount\x18\x01 \x01(\v2\x1f.clodex.controlplane.v1.AccountR\aaccount2\xe9\x04\n" +
 	"\fAdminService\x12Z\n" +
 	"\aSetRate\x12&.clodex.controlplane.v1.SetRateRequest\x1a'.clodex.controlplane.v1.SetRateResponse\x12`\n" +
 	"\tSetBudget\x12(.clodex.controlplane.v1.SetBudgetRequest\x1a).clodex.controlplane.v1.SetBudgetResponse\x12c\n" +
 	"\n" +
 	"GetAccount\x12).clodex.controlplane.v1.GetAccountRequest\x1a*.clodex.controlplane.v1.GetAccountResponse\x12i\n" +
-	"\fListAccounts\x12+.clodex.controlplane.v1.ListAccountsRequest\x1a,.clodex.controlplane.v1.ListAccountsResponseBMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
+	"\fListAccounts\x12+.clodex.controlplane.v1.ListAccountsRequest\x1a,.clodex.controlplane.v1.ListAccountsResponse\x12c\n" +
+	"\n" +
+	"ListAgents\x12).clodex.controlplane.v1.ListAgentsRequest\x1a*.clodex.controlplane.v1.ListAgentsResponse\x12f\n" +
+	"\vSetAdaptive\x12*.clodex.controlplane.v1.SetAdaptiveRequest\x1a+.clodex.controlplane.v1.SetAdaptiveResponseBMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
 
 var (
 	file_clodex_controlplane_v1_admin_proto_rawDescOnce sync.Once
@@ -613,7 +934,7 @@ func file_clodex_controlplane_v1_admin_proto_rawDescGZIP() []byte {
 	return file_clodex_controlplane_v1_admin_proto_rawDescData
 }
 
-var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*Account)(nil),              // 0: clodex.controlplane.v1.Account
 	(*SetRateRequest)(nil),       // 1: clodex.controlplane.v1.SetRateRequest
@@ -624,25 +945,36 @@ var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*GetAccountResponse)(nil),   // 6: clodex.controlplane.v1.GetAccountResponse
 	(*ListAccountsRequest)(nil),  // 7: clodex.controlplane.v1.ListAccountsRequest
 	(*ListAccountsResponse)(nil), // 8: clodex.controlplane.v1.ListAccountsResponse
+	(*ListAgentsRequest)(nil),    // 9: clodex.controlplane.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),   // 10: clodex.controlplane.v1.ListAgentsResponse
+	(*Agent)(nil),                // 11: clodex.controlplane.v1.Agent
+	(*SetAdaptiveRequest)(nil),   // 12: clodex.controlplane.v1.SetAdaptiveRequest
+	(*SetAdaptiveResponse)(nil),  // 13: clodex.controlplane.v1.SetAdaptiveResponse
 }
 var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
-	0, // 0: clodex.controlplane.v1.SetRateResponse.account:type_name -> clodex.controlplane.v1.Account
-	0, // 1: clodex.controlplane.v1.SetBudgetResponse.account:type_name -> clodex.controlplane.v1.Account
-	0, // 2: clodex.controlplane.v1.GetAccountResponse.account:type_name -> clodex.controlplane.v1.Account
-	0, // 3: clodex.controlplane.v1.ListAccountsResponse.accounts:type_name -> clodex.controlplane.v1.Account
-	1, // 4: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
-	3, // 5: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
-	5, // 6: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
-	7, // 7: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
-	2, // 8: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
-	4, // 9: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
-	6, // 10: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
-	8, // 11: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
-	8, // [8:12] is the sub-list for method output_type
-	4, // [4:8] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: clodex.controlplane.v1.SetRateResponse.account:type_name -> clodex.controlplane.v1.Account
+	0,  // 1: clodex.controlplane.v1.SetBudgetResponse.account:type_name -> clodex.controlplane.v1.Account
+	0,  // 2: clodex.controlplane.v1.GetAccountResponse.account:type_name -> clodex.controlplane.v1.Account
+	0,  // 3: clodex.controlplane.v1.ListAccountsResponse.accounts:type_name -> clodex.controlplane.v1.Account
+	11, // 4: clodex.controlplane.v1.ListAgentsResponse.agents:type_name -> clodex.controlplane.v1.Agent
+	0,  // 5: clodex.controlplane.v1.SetAdaptiveResponse.account:type_name -> clodex.controlplane.v1.Account
+	1,  // 6: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
+	3,  // 7: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
+	5,  // 8: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
+	7,  // 9: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
+	9,  // 10: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
+	12, // 11: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
+	2,  // 12: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
+	4,  // 13: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
+	6,  // 14: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
+	8,  // 15: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
+	10, // 16: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
+	13, // 17: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
+	12, // [12:18] is the sub-list for method output_type
+	6,  // [6:12] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_clodex_controlplane_v1_admin_proto_init() }
@@ -658,7 +990,7 @@ func file_clodex_controlplane_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_admin_proto_rawDesc), len(file_clodex_controlplane_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

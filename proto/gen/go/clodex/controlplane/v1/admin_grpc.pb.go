@@ -23,6 +23,8 @@ const (
 	AdminService_SetBudget_FullMethodName    = "/clodex.controlplane.v1.AdminService/SetBudget"
 	AdminService_GetAccount_FullMethodName   = "/clodex.controlplane.v1.AdminService/GetAccount"
 	AdminService_ListAccounts_FullMethodName = "/clodex.controlplane.v1.AdminService/ListAccounts"
+	AdminService_ListAgents_FullMethodName   = "/clodex.controlplane.v1.AdminService/ListAgents"
+	AdminService_SetAdaptive_FullMethodName  = "/clodex.controlplane.v1.AdminService/SetAdaptive"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -48,6 +50,15 @@ type AdminServiceClient interface {
 	// ListAccounts returns every known account (see GetAccount), ordered by
 	// key.
 	ListAccounts(ctx context.Context, in *ListAccountsRequest, opts ...grpc.CallOption) (*ListAccountsResponse, error)
+	// ListAgents returns the registered agents (live, or expired and not yet
+	// dropped), ordered by id.
+	ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error)
+	// SetAdaptive turns adaptive mode on or off for one account. In adaptive
+	// mode an upstream 403 anywhere in the fleet lowers the effective rate
+	// to max(1, floor(0.7 x effective)) at most once per 10 s, and each full
+	// minute without one raises it by max(1, configured / 10), never above
+	// the configured rate. Turning it off restores the configured rate.
+	SetAdaptive(ctx context.Context, in *SetAdaptiveRequest, opts ...grpc.CallOption) (*SetAdaptiveResponse, error)
 }
 
 type adminServiceClient struct {
@@ -98,6 +109,26 @@ func (c *adminServiceClient) ListAccounts(ctx context.Context, in *ListAccountsR
 	return out, nil
 }
 
+func (c *adminServiceClient) ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAgentsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListAgents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SetAdaptive(ctx context.Context, in *SetAdaptiveRequest, opts ...grpc.CallOption) (*SetAdaptiveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetAdaptiveResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetAdaptive_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -121,6 +152,15 @@ type AdminServiceServer interface {
 	// ListAccounts returns every known account (see GetAccount), ordered by
 	// key.
 	ListAccounts(context.Context, *ListAccountsRequest) (*ListAccountsResponse, error)
+	// ListAgents returns the registered agents (live, or expired and not yet
+	// dropped), ordered by id.
+	ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error)
+	// SetAdaptive turns adaptive mode on or off for one account. In adaptive
+	// mode an upstream 403 anywhere in the fleet lowers the effective rate
+	// to max(1, floor(0.7 x effective)) at most once per 10 s, and each full
+	// minute without one raises it by max(1, configured / 10), never above
+	// the configured rate. Turning it off restores the configured rate.
+	SetAdaptive(context.Context, *SetAdaptiveRequest) (*SetAdaptiveResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -142,6 +182,12 @@ func (UnimplementedAdminServiceServer) GetAccount(context.Context, *GetAccountRe
 }
 func (UnimplementedAdminServiceServer) ListAccounts(context.Context, *ListAccountsRequest) (*ListAccountsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAccounts not implemented")
+}
+func (UnimplementedAdminServiceServer) ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAgents not implemented")
+}
+func (UnimplementedAdminServiceServer) SetAdaptive(context.Context, *SetAdaptiveRequest) (*SetAdaptiveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetAdaptive not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -236,6 +282,42 @@ func _AdminService_ListAccounts_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListAgents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAgentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListAgents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListAgents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListAgents(ctx, req.(*ListAgentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SetAdaptive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetAdaptiveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetAdaptive(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetAdaptive_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetAdaptive(ctx, req.(*SetAdaptiveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -258,6 +340,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAccounts",
 			Handler:    _AdminService_ListAccounts_Handler,
+		},
+		{
+			MethodName: "ListAgents",
+			Handler:    _AdminService_ListAgents_Handler,
+		},
+		{
+			MethodName: "SetAdaptive",
+			Handler:    _AdminService_SetAdaptive_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

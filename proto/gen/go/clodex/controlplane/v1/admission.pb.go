@@ -6,18 +6,12 @@
 
 // Package clodex.controlplane.v1 is the control plane's gRPC API: admission
 // of new upstream sockets (AdmissionService), per-account policy
-// (AdminService) and a no-op service used as the benchmark floor
+// (AdminService), the data planes' agent stream
+// (AgentService) and a no-op service used as the benchmark floor
 // (BenchService).
 //
-// Capability versions (the protocol's version-skew contract; data planes
-// will send theirs on connect once AgentService exists, and the control
-// plane branches on the number, never on release strings):
-//
-//   1 (2026-11-30): AdmissionService.Admit/Cancel, AdminService
-//                   SetRate/SetBudget/GetAccount/ListAccounts.
-//
-// Reserved for the next issue: AgentService (Register plus a stream
-// carrying heartbeats and policy pushes).
+// Capability versions: see enum CapabilityVersion in agent.proto (the
+// history lives there); data planes send theirs in AgentHello.
 
 package controlplanev1
 

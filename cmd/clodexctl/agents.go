@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+const agentsUsage = "agents"
+
+var agentsCmd = &command{
+	name:  "agents",
+	usage: agentsUsage,
+	short: "list the data planes registered with the control plane",
+	run:   runAgents,
+}
+
+type agentsArgs struct{}
+
+// agentView is an agent as clodexctl prints it; scripts rely on the JSON
+// keys. Times are RFC 3339 in UTC.
+type agentView struct {
+	ID                string   `json:"id"`
+	Host              string   `json:"host"`
+	Version           string   `json:"version"`
+	CapabilityVersion int32    `json:"capability_version"`
+	Accounts          []string `json:"accounts"`
+	LastSeen          string   `json:"last_seen"`
+	Connected         string   `json:"connected"`
+	Live              bool     `json:"live"`
+}
+
+func rfc3339(unixMs int64) string {
+	return time.UnixMilli(unixMs).UTC().Format(time.RFC3339)
+}
+
+func agentViewOf(a *controlplanev1.Agent) agentView {
+	accts := a.GetAccounts()
+	if accts == nil {
+		accts = []string{}
+	}
+	return agentView{
+		ID:                a.GetId(),
+		Host:              a.GetHost(),
+		Version:           a.GetVersion(),
+		CapabilityVersion: a.GetCapabilityVersion(),
+		Accounts:          accts,
+		LastSeen:          rfc3339(a.GetLastSeenUnixMs()),
+		Connected:         rfc3339(a.GetConnectedUnixMs()),
+		Live:              a.GetLive(),
+	}
+}
+
+func runAgents(ctx context.Context, e *env, args []string) error {
+	var _ agentsArgs
+	fs := e.flagSet("agents")
+	pos, err := parseArgs(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return usagef("usage: clodexctl %s", agentsUsage)
+	}
+	if err != nil {
+		return err
+	}
+	if err := e.checkOutput(); err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q; agents takes no arguments", pos[0])
+	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	resp, err := c.admin.ListAgents(cctx, &controlplanev1.ListAgentsRequest{})
+	if err != nil {
+		return c.rpcError(err, "", "")
+	}
+	views := make([]agentView, 0, len(resp.GetAgents()))
+	for _, a := range resp.GetAgents() {
+		views = append(views, agentViewOf(a))
+	}
+	if e.g.output == "json" {
+		return writeJSON(e.stdout, views)
+	}
+	return writeAgents(e.stdout, views)
+}
+
+// writeAgents prints agents as a table, one per row.
+func writeAgents(w io.Writer, vs []agentView) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tHOST\tVERSION\tCAP\tLIVE\tLAST SEEN\tACCOUNTS")
+	for _, v := range vs {
+		accts := strings.Join(v.Accounts, ",")
+		if accts == "" {
+			accts = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", v.ID, dash(v.Host), dash(v.Version), v.CapabilityVersion,
+			yesNo(v.Live), v.LastSeen, accts)
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,513 @@
+package controlplane
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/clodex/clodex/controlplane/store"
+	"github.com/clodex/clodex/internal/account"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+// CapabilityVersion is the highest protocol version this control plane
+// implements. The numbers and their history are
+// controlplanev1.CapabilityVersion (proto/clodex/controlplane/v1/agent.proto).
+const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_AGENTS)
+
+const (
+	// AgentLiveWindow is how long an agent counts as live after its last
+	// hello or heartbeat (while its stream is open).
+	AgentLiveWindow = 15 * time.Second
+	// maxAgentIDLen bounds agent ids.
+	maxAgentIDLen = 128
+	// maxAgentAccounts bounds the accounts one agent may register.
+	maxAgentAccounts = 1000
+	// maxAgentField bounds host and version.
+	maxAgentField = 256
+)
+
+// Close reasons sent to agents.
+const (
+	reasonExpired  = "no heartbeat for 15s"
+	reasonReplaced = "replaced by a newer stream with the same agent id"
+)
+
+// agentConn is one connected agent. Fields above mu are immutable.
+type agentConn struct {
+	id, host, version string
+	capability        int
+	connected         time.Time
+	wake              chan struct{} // size 1: there is something to send
+
+	// Guarded by registry.mu:
+	accounts []string        // sorted, distinct
+	lastSeen time.Time       // last hello or heartbeat
+	dirty    map[string]bool // accounts whose policy must be (re)pushed
+	closed   string          // the close reason; "" while open
+}
+
+func (c *agentConn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// registry tracks the connected agents.
+type registry struct {
+	now func() time.Time
+
+	mu      sync.Mutex // guards the following fields and every agentConn's guarded fields
+	agents  map[string]*agentConn
+	closing string // set by closeAll: no new agents
+}
+
+func newRegistry(now func() time.Time) *registry {
+	return &registry{now: now, agents: map[string]*agentConn{}}
+}
+
+func (c *agentConn) liveLocked(now time.Time) bool {
+	return c.closed == "" && now.Sub(c.lastSeen) < AgentLiveWindow
+}
+
+// liveCountLocked counts the live agents serving key.
+func (r *registry) liveCountLocked(key string, now time.Time) int {
+	n := 0
+	for _, c := range r.agents {
+		if c.liveLocked(now) {
+			if _, ok := slices.BinarySearch(c.accounts, key); ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// markLocked marks keys dirty on every open agent serving any of them.
+func (r *registry) markLocked(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	for _, c := range r.agents {
+		if c.closed != "" {
+			continue
+		}
+		marked := false
+		for _, k := range keys {
+			if _, ok := slices.BinarySearch(c.accounts, k); ok {
+				c.dirty[k] = true
+				marked = true
+			}
+		}
+		if marked {
+			c.signal()
+		}
+	}
+}
+
+// add registers c, replacing (and closing) an agent with the same id, and
+// marks its accounts for every agent that serves them. After closeAll it
+// registers nothing and returns the close reason.
+func (r *registry) add(c *agentConn) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing != "" {
+		return r.closing
+	}
+	affected := slices.Clone(c.accounts)
+	if old := r.agents[c.id]; old != nil {
+		old.closed = reasonReplaced
+		old.signal()
+		affected = append(affected, old.accounts...)
+	}
+	for _, k := range c.accounts {
+		c.dirty[k] = true
+	}
+	r.agents[c.id] = c
+	slices.Sort(affected)
+	r.markLocked(slices.Compact(affected))
+	c.signal()
+	return ""
+}
+
+// remove deregisters c (if still registered) and re-pushes its accounts'
+// live counts to the others.
+func (r *registry) remove(c *agentConn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.agents[c.id] != c {
+		return
+	}
+	delete(r.agents, c.id)
+	r.markLocked(c.accounts)
+}
+
+// heartbeat records a heartbeat and the agent's current accounts.
+func (r *registry) heartbeat(c *agentConn, accounts []string) {
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	wasLive := c.liveLocked(now)
+	c.lastSeen = now
+	if slices.Equal(accounts, c.accounts) && wasLive {
+		return
+	}
+	affected := append(slices.Clone(c.accounts), accounts...)
+	slices.Sort(affected)
+	affected = slices.Compact(affected)
+	for _, k := range accounts {
+		c.dirty[k] = true
+	}
+	c.accounts = accounts
+	r.markLocked(affected)
+	c.signal()
+}
+
+// reap closes the agents whose last heartbeat is AgentLiveWindow old.
+func (r *registry) reap(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, c := range r.agents {
+		if c.closed == "" && !c.liveLocked(now) {
+			c.closed = reasonExpired
+			c.signal()
+			delete(r.agents, id)
+			r.markLocked(c.accounts)
+		}
+	}
+}
+
+// closeAll closes every agent stream with reason.
+func (r *registry) closeAll(reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closing = reason
+	for _, c := range r.agents {
+		if c.closed == "" {
+			c.closed = reason
+		}
+		c.signal()
+	}
+}
+
+// push marks key dirty on every agent serving it.
+func (r *registry) push(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.markLocked([]string{key})
+}
+
+// take returns c's dirty accounts with their live counts, and its close
+// reason.
+func (r *registry) take(c *agentConn) (keys []string, live []int, closed string) {
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := range c.dirty {
+		keys = append(keys, k)
+	}
+	clear(c.dirty)
+	slices.Sort(keys)
+	for _, k := range keys {
+		live = append(live, max(r.liveCountLocked(k, now), 1))
+	}
+	return keys, live, c.closed
+}
+
+// len returns the number of registered agents.
+func (r *registry) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.agents)
+}
+
+// list returns every registered agent, ordered by id.
+func (r *registry) list() []*controlplanev1.Agent {
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*controlplanev1.Agent, 0, len(r.agents))
+	for _, c := range r.agents {
+		out = append(out, &controlplanev1.Agent{
+			Id:                c.id,
+			Host:              c.host,
+			Version:           c.version,
+			CapabilityVersion: int32(c.capability),
+			Accounts:          slices.Clone(c.accounts),
+			LastSeenUnixMs:    c.lastSeen.UnixMilli(),
+			ConnectedUnixMs:   c.connected.UnixMilli(),
+			Live:              c.liveLocked(now),
+		})
+	}
+	slices.SortFunc(out, func(a, b *controlplanev1.Agent) int { return cmp.Compare(a.GetId(), b.GetId()) })
+	return out
+}
+
+// validAgentString checks a free-form display field.
+func validAgentString(field, v string) error {
+	if len(v) > maxAgentField {
+		return invalidf("%s is %d bytes; allowed 0..%d", field, len(v), maxAgentField)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' || c > '~' {
+			return invalidf("%s has a byte 0x%02x at %d; allowed printable ASCII", field, c, i)
+		}
+	}
+	return nil
+}
+
+// validAccounts checks and sorts an agent's account keys.
+func validAccounts(keys []string) ([]string, error) {
+	if len(keys) > maxAgentAccounts {
+		return nil, invalidf("accounts lists %d keys; allowed at most %d", len(keys), maxAgentAccounts)
+	}
+	for i, k := range keys {
+		if !account.IsKey(k) {
+			return nil, invalidf("accounts[%d] %q is not an account key; want acct_ followed by 16 lowercase hex digits", i, k)
+		}
+	}
+	out := slices.Clone(keys)
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// validHello checks a hello and returns its sorted accounts.
+func validHello(h *controlplanev1.AgentHello) ([]string, error) {
+	id := h.GetAgentId()
+	switch {
+	case id == "":
+		return nil, invalidf("hello: agent_id is empty; want 1..%d printable ASCII bytes without spaces (host-pid-random)", maxAgentIDLen)
+	case len(id) > maxAgentIDLen:
+		return nil, invalidf("hello: agent_id is %d bytes; allowed 1..%d", len(id), maxAgentIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c > '~' {
+			return nil, invalidf("hello: agent_id has a byte 0x%02x at %d; allowed printable ASCII without spaces", c, i)
+		}
+	}
+	if err := errors.Join(validAgentString("hello: host", h.GetHost()), validAgentString("hello: version", h.GetVersion())); err != nil {
+		return nil, invalidf("%v", err)
+	}
+	if cv := h.GetCapabilityVersion(); cv < 1 {
+		return nil, invalidf("hello: capability_version %d is invalid; allowed 1..%d (this control plane implements %d)", cv, CapabilityVersion, CapabilityVersion)
+	}
+	accts, err := validAccounts(h.GetAccounts())
+	if err != nil {
+		return nil, invalidf("hello: %v", err)
+	}
+	return accts, nil
+}
+
+type agentService struct {
+	controlplanev1.UnimplementedAgentServiceServer
+	s *Server
+}
+
+type agentStream = grpc.BidiStreamingServer[controlplanev1.ConnectRequest, controlplanev1.ConnectResponse]
+
+// Connect registers the agent from its hello, then pushes its accounts'
+// policies whenever they (or their live counts) change, until the agent
+// says goodbye, its stream fails, its heartbeats stop or the server shuts
+// down (AgentClose with the reason, then Unavailable).
+func (a *agentService) Connect(stream agentStream) error {
+	s := a.s
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if hello == nil {
+		return s.toStatus(ctx, "Connect", invalidf("the first message must be a hello; got %T", first.GetMsg()))
+	}
+	accts, err := validHello(hello)
+	if err != nil {
+		return s.toStatus(ctx, "Connect", err)
+	}
+	// A newer agent is served as the newest version this server knows.
+	capability := min(int(hello.GetCapabilityVersion()), CapabilityVersion)
+	now := s.now()
+	c := &agentConn{
+		id: hello.GetAgentId(), host: hello.GetHost(), version: hello.GetVersion(),
+		capability: capability, connected: now, wake: make(chan struct{}, 1),
+		accounts: accts, lastSeen: now, dirty: map[string]bool{},
+	}
+	if reason := s.agents.add(c); reason != "" {
+		_ = stream.Send(&controlplanev1.ConnectResponse{Msg: &controlplanev1.ConnectResponse_Close{Close: &controlplanev1.AgentClose{Reason: reason}}})
+		return status.Error(codes.Unavailable, reason)
+	}
+	defer s.agents.remove(c)
+	s.log.InfoContext(ctx, "agent connected", "agent_id", c.id, "host", c.host, "version", c.version,
+		"capability_version", capability, "accounts", len(accts))
+
+	recvDone := make(chan error, 1) // buffered: recvLoop never blocks on exit
+	s.streams.Add(1)
+	go a.recvLoop(ctx, stream, c, recvDone)
+
+	for {
+		select {
+		case err := <-recvDone:
+			if err == nil {
+				s.log.InfoContext(ctx, "agent said goodbye", "agent_id", c.id)
+			}
+			return err
+		case <-c.wake:
+			if err := a.flush(ctx, stream, c); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+// flush sends c's pending pushes, or its close.
+func (a *agentService) flush(ctx context.Context, stream agentStream, c *agentConn) error {
+	s := a.s
+	keys, live, closed := s.agents.take(c)
+	if closed != "" {
+		_ = stream.Send(&controlplanev1.ConnectResponse{Msg: &controlplanev1.ConnectResponse_Close{Close: &controlplanev1.AgentClose{Reason: closed}}})
+		s.log.InfoContext(ctx, "closing agent stream", "agent_id", c.id, "reason", closed)
+		return status.Error(codes.Unavailable, closed)
+	}
+	for i, k := range keys {
+		push, err := s.policyPush(ctx, k, live[i])
+		if err != nil {
+			return s.toStatus(ctx, "Connect", err)
+		}
+		if err := stream.Send(&controlplanev1.ConnectResponse{Msg: &controlplanev1.ConnectResponse_Policy{Policy: push}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// policyPush builds key's push: its stored account, or the default policy
+// for an account the store does not know yet.
+func (s *Server) policyPush(ctx context.Context, key string, live int) (*controlplanev1.PolicyPush, error) {
+	acct, err := s.opts.Policies.Account(ctx, key, s.now())
+	if errors.Is(err, store.ErrNotFound) {
+		d := s.opts.Policies.Defaults()
+		acct, err = store.Account{Key: key, Policy: d, EffectiveRate: d.RatePerMinute}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("policy push: %w", err)
+	}
+	p := acct.Policy
+	return &controlplanev1.PolicyPush{
+		Account:                key,
+		RatePerMinute:          int32(p.RatePerMinute),
+		EffectiveRatePerMinute: int32(acct.EffectiveRate),
+		Burst:                  int32(p.Burst),
+		IdleTimeoutMs:          p.Budget.IdleTimeout.Milliseconds(),
+		TotalTimeoutMs:         p.Budget.TotalTimeout.Milliseconds(),
+		MaxRetries:             int32(p.Budget.MaxRetries),
+		WaitBoundMs:            p.Budget.WaitBound.Milliseconds(),
+		PolicyVersion:          acct.PolicyVersion,
+		LiveAgents:             int32(live),
+		Adaptive:               acct.Adaptive,
+	}, nil
+}
+
+// recvLoop handles the agent's messages until the stream ends; it sends
+// nil on done after a goodbye, else the error. Its owner is the server
+// (s.streams): it exits when Connect returns, which ends the stream.
+func (a *agentService) recvLoop(ctx context.Context, stream agentStream, c *agentConn, done chan<- error) {
+	s := a.s
+	defer s.streams.Done()
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			done <- err
+			return
+		}
+		switch m := msg.GetMsg().(type) {
+		case *controlplanev1.ConnectRequest_Heartbeat:
+			accts, err := validAccounts(m.Heartbeat.GetAccounts())
+			if err != nil {
+				done <- s.toStatus(ctx, "Connect", invalidf("heartbeat: %v", err))
+				return
+			}
+			s.agents.heartbeat(c, accts)
+		case *controlplanev1.ConnectRequest_Upstream_403:
+			if err := s.upstream403(ctx, c, m.Upstream_403); err != nil {
+				done <- err
+				return
+			}
+		case *controlplanev1.ConnectRequest_Goodbye:
+			done <- nil
+			return
+		case *controlplanev1.ConnectRequest_Hello:
+			done <- s.toStatus(ctx, "Connect", invalidf("a second hello on one stream; send heartbeats to change the accounts"))
+			return
+		default:
+			done <- s.toStatus(ctx, "Connect", invalidf("unknown agent message %T; this control plane implements capability version %d", msg.GetMsg(), CapabilityVersion))
+			return
+		}
+	}
+}
+
+// upstream403 applies an agent's 403 report to the account's adaptive
+// state and pushes a changed effective rate.
+func (s *Server) upstream403(ctx context.Context, c *agentConn, r *controlplanev1.Upstream403) error {
+	key := r.GetAccount()
+	if !account.IsKey(key) {
+		return s.toStatus(ctx, "Connect", invalidf("upstream_403: account %q is not an account key; want acct_ followed by 16 lowercase hex digits", key))
+	}
+	n := max(int(r.GetCount()), 1)
+	s.metrics.upstream403.Add(float64(n))
+	acct, changed, err := s.opts.Policies.Report403(ctx, key, s.now())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // no bucket yet, so nothing adaptive to lower
+	}
+	if err != nil {
+		return s.toStatus(ctx, "Connect", err)
+	}
+	if changed {
+		s.log.InfoContext(ctx, "adaptive rate lowered after an upstream 403", "account", key, "agent_id", c.id,
+			"effective_rate_per_minute", acct.EffectiveRate, "rate_per_minute", acct.Policy.RatePerMinute)
+		s.agents.push(key)
+	}
+	return nil
+}
+
+// fleetLoop applies adaptive raises and expires silent agents every
+// Options.FleetTick until ctx ends, then closes stopped. Its owner is Serve.
+func (s *Server) fleetLoop(ctx context.Context, stopped chan<- struct{}) {
+	defer close(stopped)
+	t := time.NewTicker(s.opts.FleetTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.fleetTick(ctx)
+		}
+	}
+}
+
+// fleetTick runs one round of fleetLoop.
+func (s *Server) fleetTick(ctx context.Context) {
+	now := s.now()
+	s.agents.reap(now)
+	changed, err := s.opts.Policies.Adapt(ctx, now)
+	if err != nil {
+		s.log.ErrorContext(ctx, "adaptive rates", "err", err)
+		return
+	}
+	for _, a := range changed {
+		s.log.InfoContext(ctx, "adaptive rate raised", "account", a.Key, "effective_rate_per_minute", a.EffectiveRate,
+			"rate_per_minute", a.Policy.RatePerMinute)
+		s.agents.push(a.Key)
+	}
+}

@@ -1,0 +1,345 @@
+package agent_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/clodex/clodex/controlplane/controlplanetest"
+	"github.com/clodex/clodex/dataplane/agent"
+	"github.com/clodex/clodex/internal/pacing"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+func listAgents(t *testing.T, admin controlplanev1.AdminServiceClient) []*controlplanev1.Agent {
+	t.Helper()
+	resp, err := admin.ListAgents(t.Context(), &controlplanev1.ListAgentsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetAgents()
+}
+
+// An agent registers, receives its accounts' policy on connect, shows up
+// in ListAgents, and deregisters when it stops.
+func TestRegisterPushAndDeregister(t *testing.T) {
+	clk := newClock()
+	srv := startServer(t, clk)
+	admin := adminClient(srv)
+	a := startAgent(t, srv.Dial(srv.AgentToken, nil), clk, "h1-100-aaaa", keyB, keyA, keyA)
+
+	// The default policy: 60/min, burst 10, the default budget (bound 4833ms).
+	want := pacing.DefaultPolicy()
+	for _, k := range []string{keyA, keyB} {
+		p := a.rec.waitFor(t, "on connect", k, func(push) bool { return true })
+		if p.policy != want || p.live != 1 {
+			t.Errorf("push for %s = %+v live %d, want %+v live 1", k, p.policy, p.live, want)
+		}
+	}
+	if got := a.LiveAgents(keyA); got != 1 {
+		t.Errorf("LiveAgents = %d, want 1", got)
+	}
+	agents := listAgents(t, admin)
+	if len(agents) != 1 {
+		t.Fatalf("ListAgents = %v, want one agent", agents)
+	}
+	g := agents[0]
+	wantAgent := &controlplanev1.Agent{
+		Id: "h1-100-aaaa", Host: "host-h1-100-aaaa", Version: "v1.2.3", CapabilityVersion: 2,
+		Accounts:       []string{keyA, keyB}, // sorted, distinct
+		LastSeenUnixMs: clk.Now().UnixMilli(), ConnectedUnixMs: clk.Now().UnixMilli(), Live: true,
+	}
+	if !proto.Equal(g, wantAgent) {
+		t.Errorf("ListAgents[0] = %v\nwant %v", g, wantAgent)
+	}
+
+	a.stop() // says goodbye
+	if got := listAgents(t, admin); len(got) != 0 {
+		t.Errorf("after the agent stopped, ListAgents = %v, want none", got)
+	}
+}
+
+// set-rate reaches every connected agent of the account, and live counts
+// follow agents joining and leaving.
+func TestSetRateReachesEveryAgent(t *testing.T) {
+	clk := newClock()
+	srv := startServer(t, clk)
+	admin := adminClient(srv)
+	conn := srv.Dial(srv.AgentToken, nil)
+	a1 := startAgent(t, conn, clk, "h1-1-a", keyA)
+	a1.rec.waitFor(t, "on connect", keyA, func(push) bool { return true })
+	a2 := startAgent(t, conn, clk, "h2-2-b", keyA, keyB)
+	other := startAgent(t, conn, clk, "h3-3-c", keyB)
+	for _, a := range []*running{a1, a2} {
+		a.rec.waitFor(t, "with live 2", keyA, func(p push) bool { return p.live == 2 })
+	}
+	other.rec.waitFor(t, "with live 2", keyB, func(p push) bool { return p.live == 2 })
+	if got := a1.LiveAgents(keyA); got != 2 {
+		t.Errorf("LiveAgents(A) = %d, want 2", got)
+	}
+
+	otherBefore := other.rec.count()
+	if _, err := admin.SetRate(t.Context(), &controlplanev1.SetRateRequest{Key: keyA, RatePerMinute: 120, Burst: proto.Int32(20)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []*running{a1, a2} {
+		p := a.rec.waitFor(t, "at 120/min", keyA, func(p push) bool { return p.policy.RatePerMinute == 120 })
+		if p.policy.Burst != 20 || p.live != 2 {
+			t.Errorf("push = %+v live %d, want burst 20 live 2", p.policy, p.live)
+		}
+	}
+	if _, err := admin.SetBudget(t.Context(), &controlplanev1.SetBudgetRequest{Key: keyA, MaxRetries: proto.Int32(3)}); err != nil {
+		t.Fatal(err)
+	}
+	a1.rec.waitFor(t, "with 3 retries", keyA, func(p push) bool { return p.policy.Budget.MaxRetries == 3 })
+
+	// a2 leaves: a1 learns it is alone on A, other alone on B.
+	a2.stop()
+	a1.rec.waitFor(t, "with live 1", keyA, func(p push) bool { return p.live == 1 })
+	other.rec.waitFor(t, "with live 1", keyB, func(p push) bool { return p.live == 1 })
+	if got := other.rec.count(); got < otherBefore {
+		t.Fatalf("pushes went backwards")
+	}
+}
+
+// An agent whose heartbeats stop is not live after 15 s; the server then
+// closes its stream with the reason, and the agent registers again.
+func TestLivenessExpiry(t *testing.T) {
+	clk := newClock()
+	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now, FleetTick: time.Hour})
+	admin := adminClient(srv)
+	a := startAgent(t, srv.Dial(srv.AgentToken, nil), clk, "h1-1-a", keyA)
+	a.rec.waitFor(t, "on connect", keyA, func(push) bool { return true })
+
+	clk.Advance(14 * time.Second)
+	if ag := listAgents(t, admin); len(ag) != 1 || !ag[0].GetLive() {
+		t.Fatalf("14s after the hello: %v, want live", ag)
+	}
+	clk.Advance(time.Second)
+	if ag := listAgents(t, admin); len(ag) != 1 || ag[0].GetLive() {
+		t.Fatalf("15s after the hello: %v, want registered but not live", ag)
+	}
+}
+
+func TestExpiredAgentIsClosedAndReconnects(t *testing.T) {
+	clk := newClock()
+	srv := startServer(t, clk) // fleet tick 10ms
+	admin := adminClient(srv)
+	a := startAgent(t, srv.Dial(srv.AgentToken, nil), clk, "h1-1-a", keyA)
+	a.rec.waitFor(t, "on connect", keyA, func(push) bool { return true })
+	first := a.rec.count()
+
+	clk.Advance(16 * time.Second)
+	// The reconnect's hello brings a fresh push.
+	eventually(t, "a push after the reconnect", func() bool { return a.rec.count() > first })
+	if got := a.CloseReason(); got != "no heartbeat for 15s" {
+		t.Errorf("CloseReason = %q, want %q", got, "no heartbeat for 15s")
+	}
+	ag := listAgents(t, admin)
+	if len(ag) != 1 || !ag[0].GetLive() || ag[0].GetLastSeenUnixMs() != clk.Now().UnixMilli() {
+		t.Errorf("after the reconnect: %v, want live, last seen now", ag)
+	}
+}
+
+// Heartbeats keep an agent live and carry account changes.
+func TestHeartbeatKeepsLiveAndUpdatesAccounts(t *testing.T) {
+	clk := newClock()
+	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now, FleetTick: time.Hour})
+	admin := adminClient(srv)
+	accts := make(chan []string, 1)
+	accts <- []string{keyA}
+	current := []string{keyA}
+	rec := newRecorder()
+	ag, err := agent.New(agent.Config{
+		Conn: srv.Dial(srv.AgentToken, nil), ID: "h-1-x", Clock: clk.Now, OnPolicy: rec.OnPolicy,
+		Heartbeat: 20 * time.Millisecond,
+		Accounts: func() []string {
+			select {
+			case c := <-accts:
+				current = c
+			default:
+			}
+			return current
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- ag.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	rec.waitFor(t, "on connect", keyA, func(push) bool { return true })
+
+	accts <- []string{keyA, keyB}
+	rec.waitFor(t, "after the heartbeat added it", keyB, func(push) bool { return true })
+	clk.Advance(time.Minute)
+	eventually(t, "a heartbeat at the new time", func() bool {
+		l := listAgents(t, admin)
+		return len(l) == 1 && l[0].GetLive() && l[0].GetLastSeenUnixMs() == clk.Now().UnixMilli() && len(l[0].GetAccounts()) == 2
+	})
+}
+
+// Report403 reaches the control plane: in adaptive mode the effective rate
+// drops to 42 and every agent hears it; a quiet minute raises it by 6.
+func TestReport403AdaptsTheFleet(t *testing.T) {
+	clk := newClock()
+	srv := startServer(t, clk)
+	admin := adminClient(srv)
+	conn := srv.Dial(srv.AgentToken, nil)
+	a1 := startAgentHB(t, conn, clk, 20*time.Millisecond, "h1-1-a", keyA)
+	a2 := startAgentHB(t, conn, clk, 20*time.Millisecond, "h2-2-b", keyA)
+	a1.rec.waitFor(t, "with live 2", keyA, func(p push) bool { return p.live == 2 })
+
+	if _, err := admin.SetAdaptive(t.Context(), &controlplanev1.SetAdaptiveRequest{Key: keyA, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	a2.rec.waitFor(t, "with adaptive on", keyA, func(p push) bool { return p.policy.RatePerMinute == 60 })
+	got, err := admin.GetAccount(t.Context(), &controlplanev1.GetAccountRequest{Key: keyA})
+	if err != nil || got.GetAccount().GetEffectiveRatePerMinute() != 60 || !got.GetAccount().GetAdaptive() {
+		t.Fatalf("GetAccount = %v, %v; want effective 60, adaptive", got, err)
+	}
+
+	a1.Report403(keyA)
+	for _, a := range []*running{a1, a2} {
+		a.rec.waitFor(t, "at 42/min", keyA, func(p push) bool { return p.policy.RatePerMinute == 42 })
+	}
+	acct, err := admin.GetAccount(t.Context(), &controlplanev1.GetAccountRequest{Key: keyA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := acct.GetAccount(); a.GetRatePerMinute() != 60 || a.GetEffectiveRatePerMinute() != 42 {
+		t.Errorf("GetAccount = rate %d effective %d, want 60 and 42", a.GetRatePerMinute(), a.GetEffectiveRatePerMinute())
+	}
+
+	// A full minute without a 403, in steps the heartbeats keep up with.
+	for range 6 {
+		stepClock(t, clk, admin, 10*time.Second, 2)
+	}
+	for _, a := range []*running{a1, a2} {
+		a.rec.waitFor(t, "at 48/min", keyA, func(p push) bool { return p.policy.RatePerMinute == 48 })
+		if r := a.CloseReason(); r != "" {
+			t.Errorf("the agent's stream was closed (%q); want the raise pushed on the open stream", r)
+		}
+	}
+}
+
+// Reports queued while the control plane is away are sent on reconnect.
+func TestReport403QueuedWhileDisconnected(t *testing.T) {
+	clk := newClock()
+	srv := startServer(t, clk)
+	admin := adminClient(srv)
+	if _, err := admin.SetAdaptive(t.Context(), &controlplanev1.SetAdaptiveRequest{Key: keyA, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	// No agent is running yet: the report waits in the queue.
+	a := startAgentNoRun(t, srv, clk, keyA)
+	a.Report403(keyA)
+	a.Report403(keyA)
+	a.Report403("not-a-key") // dropped
+	a.run(t)
+	a.rec.waitFor(t, "at 42/min", keyA, func(p push) bool { return p.policy.RatePerMinute == 42 })
+}
+
+type idle struct {
+	*agent.Agent
+	rec *recorder
+}
+
+func startAgentNoRun(t *testing.T, srv *controlplanetest.Server, clk *clock, accounts ...string) *idle {
+	t.Helper()
+	rec := newRecorder()
+	a, err := agent.New(agent.Config{Conn: srv.Dial(srv.AgentToken, nil), ID: "late-1-z", Clock: clk.Now, OnPolicy: rec.OnPolicy,
+		Accounts: func() []string { return accounts }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &idle{Agent: a, rec: rec}
+}
+
+func (a *idle) run(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// Shutdown closes agent streams with the reason; the agent keeps trying
+// and registers with the next server on the same address.
+func TestShutdownClosesWithReasonAndAgentReconnects(t *testing.T) {
+	clk := newClock()
+	srv := startServer(t, clk)
+	a := startAgent(t, srv.Dial(srv.AgentToken, nil), clk, "h1-1-a", keyA)
+	a.rec.waitFor(t, "on connect", keyA, func(push) bool { return true })
+	before := a.rec.count()
+
+	srv.Restart()
+	eventually(t, "a push from the restarted server", func() bool { return a.rec.count() > before })
+	if got := a.CloseReason(); got != "control plane shutting down" {
+		t.Errorf("CloseReason = %q, want %q", got, "control plane shutting down")
+	}
+	if ag := listAgents(t, adminClient(srv)); len(ag) != 1 || ag[0].GetId() != "h1-1-a" {
+		t.Errorf("after restart ListAgents = %v, want h1-1-a", ag)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	conn := controlplanetest.Start(t, nil)
+	c := conn.Dial(conn.AgentToken, nil)
+	tests := []struct {
+		name string
+		cfg  agent.Config
+		want string
+	}{
+		{"no conn", agent.Config{ID: "x"}, "Conn is required"},
+		{"no id", agent.Config{Conn: c}, "agent id is empty"},
+		{"space in id", agent.Config{Conn: c, ID: "a b"}, `agent id "a b" has a byte 0x20 at 1; allowed printable ASCII without spaces`},
+		{"long id", agent.Config{Conn: c, ID: strings.Repeat("x", 129)}, "agent id is 129 bytes; allowed 1..128"},
+		{"heartbeat too long", agent.Config{Conn: c, ID: "x", Heartbeat: 15 * time.Second}, "Heartbeat 15s is invalid"},
+		{"negative heartbeat", agent.Config{Conn: c, ID: "x", Heartbeat: -time.Second}, "Heartbeat -1s is invalid"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := agent.New(tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewID(t *testing.T) {
+	tests := []struct {
+		host, prefix string
+	}{
+		{"build-7", "build-7-4242-"},
+		{"my host/α", "my_host___-4242-"},
+		{"", "host-4242-"},
+	}
+	for _, tt := range tests {
+		id := agent.NewID(tt.host, 4242)
+		if !strings.HasPrefix(id, tt.prefix) || len(id) != len(tt.prefix)+8 {
+			t.Errorf("NewID(%q) = %q, want %q + 8 hex digits", tt.host, id, tt.prefix)
+		}
+		if err := agent.ValidateID(id); err != nil {
+			t.Errorf("NewID(%q) = %q is not a valid id: %v", tt.host, id, err)
+		}
+	}
+	if a, b := agent.NewID("h", 1), agent.NewID("h", 1); a == b {
+		t.Errorf("NewID twice = %q both times, want different random parts", a)
+	}
+}
+
+func TestLiveAgentsDefaultsToOne(t *testing.T) {
+	srv := controlplanetest.Start(t, nil)
+	a, err := agent.New(agent.Config{Conn: srv.Dial(srv.AgentToken, nil), ID: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.LiveAgents(keyA); got != 1 {
+		t.Errorf("LiveAgents before any push = %d, want 1", got)
+	}
+}

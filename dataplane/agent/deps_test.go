@@ -1,0 +1,24 @@
+package agent_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestNoControlPlaneImports pins the rule that the data plane never
+// imports the control plane (only its generated API and internal/...).
+func TestNoControlPlaneImports(t *testing.T) {
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	out, err := exec.CommandContext(t.Context(), goTool, "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if pkg == "testing" || strings.HasPrefix(pkg, "github.com/clodex/clodex/controlplane") {
+			t.Errorf("dataplane/agent depends on %s", pkg)
+		}
+	}
+}

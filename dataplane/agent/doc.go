@@ -1,0 +1,29 @@
+// Package agent is the data plane's side of the fleet: one long-lived
+// AgentService.Connect stream to the control plane.
+//
+// New builds an Agent from Config; Run holds the stream until its context
+// ends:
+//
+//   - on connect it sends a hello (ID, host, version, CapabilityVersion and
+//     the account keys from Config.Accounts);
+//   - every Config.Heartbeat (default 5s) it sends a heartbeat carrying the
+//     current account keys (the control plane counts an agent live for
+//     15 s after its last one);
+//   - Report403 queues an upstream-403 report without blocking; reports
+//     for one account queued together (or while disconnected) are
+//     coalesced into one report with a count;
+//   - every policy push calls Config.OnPolicy synchronously with the
+//     account key, the policy to pace at (RatePerMinute is the control
+//     plane's effective rate) and the number of live agents serving the
+//     account; LiveAgents returns that last known number (at least 1);
+//   - when the stream fails or the control plane closes it (with a
+//     reason, logged), Run reconnects after a jittered exponential backoff
+//     (250ms doubling to 10s, ±20%);
+//   - when its context ends, Run sends a goodbye, waits up to one second
+//     for the control plane to end the stream, and returns.
+//
+// NewID builds a process-unique agent id, "host-pid-random".
+//
+// The package never imports the control plane's packages, only its
+// generated API (proto/gen/go/clodex/controlplane/v1).
+package agent
