@@ -59,17 +59,6 @@ func canonicalizeJSONString(m map[string]any, key string) {
 	}
 }
 
-// canonicalJSON re-serialises a JSON value with sorted keys; it returns
-// false when raw does not parse.
-func canonicalJSON(raw []byte) ([]byte, bool) {
-	v, err := decodeAny(raw)
-	if err != nil {
-		return nil, false
-	}
-	out, err := marshalNoEscape(v)
-	return out, err == nil
-}
-
 // sanitizeArguments applies the tool-input filler strip (spec 3.4) to a
 // function call's arguments and returns the downstream JSON text: trimmed,
 // empty → {}; for a JSON object, top-level keys whose value is null are

@@ -20,12 +20,6 @@ func jsonKind(raw json.RawMessage) byte {
 	return 0
 }
 
-// isNull reports whether raw is absent or the JSON literal null.
-func isNull(raw json.RawMessage) bool {
-	k := jsonKind(raw)
-	return k == 0 || k == 'n'
-}
-
 const hexDigits = "0123456789abcdef"
 
 // appendString appends s as a JSON string literal, byte-for-byte as
@@ -35,6 +29,9 @@ func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		if i = plainASCII(s, i); i >= len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {
@@ -124,4 +121,45 @@ func decodeAny(raw []byte) (any, error) {
 		return nil, errTrailingData
 	}
 	return v, nil
+}
+
+const (
+	swarOnes = 0x0101010101010101
+	swarHigh = 0x8080808080808080
+)
+
+// load64 reads 8 bytes of s at i, little-endian.
+func load64[T string | []byte](s T, i int) uint64 {
+	_ = s[i+7]
+	return uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+}
+
+// specialMask is non-zero when a byte of x is below 0x20, '"' or '\\'
+// (the bytes a JSON string cannot hold as they are).
+func specialMask(x uint64) uint64 {
+	q := x ^ (swarOnes * '"')
+	b := x ^ (swarOnes * '\\')
+	return ((x-swarOnes*0x20)&^x | (q-swarOnes)&^q | (b-swarOnes)&^b) & swarHigh
+}
+
+// plainASCII returns the first index from i on where s holds a byte that
+// is not printable ASCII other than '"' and '\\' (or len(s)), eight bytes
+// at a time.
+func plainASCII[T string | []byte](s T, i int) int {
+	for i+8 <= len(s) {
+		x := load64(s, i)
+		if specialMask(x)|x&swarHigh != 0 {
+			break
+		}
+		i += 8
+	}
+	for i < len(s) {
+		c := s[i]
+		if c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			return i
+		}
+		i++
+	}
+	return i
 }

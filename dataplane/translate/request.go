@@ -15,7 +15,7 @@ var errTrailingData = errors.New("unexpected data after the JSON value")
 // body. Fields the translation does not use are not kept; tool schemas and
 // tool_result blocks keep their raw JSON so they can be forwarded verbatim.
 type MessagesRequest struct {
-	body []byte // the body as received (for the spec 8.4 token estimate)
+	estimate int // spec 8.4 token estimate of the body
 
 	model          string
 	maxTokens      int
@@ -38,8 +38,9 @@ type message struct {
 
 // block is one content block. Only the fields of its type are set.
 type block struct {
-	typ string
-	raw json.RawMessage // the block object as sent
+	typ    string
+	raw    json.RawMessage // the block object as sent (shares the body's memory)
+	spaced bool            // raw holds insignificant whitespace
 
 	text string // text
 
@@ -48,7 +49,7 @@ type block struct {
 
 	// tool_use
 	id, name string
-	input    json.RawMessage
+	args     string // input re-encoded canonically (the function_call arguments)
 
 	// tool_result
 	toolUseID     string
@@ -66,7 +67,7 @@ type block struct {
 type tool struct {
 	name        string
 	description string
-	schema      json.RawMessage // compact input_schema
+	schema      json.RawMessage // compact input_schema (may share the body's memory)
 	deferred    bool
 	server      bool // a typed server tool (no input_schema): never sent upstream
 	required    []string
@@ -87,19 +88,54 @@ func (r *MessagesRequest) Model() string { return r.model }
 // MaxTokens is the client's max_tokens (not sent upstream; spec 2.6).
 func (r *MessagesRequest) MaxTokens() int { return r.maxTokens }
 
-type wireRequest struct {
-	Model        json.RawMessage `json:"model"`
-	Messages     json.RawMessage `json:"messages"`
-	MaxTokens    json.RawMessage `json:"max_tokens"`
-	System       json.RawMessage `json:"system"`
-	Stream       json.RawMessage `json:"stream"`
-	Tools        json.RawMessage `json:"tools"`
-	ToolChoice   json.RawMessage `json:"tool_choice"`
-	Metadata     json.RawMessage `json:"metadata"`
-	Thinking     json.RawMessage `json:"thinking"`
-	OutputConfig json.RawMessage `json:"output_config"`
-	Temperature  json.RawMessage `json:"temperature"`
-	Diagnostics  json.RawMessage `json:"diagnostics"`
+// wireFields are the top-level fields DecodeRequest reads, matched as
+// encoding/json matches struct fields (exact, else case-insensitive; the
+// last match wins).
+var wireFields = [...]string{"model", "messages", "max_tokens", "system", "stream", "tools", "tool_choice", "metadata", "thinking", "output_config", "temperature", "diagnostics"}
+
+const (
+	wModel = iota
+	wMessages
+	wMaxTokens
+	wSystem
+	wStream
+	wTools
+	wToolChoice
+	wMetadata
+	wThinking
+	wOutputConfig
+	wTemperature
+	wDiagnostics
+)
+
+// wireRequest holds the node of each top-level field, -1 when absent.
+type wireRequest [len(wireFields)]int
+
+func (d *jsonDoc) wire() wireRequest {
+	var w wireRequest
+	for i := range w {
+		w[i] = -1
+	}
+	for c := d.nodes[0].first; c >= 0; c = d.nodes[c].next {
+		k := d.key(c)
+		matched := false
+		for f, name := range wireFields {
+			if string(k) == name {
+				w[f], matched = c, true
+				break
+			}
+		}
+		if matched {
+			continue
+		}
+		for f, name := range wireFields {
+			if bytes.EqualFold(k, []byte(name)) {
+				w[f] = c
+				break
+			}
+		}
+	}
+	return w
 }
 
 func reqErr(field, format string, args ...any) *RequestError {
@@ -107,144 +143,133 @@ func reqErr(field, format string, args ...any) *RequestError {
 }
 
 // DecodeRequest decodes and validates an Anthropic Messages request body.
-// model, messages and max_tokens are required. The request keeps a
-// reference to body (for the token estimate): do not modify it afterwards. Bad input of any kind yields
-// a *RequestError naming the offending field; it never panics.
+// model, messages and max_tokens are required. The request may share
+// memory with body: do not modify it afterwards. Bad input of any kind
+// yields a *RequestError naming the offending field; it never panics.
 func DecodeRequest(body []byte) (*MessagesRequest, error) {
 	if jsonKind(body) != '{' {
-		if !json.Valid(body) {
+		if !validJSON(body) {
 			return nil, reqErr("", "Invalid JSON body: the request body must be a JSON object")
 		}
 		return nil, reqErr("", "the request body must be a JSON object")
 	}
-	if !json.Valid(body) {
+	d, ok := parseDoc(body, false)
+	if !ok {
 		return nil, reqErr("", "Invalid JSON body: the request body is not valid JSON")
 	}
-	var w wireRequest
-	if err := json.Unmarshal(body, &w); err != nil {
-		return nil, reqErr("", "Invalid JSON body: the request body is not valid JSON")
-	}
-	r := &MessagesRequest{body: body}
+	defer d.release()
+	w := d.wire()
+	r := &MessagesRequest{}
 	var err error
-	if isNull(w.Model) {
+	if d.null(w[wModel]) {
 		return nil, reqErr("model", "field required")
 	}
-	if r.model, err = decodeString(w.Model, "model"); err != nil {
+	if r.model, err = d.decodeString(w[wModel], "model"); err != nil {
 		return nil, err
 	}
 	if r.model == "" {
 		return nil, reqErr("model", "must be a non-empty string")
 	}
-	if isNull(w.MaxTokens) {
+	if d.null(w[wMaxTokens]) {
 		return nil, reqErr("max_tokens", "field required")
 	}
-	if r.maxTokens, err = decodeInt(w.MaxTokens, "max_tokens"); err != nil {
+	if r.maxTokens, err = d.decodeInt(w[wMaxTokens], "max_tokens"); err != nil {
 		return nil, err
 	}
 	if r.maxTokens < 1 {
 		return nil, reqErr("max_tokens", "must be an integer of at least 1")
 	}
-	if isNull(w.Messages) {
+	if d.null(w[wMessages]) {
 		return nil, reqErr("messages", "field required")
 	}
-	if r.messages, err = decodeMessages(w.Messages); err != nil {
+	if r.messages, err = d.decodeMessages(w[wMessages]); err != nil {
 		return nil, err
 	}
-	if err := r.decodeOptional(&w); err != nil {
+	if err := r.decodeOptional(d, &w); err != nil {
 		return nil, err
 	}
+	r.estimate = d.estimate()
 	return r, nil
 }
 
-func (r *MessagesRequest) decodeOptional(w *wireRequest) error {
+func (r *MessagesRequest) decodeOptional(d *jsonDoc, w *wireRequest) error {
 	var err error
-	if !isNull(w.Stream) {
-		if r.stream, err = decodeBool(w.Stream, "stream"); err != nil {
+	if !d.null(w[wStream]) {
+		if r.stream, err = d.decodeBool(w[wStream], "stream"); err != nil {
 			return err
 		}
 	}
-	if !isNull(w.System) {
-		if r.system, err = decodeSystem(w.System); err != nil {
+	if !d.null(w[wSystem]) {
+		if r.system, err = d.decodeSystem(w[wSystem]); err != nil {
 			return err
 		}
 	}
-	if !isNull(w.Tools) {
-		if r.tools, err = decodeTools(w.Tools); err != nil {
+	if !d.null(w[wTools]) {
+		if r.tools, err = d.decodeTools(w[wTools]); err != nil {
 			return err
 		}
 	}
-	if !isNull(w.ToolChoice) {
-		if r.toolChoice, err = decodeToolChoice(w.ToolChoice); err != nil {
+	if !d.null(w[wToolChoice]) {
+		if r.toolChoice, err = d.decodeToolChoice(w[wToolChoice]); err != nil {
 			return err
 		}
 	}
-	if !isNull(w.Metadata) {
-		var m struct {
-			UserID json.RawMessage `json:"user_id"`
-		}
-		if jsonKind(w.Metadata) != '{' {
+	if m := w[wMetadata]; !d.null(m) {
+		if d.kind(m) != '{' {
 			return reqErr("metadata", "must be an object")
 		}
-		if err := json.Unmarshal(w.Metadata, &m); err != nil {
-			return reqErr("metadata", "must be an object")
-		}
-		if !isNull(m.UserID) {
-			if r.metadataUserID, err = decodeString(m.UserID, "metadata.user_id"); err != nil {
+		if u := d.getFold(m, "user_id"); !d.null(u) {
+			if r.metadataUserID, err = d.decodeString(u, "metadata.user_id"); err != nil {
 				return err
 			}
 		}
 	}
-	if !isNull(w.Thinking) {
-		var t struct {
-			Type   json.RawMessage `json:"type"`
-			Budget json.RawMessage `json:"budget_tokens"`
-		}
-		if jsonKind(w.Thinking) != '{' || json.Unmarshal(w.Thinking, &t) != nil {
+	if th := w[wThinking]; !d.null(th) {
+		if d.kind(th) != '{' {
 			return reqErr("thinking", "must be an object")
 		}
-		if isNull(t.Type) {
+		typ, budget := d.getFold(th, "type"), d.getFold(th, "budget_tokens")
+		if d.null(typ) {
 			return reqErr("thinking.type", "field required; allowed: enabled, disabled, adaptive")
 		}
-		if r.thinkingType, err = decodeString(t.Type, "thinking.type"); err != nil {
+		if r.thinkingType, err = d.decodeString(typ, "thinking.type"); err != nil {
 			return err
 		}
-		if !isNull(t.Budget) {
-			if r.thinkingBudget, err = decodeInt(t.Budget, "thinking.budget_tokens"); err != nil {
+		if !d.null(budget) {
+			if r.thinkingBudget, err = d.decodeInt(budget, "thinking.budget_tokens"); err != nil {
 				return err
 			}
 		}
-		if r.thinkingType == "enabled" && isNull(t.Budget) {
+		if r.thinkingType == "enabled" && d.null(budget) {
 			return reqErr("thinking.budget_tokens", "field required when thinking.type is enabled")
 		}
 	}
-	if !isNull(w.OutputConfig) {
-		var oc struct {
-			Effort json.RawMessage `json:"effort"`
-		}
-		if jsonKind(w.OutputConfig) != '{' || json.Unmarshal(w.OutputConfig, &oc) != nil {
+	if oc := w[wOutputConfig]; !d.null(oc) {
+		if d.kind(oc) != '{' {
 			return reqErr("output_config", "must be an object")
 		}
-		if !isNull(oc.Effort) {
-			e, err := decodeString(oc.Effort, "output_config.effort")
+		if eff := d.getFold(oc, "effort"); !d.null(eff) {
+			e, err := d.decodeString(eff, "output_config.effort")
 			if err != nil {
 				return err
 			}
 			r.effort = trimSpace(e)
 		}
 	}
-	if !isNull(w.Temperature) {
-		if k := jsonKind(w.Temperature); k != '-' && (k < '0' || k > '9') {
+	if t := w[wTemperature]; !d.null(t) {
+		if k := d.kind(t); k != '-' && k != '0' {
 			return reqErr("temperature", "must be a number")
 		}
 	}
-	r.hasDiagnostics = !isNull(w.Diagnostics)
+	r.hasDiagnostics = !d.null(w[wDiagnostics])
 	return nil
 }
 
 func trimSpace(s string) string { return string(bytes.TrimSpace([]byte(s))) }
 
-func kindName(raw json.RawMessage) string {
-	switch jsonKind(raw) {
+// kindNameOf names a value by its first byte (or node kind).
+func kindNameOf(k byte) string {
+	switch k {
 	case '{':
 		return "an object"
 	case '[':
@@ -260,116 +285,95 @@ func kindName(raw json.RawMessage) string {
 	}
 }
 
-func decodeString(raw json.RawMessage, field string) (string, error) {
-	if jsonKind(raw) != '"' {
-		return "", reqErr(field, "must be a string, got %s", kindName(raw))
+func (d *jsonDoc) decodeString(i int, field string) (string, error) {
+	if d.kind(i) != '"' {
+		return "", reqErr(field, "must be a string, got %s", kindNameOf(d.kind(i)))
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", reqErr(field, "must be a string")
-	}
-	return s, nil
+	return d.str(i), nil
 }
 
-func decodeBool(raw json.RawMessage, field string) (bool, error) {
-	switch jsonKind(raw) {
-	case 't', 'f':
-		var b bool
-		if err := json.Unmarshal(raw, &b); err == nil {
-			return b, nil
-		}
+func (d *jsonDoc) decodeBool(i int, field string) (bool, error) {
+	switch d.kind(i) {
+	case 't':
+		return true, nil
+	case 'f':
+		return false, nil
 	}
-	return false, reqErr(field, "must be a boolean, got %s", kindName(raw))
+	return false, reqErr(field, "must be a boolean, got %s", kindNameOf(d.kind(i)))
 }
 
-func decodeInt(raw json.RawMessage, field string) (int, error) {
-	k := jsonKind(raw)
-	if k != '-' && (k < '0' || k > '9') {
-		return 0, reqErr(field, "must be an integer, got %s", kindName(raw))
+func (d *jsonDoc) decodeInt(i int, field string) (int, error) {
+	if d.kind(i) != '0' {
+		return 0, reqErr(field, "must be an integer, got %s", kindNameOf(d.kind(i)))
 	}
-	f, err := strconv.ParseFloat(string(bytes.TrimSpace(raw)), 64)
+	f, err := strconv.ParseFloat(bstr(d.raw(i)), 64)
 	if err != nil || f != math.Trunc(f) || f > math.MaxInt32 || f < math.MinInt32 {
 		return 0, reqErr(field, "must be an integer between %d and %d", math.MinInt32, math.MaxInt32)
 	}
 	return int(f), nil
 }
 
-func decodeArray(raw json.RawMessage, field string) ([]json.RawMessage, error) {
-	if jsonKind(raw) != '[' {
-		return nil, reqErr(field, "must be an array, got %s", kindName(raw))
+func (d *jsonDoc) decodeArray(i int, field string) error {
+	if d.kind(i) != '[' {
+		return reqErr(field, "must be an array, got %s", kindNameOf(d.kind(i)))
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, reqErr(field, "must be an array")
-	}
-	return items, nil
+	return nil
 }
 
-func decodeObject(raw json.RawMessage, field string) (map[string]json.RawMessage, error) {
-	if jsonKind(raw) != '{' {
-		return nil, reqErr(field, "must be an object, got %s", kindName(raw))
+func (d *jsonDoc) decodeObject(i int, field string) error {
+	if d.kind(i) != '{' {
+		return reqErr(field, "must be an object, got %s", kindNameOf(d.kind(i)))
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, reqErr(field, "must be an object")
-	}
-	return m, nil
+	return nil
 }
 
-// optString decodes m[key] when present and not null.
-func optString(m map[string]json.RawMessage, key, field string) (string, bool, error) {
-	raw, ok := m[key]
-	if !ok || isNull(raw) {
+// optString decodes member key of object obj when present and not null.
+func (d *jsonDoc) optString(obj int, key, field string) (string, bool, error) {
+	v := d.get(obj, key)
+	if d.null(v) {
 		return "", false, nil
 	}
-	s, err := decodeString(raw, field+"."+key)
+	s, err := d.decodeString(v, field+"."+key)
 	return s, err == nil, err
 }
 
-// reqString decodes the required string m[key].
-func reqString(m map[string]json.RawMessage, key, field string) (string, error) {
-	raw, ok := m[key]
-	if !ok || isNull(raw) {
+// reqString decodes the required string member key of object obj.
+func (d *jsonDoc) reqString(obj int, key, field string) (string, error) {
+	v := d.get(obj, key)
+	if d.null(v) {
 		return "", reqErr(field+"."+key, "field required")
 	}
-	return decodeString(raw, field+"."+key)
+	return d.decodeString(v, field+"."+key)
 }
 
-func decodeSystem(raw json.RawMessage) ([]string, error) {
-	if jsonKind(raw) == '"' {
-		s, err := decodeString(raw, "system")
-		if err != nil {
-			return nil, err
-		}
-		return []string{s}, nil
+func indexField(field string, i int) string { return field + "[" + strconv.Itoa(i) + "]" }
+
+func (d *jsonDoc) decodeSystem(sys int) ([]string, error) {
+	if d.kind(sys) == '"' {
+		return []string{d.str(sys)}, nil
 	}
-	items, err := decodeArray(raw, "system")
-	if err != nil {
-		return nil, reqErr("system", "must be a string or an array of text blocks, got %s", kindName(raw))
+	if d.kind(sys) != '[' {
+		return nil, reqErr("system", "must be a string or an array of text blocks, got %s", kindNameOf(d.kind(sys)))
 	}
-	out := make([]string, 0, len(items))
-	for i, it := range items {
-		field := "system[" + strconv.Itoa(i) + "]"
-		if jsonKind(it) == '"' {
-			s, err := decodeString(it, field)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, s)
+	out := make([]string, 0, d.count(sys))
+	i := 0
+	for it := d.nodes[sys].first; it >= 0; it, i = d.nodes[it].next, i+1 {
+		if d.kind(it) == '"' {
+			out = append(out, d.str(it))
 			continue
 		}
-		m, err := decodeObject(it, field)
-		if err != nil {
+		field := indexField("system", i)
+		if err := d.decodeObject(it, field); err != nil {
 			return nil, err
 		}
-		typ, err := reqString(m, "type", field)
+		typ, err := d.reqString(it, "type", field)
 		if err != nil {
 			return nil, err
 		}
 		if typ != "text" {
 			return nil, reqErr(field+".type", "unsupported system block type %q; allowed: text", bounded(typ))
 		}
-		text, err := reqString(m, "text", field)
+		text, err := d.reqString(it, "text", field)
 		if err != nil {
 			return nil, err
 		}
@@ -378,19 +382,18 @@ func decodeSystem(raw json.RawMessage) ([]string, error) {
 	return out, nil
 }
 
-func decodeMessages(raw json.RawMessage) ([]message, error) {
-	items, err := decodeArray(raw, "messages")
-	if err != nil {
+func (d *jsonDoc) decodeMessages(msgs int) ([]message, error) {
+	if err := d.decodeArray(msgs, "messages"); err != nil {
 		return nil, err
 	}
-	out := make([]message, 0, len(items))
-	for i, it := range items {
-		field := "messages[" + strconv.Itoa(i) + "]"
-		m, err := decodeObject(it, field)
-		if err != nil {
+	out := make([]message, 0, d.count(msgs))
+	i := 0
+	for it := d.nodes[msgs].first; it >= 0; it, i = d.nodes[it].next, i+1 {
+		field := indexField("messages", i)
+		if err := d.decodeObject(it, field); err != nil {
 			return nil, err
 		}
-		role, err := reqString(m, "role", field)
+		role, err := d.reqString(it, "role", field)
 		if err != nil {
 			return nil, err
 		}
@@ -399,11 +402,11 @@ func decodeMessages(raw json.RawMessage) ([]message, error) {
 		default:
 			return nil, reqErr(field+".role", "unsupported role %q; allowed: user, assistant, system", bounded(role))
 		}
-		craw, ok := m["content"]
-		if !ok || isNull(craw) {
+		c := d.get(it, "content")
+		if d.null(c) {
 			return nil, reqErr(field+".content", "field required")
 		}
-		content, err := decodeContent(craw, field+".content")
+		content, err := d.decodeContent(c, field+".content")
 		if err != nil {
 			return nil, err
 		}
@@ -413,24 +416,18 @@ func decodeMessages(raw json.RawMessage) ([]message, error) {
 }
 
 // decodeContent decodes a string or an array of content blocks.
-func decodeContent(raw json.RawMessage, field string) ([]block, error) {
-	if jsonKind(raw) == '"' {
-		s, err := decodeString(raw, field)
-		if err != nil {
-			return nil, err
-		}
-		return []block{{typ: "text", text: s}}, nil
+func (d *jsonDoc) decodeContent(c int, field string) ([]block, error) {
+	switch d.kind(c) {
+	case '"':
+		return []block{{typ: "text", text: d.str(c)}}, nil
+	case '[':
+	default:
+		return nil, reqErr(field, "must be a string or an array of content blocks, got %s", kindNameOf(d.kind(c)))
 	}
-	if jsonKind(raw) != '[' {
-		return nil, reqErr(field, "must be a string or an array of content blocks, got %s", kindName(raw))
-	}
-	items, err := decodeArray(raw, field)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]block, 0, len(items))
-	for i, it := range items {
-		b, err := decodeBlock(it, field+"["+strconv.Itoa(i)+"]")
+	out := make([]block, 0, d.count(c))
+	i := 0
+	for it := d.nodes[c].first; it >= 0; it, i = d.nodes[it].next, i+1 {
+		b, err := d.decodeBlock(it, indexField(field, i))
 		if err != nil {
 			return nil, err
 		}
@@ -439,105 +436,103 @@ func decodeContent(raw json.RawMessage, field string) ([]block, error) {
 	return out, nil
 }
 
-func decodeBlock(raw json.RawMessage, field string) (block, error) {
-	m, err := decodeObject(raw, field)
+func (d *jsonDoc) decodeBlock(m int, field string) (block, error) {
+	if err := d.decodeObject(m, field); err != nil {
+		return block{}, err
+	}
+	typ, err := d.reqString(m, "type", field)
 	if err != nil {
 		return block{}, err
 	}
-	typ, err := reqString(m, "type", field)
-	if err != nil {
-		return block{}, err
-	}
-	b := block{typ: typ, raw: raw}
+	b := block{typ: typ, raw: d.raw(m), spaced: d.nodes[m].flags&flagSpace != 0}
 	switch typ {
 	case "text":
-		if b.text, err = reqString(m, "text", field); err != nil {
+		if b.text, err = d.reqString(m, "text", field); err != nil {
 			return block{}, err
 		}
 	case "image":
-		if err := decodeImageSource(m, field, &b); err != nil {
+		if err := d.decodeImageSource(m, field, &b); err != nil {
 			return block{}, err
 		}
 	case "tool_use":
-		if b.id, err = reqString(m, "id", field); err != nil {
+		if b.id, err = d.reqString(m, "id", field); err != nil {
 			return block{}, err
 		}
-		if b.name, err = reqString(m, "name", field); err != nil {
+		if b.name, err = d.reqString(m, "name", field); err != nil {
 			return block{}, err
 		}
-		in, ok := m["input"]
+		in := d.get(m, "input")
 		switch {
-		case !ok || isNull(in):
-			b.input = json.RawMessage("{}")
-		case jsonKind(in) != '{':
-			return block{}, reqErr(field+".input", "must be an object, got %s", kindName(in))
+		case d.null(in):
+			b.args = "{}"
+		case d.kind(in) != '{':
+			return block{}, reqErr(field+".input", "must be an object, got %s", kindNameOf(d.kind(in)))
 		default:
-			b.input = in
+			d.scratchOut = d.appendCanonical(d.scratchOut[:0], in)
+			b.args = string(d.scratchOut)
 		}
 	case "tool_result":
-		if b.toolUseID, err = reqString(m, "tool_use_id", field); err != nil {
+		if b.toolUseID, err = d.reqString(m, "tool_use_id", field); err != nil {
 			return block{}, err
 		}
-		if c, ok := m["content"]; ok && !isNull(c) {
-			if jsonKind(c) == '"' {
-				if b.contentString, err = decodeString(c, field+".content"); err != nil {
-					return block{}, err
-				}
+		if c := d.get(m, "content"); !d.null(c) {
+			switch d.kind(c) {
+			case '"':
+				b.contentString = d.str(c)
 				b.contentIsStr = true
-			} else {
-				if jsonKind(c) != '[' {
-					return block{}, reqErr(field+".content", "must be a string or an array of content blocks, got %s", kindName(c))
-				}
-				if b.content, err = decodeContent(c, field+".content"); err != nil {
+			case '[':
+				if b.content, err = d.decodeContent(c, field+".content"); err != nil {
 					return block{}, err
 				}
+			default:
+				return block{}, reqErr(field+".content", "must be a string or an array of content blocks, got %s", kindNameOf(d.kind(c)))
 			}
 		} else {
 			b.contentIsStr = true // no content: an empty output
 		}
-		if e, ok := m["is_error"]; ok && !isNull(e) {
-			if _, err := decodeBool(e, field+".is_error"); err != nil {
+		if e := d.get(m, "is_error"); !d.null(e) {
+			if _, err := d.decodeBool(e, field+".is_error"); err != nil {
 				return block{}, err
 			}
 		}
 	case "thinking":
-		if b.thinking, err = reqString(m, "thinking", field); err != nil {
+		if b.thinking, err = d.reqString(m, "thinking", field); err != nil {
 			return block{}, err
 		}
-		if b.signature, _, err = optString(m, "signature", field); err != nil {
+		if b.signature, _, err = d.optString(m, "signature", field); err != nil {
 			return block{}, err
 		}
 	case "tool_reference":
-		if b.toolName, err = reqString(m, "tool_name", field); err != nil {
+		if b.toolName, err = d.reqString(m, "tool_name", field); err != nil {
 			return block{}, err
 		}
 	}
 	return b, nil
 }
 
-func decodeImageSource(m map[string]json.RawMessage, field string, b *block) error {
-	sraw, ok := m["source"]
-	if !ok || isNull(sraw) {
+func (d *jsonDoc) decodeImageSource(m int, field string, b *block) error {
+	s := d.get(m, "source")
+	if d.null(s) {
 		return reqErr(field+".source", "field required")
 	}
 	f := field + ".source"
-	s, err := decodeObject(sraw, f)
-	if err != nil {
+	if err := d.decodeObject(s, f); err != nil {
 		return err
 	}
-	if b.sourceType, err = reqString(s, "type", f); err != nil {
+	var err error
+	if b.sourceType, err = d.reqString(s, "type", f); err != nil {
 		return err
 	}
 	switch b.sourceType {
 	case "base64":
-		if b.mediaType, err = reqString(s, "media_type", f); err != nil {
+		if b.mediaType, err = d.reqString(s, "media_type", f); err != nil {
 			return err
 		}
-		if b.data, err = reqString(s, "data", f); err != nil {
+		if b.data, err = d.reqString(s, "data", f); err != nil {
 			return err
 		}
 	case "url":
-		if b.url, err = reqString(s, "url", f); err != nil {
+		if b.url, err = d.reqString(s, "url", f); err != nil {
 			return err
 		}
 	default:
@@ -547,76 +542,111 @@ func decodeImageSource(m map[string]json.RawMessage, field string, b *block) err
 	return nil
 }
 
-func decodeTools(raw json.RawMessage) ([]tool, error) {
-	items, err := decodeArray(raw, "tools")
-	if err != nil {
+func (d *jsonDoc) decodeTools(tools int) ([]tool, error) {
+	if err := d.decodeArray(tools, "tools"); err != nil {
 		return nil, err
 	}
-	out := make([]tool, 0, len(items))
-	for i, it := range items {
-		field := "tools[" + strconv.Itoa(i) + "]"
-		m, err := decodeObject(it, field)
-		if err != nil {
+	out := make([]tool, 0, d.count(tools))
+	i := 0
+	for m := d.nodes[tools].first; m >= 0; m, i = d.nodes[m].next, i+1 {
+		field := indexField("tools", i)
+		if err := d.decodeObject(m, field); err != nil {
 			return nil, err
 		}
 		var t tool
-		if t.name, err = reqString(m, "name", field); err != nil {
+		var err error
+		if t.name, err = d.reqString(m, "name", field); err != nil {
 			return nil, err
 		}
-		typ, _, err := optString(m, "type", field)
+		typ, _, err := d.optString(m, "type", field)
 		if err != nil {
 			return nil, err
 		}
-		if t.description, _, err = optString(m, "description", field); err != nil {
+		if t.description, _, err = d.optString(m, "description", field); err != nil {
 			return nil, err
 		}
-		if d, ok := m["defer_loading"]; ok && !isNull(d) {
-			if t.deferred, err = decodeBool(d, field+".defer_loading"); err != nil {
+		if dl := d.get(m, "defer_loading"); !d.null(dl) {
+			if t.deferred, err = d.decodeBool(dl, field+".defer_loading"); err != nil {
 				return nil, err
 			}
 		}
-		schema, ok := m["input_schema"]
+		schema := d.get(m, "input_schema")
 		switch {
-		case (!ok || isNull(schema)) && (typ == "" || typ == "custom"):
+		case d.null(schema) && (typ == "" || typ == "custom"):
 			return nil, reqErr(field+".input_schema", "field required for custom tools")
-		case !ok || isNull(schema):
+		case d.null(schema):
 			t.server = true
-		case jsonKind(schema) != '{':
-			return nil, reqErr(field+".input_schema", "must be an object, got %s", kindName(schema))
+		case d.kind(schema) != '{':
+			return nil, reqErr(field+".input_schema", "must be an object, got %s", kindNameOf(d.kind(schema)))
 		default:
-			t.schema = compactJSON(schema)
-			var s struct {
-				Required []string `json:"required"`
-			}
-			if json.Unmarshal(schema, &s) == nil {
-				t.required = s.Required
-			}
+			t.schema = d.compact(schema)
+			t.required = d.requiredList(schema)
 		}
 		out = append(out, t)
 	}
 	return out, nil
 }
 
-func decodeToolChoice(raw json.RawMessage) (*toolChoice, error) {
-	m, err := decodeObject(raw, "tool_choice")
-	if err != nil {
+// requiredList is what decoding the schema into
+// struct{ Required []string `json:"required"` } yields, nil on a decoding
+// error.
+func (d *jsonDoc) requiredList(schema int) []string {
+	found, n := -1, 0
+	for c := d.nodes[schema].first; c >= 0; c = d.nodes[c].next {
+		if bytes.EqualFold(d.key(c), []byte("required")) {
+			found = c
+			n++
+		}
+	}
+	switch {
+	case n == 0 || d.kind(found) == 'n':
+		return nil
+	case n > 1:
+		// Duplicates: rare; let encoding/json apply its merge rules.
+		var s struct {
+			Required []string `json:"required"`
+		}
+		if json.Unmarshal(d.raw(schema), &s) == nil {
+			return s.Required
+		}
+		return nil
+	case d.kind(found) != '[':
+		return nil
+	}
+	out := make([]string, 0, d.count(found))
+	for e := d.nodes[found].first; e >= 0; e = d.nodes[e].next {
+		switch d.kind(e) {
+		case '"':
+			out = append(out, d.str(e))
+		case 'n':
+			out = append(out, "")
+		default:
+			return nil
+		}
+	}
+	return out
+}
+
+func (d *jsonDoc) decodeToolChoice(m int) (*toolChoice, error) {
+	if err := d.decodeObject(m, "tool_choice"); err != nil {
 		return nil, err
 	}
 	tc := &toolChoice{}
-	if tc.typ, err = reqString(m, "type", "tool_choice"); err != nil {
+	var err error
+	if tc.typ, err = d.reqString(m, "type", "tool_choice"); err != nil {
 		return nil, err
 	}
 	switch tc.typ {
 	case "auto", "any", "none":
 	case "tool":
-		if tc.name, err = reqString(m, "name", "tool_choice"); err != nil {
+		if tc.name, err = d.reqString(m, "name", "tool_choice"); err != nil {
 			return nil, err
 		}
 	default:
 		return nil, reqErr("tool_choice.type", "unsupported value %q; allowed: auto, any, tool, none", bounded(tc.typ))
 	}
-	if d, ok := m["disable_parallel_tool_use"]; ok && !isNull(d) {
-		if tc.disableParallelToolUse, err = decodeBool(d, "tool_choice.disable_parallel_tool_use"); err != nil {
+	if dp := d.get(m, "disable_parallel_tool_use"); !d.null(dp) {
+		if tc.disableParallelToolUse, err = d.decodeBool(dp, "tool_choice.disable_parallel_tool_use"); err != nil {
 			return nil, err
 		}
 	}

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // Options configures ToResponses. The zero value is usable: a nil Models
@@ -59,6 +61,9 @@ type Turn struct {
 	parallelToolCalls bool   // send parallel_tool_calls:false
 	reasoning         []byte // rendered JSON object, nil when no effort
 	required          map[string][]string
+	// built is Input as ToResponses produced it: CreateFrame skips the
+	// validation of items that are these very byte slices.
+	built []json.RawMessage
 }
 
 // defaultInstructions is sent when the system prompt is empty (spec 2.2).
@@ -115,13 +120,16 @@ func ToResponses(req *MessagesRequest, opts Options) (*Turn, error) {
 	}
 
 	upTools := selectTools(req)
-	var sig strings.Builder
 	if len(upTools) > 0 {
-		buf := []byte{'['}
+		size := 2
+		for _, tl := range upTools {
+			size += len(`{"type":"function","name":,"description":,"parameters":},`) + len(tl.name) + len(tl.description) + len(tl.schema) + 16
+		}
+		buf := make([]byte, 1, size+size/16)
+		buf[0] = '['
 		for i, tl := range upTools {
 			if i > 0 {
 				buf = append(buf, ',')
-				sig.WriteByte(0x02)
 			}
 			buf = append(buf, `{"type":"function","name":`...)
 			buf = appendString(buf, tl.name)
@@ -130,11 +138,6 @@ func ToResponses(req *MessagesRequest, opts Options) (*Turn, error) {
 			buf = append(buf, `,"parameters":`...)
 			buf = append(buf, tl.schema...)
 			buf = append(buf, '}')
-			sig.WriteString(tl.name)
-			sig.WriteByte(0x01)
-			sig.WriteString(tl.description)
-			sig.WriteByte(0x01)
-			sig.Write(tl.schema)
 			if len(tl.required) > 0 {
 				t.required[tl.name] = tl.required
 			}
@@ -169,12 +172,33 @@ func ToResponses(req *MessagesRequest, opts Options) (*Turn, error) {
 	if id := sessionID(req.metadataUserID, opts.SessionHeader); id != "" {
 		t.PromptCacheKey = "relay-session-" + hash32(id)
 	} else {
-		t.PromptCacheKey = "relay-" + hash32(stripped+"\x00"+sig.String())
+		t.PromptCacheKey = "relay-" + promptHash(stripped, upTools)
 	}
 
 	t.Input = buildInput(req, upstream)
-	t.EstimatedInputTokens = estimateTokens(req.body)
+	t.built = slices.Clone(t.Input)
+	t.EstimatedInputTokens = req.estimate
 	return t, nil
+}
+
+// promptHash is hash32 of the system prompt, a NUL, then each tool's name,
+// description and schema separated by 0x01, tools separated by 0x02.
+func promptHash(system string, tools []tool) string {
+	h := sha256.New()
+	h.Write([]byte(system))
+	h.Write([]byte{0})
+	for i, tl := range tools {
+		if i > 0 {
+			h.Write([]byte{0x02})
+		}
+		h.Write([]byte(tl.name))
+		h.Write([]byte{0x01})
+		h.Write([]byte(tl.description))
+		h.Write([]byte{0x01})
+		h.Write(tl.schema)
+	}
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:16])
 }
 
 func hash32(s string) string {
@@ -497,12 +521,8 @@ func appendAssistant(items []json.RawMessage, content []block) []json.RawMessage
 			}
 			buf = append(buf, `],"type":"reasoning"}`...)
 		case "tool_use":
-			args, ok := canonicalJSON(b.input)
-			if !ok {
-				args = []byte("{}")
-			}
 			buf = append(buf, `{"arguments":`...)
-			buf = appendString(buf, string(args))
+			buf = appendString(buf, b.args)
 			buf = append(buf, `,"call_id":`...)
 			buf = appendString(buf, stripCallIDSuffix(b.id))
 			buf = append(buf, `,"name":`...)
@@ -622,8 +642,10 @@ func toolResultOutput(b block, callID string, lifted *[]byte) string {
 			out = append(out, `{"type":"text","text":`...)
 			out = appendString(out, toolReferenceText(c.toolName))
 			out = append(out, '}')
-		default:
+		case c.spaced:
 			out = append(out, compactJSON(c.raw)...)
+		default:
+			out = append(out, c.raw...)
 		}
 	}
 	return string(append(out, ']'))
@@ -646,8 +668,9 @@ func (t *Turn) CreateFrame(previousResponseID string, input []json.RawMessage) (
 	buf = append(buf, `,"instructions":`...)
 	buf = appendString(buf, t.instructions)
 	buf = append(buf, `,"input":[`...)
+	own := t.ownOffset(input)
 	for i, it := range input {
-		if !json.Valid(it) {
+		if !(own >= 0 && own+i < len(t.built) && sameBytes(it, t.built[own+i])) && !validJSON(it) {
 			return nil, fmt.Errorf("create frame: input item %d is not valid JSON", i)
 		}
 		if i > 0 {
@@ -686,6 +709,26 @@ func (t *Turn) CreateFrame(previousResponseID string, input []json.RawMessage) (
 		buf = appendString(buf, previousResponseID)
 	}
 	return append(buf, '}'), nil
+}
+
+// ownOffset returns k when input[0] is the item t.built[k] itself (the
+// same bytes in memory, as when the gateway passes Input or a tail of
+// it), else -1.
+func (t *Turn) ownOffset(input []json.RawMessage) int {
+	if len(input) == 0 {
+		return -1
+	}
+	for k, it := range t.built {
+		if sameBytes(input[0], it) {
+			return k
+		}
+	}
+	return -1
+}
+
+// sameBytes reports whether a and b are the same non-empty byte slice.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && len(a) > 0 && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
 // Instructions is the instructions text sent upstream.

@@ -14,66 +14,48 @@ const imageTokens = 1600
 // {"type":"image"}; the estimate is 0 for an empty object, else
 // max(1, ceil(bytes/4) + 1600 per image). A body that is not a JSON object
 // yields a *RequestError.
+//
+// The serialisation is that of the body's generic decoding (keys sorted,
+// the last of duplicate keys kept, strings re-encoded, numbers as written);
+// only its length matters, so it is computed without building it.
 func CountTokens(body []byte) (int, error) {
 	if jsonKind(body) != '{' {
 		return 0, reqErr("", "Invalid JSON body: the request body must be a JSON object")
 	}
-	v, err := decodeAny(body)
-	if err != nil {
+	// Data after the object that starts with ']' or '}' has always been
+	// ignored here (json.Decoder semantics); keep accepting it.
+	d, ok := parseDoc(body, true)
+	if !ok {
 		return 0, reqErr("", "Invalid JSON body: the request body is not valid JSON")
 	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return 0, reqErr("", "Invalid JSON body: the request body must be a JSON object")
-	}
-	return estimateValue(m), nil
+	defer d.release()
+	return d.estimate(), nil
 }
 
-// estimateTokens is CountTokens for a body already validated by
-// DecodeRequest.
-func estimateTokens(body []byte) int {
-	n, err := CountTokens(body)
-	if err != nil {
-		return 0
-	}
-	return n
-}
-
-func estimateValue(m map[string]any) int {
-	for _, k := range countTokensDropped {
-		delete(m, k)
-	}
-	if len(m) == 0 {
-		return 0
-	}
+// estimate is the spec 8.4 estimate of the parsed object d.
+func (d *jsonDoc) estimate() int {
 	images := 0
-	v := reduceImages(m, &images)
-	out, err := marshalNoEscape(v)
-	if err != nil {
+	root := 0
+	ms, base := d.members(root)
+	kept := 0
+	for _, m := range ms {
+		if !isDroppedKey(m.key) {
+			kept++
+		}
+	}
+	d.keys = d.keys[:base]
+	if kept == 0 {
 		return 0
 	}
-	n := (len(out)+3)/4 + imageTokens*images
-	return max(1, n)
+	n := d.estimateLen(root, &images, countTokensDropped)
+	return max(1, (n+3)/4+imageTokens*images)
 }
 
-// reduceImages replaces every image block (type "image" with an object
-// source) by {"type":"image"}, counting them.
-func reduceImages(v any, images *int) any {
-	switch x := v.(type) {
-	case map[string]any:
-		if x["type"] == "image" {
-			if _, ok := x["source"].(map[string]any); ok {
-				*images++
-				return map[string]any{"type": "image"}
-			}
-		}
-		for k, e := range x {
-			x[k] = reduceImages(e, images)
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = reduceImages(e, images)
+func isDroppedKey(k string) bool {
+	for _, d := range countTokensDropped {
+		if k == d {
+			return true
 		}
 	}
-	return v
+	return false
 }
