@@ -6,7 +6,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BINARIES := clodex-dataplane clodex-controlplane clodexctl clodex-sim
 
-.PHONY: help build test lint vet fmt generate check-generated bench bench-controlplane mutation run clients clean
+.PHONY: help build test lint vet fmt generate check-generated bench bench-controlplane bench-pool bench-fleet mutation run clients clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,6 +42,12 @@ bench: ## microbenchmarks and the control-plane RPC benchmark, side by side
 
 bench-controlplane: ## Admit vs a no-op RPC floor over a real loopback listener
 	./scripts/bench-controlplane.sh
+
+bench-pool: ## memory per idle pooled conversation with real sockets to clodex-sim, bytes saved, fan-out sockets
+	./scripts/bench-pool.sh
+
+bench-fleet: ## 3 data planes against one account: central admission vs per-host pacing, and a control-plane outage
+	./scripts/bench-fleet.sh
 
 mutation: ## mutation testing of the pacing core (slow; not part of `make test`)
 	$(TOOL) gremlins unleash --integration=false --workers 1 --threshold-efficacy 90 ./internal/pacing
