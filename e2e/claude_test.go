@@ -159,8 +159,52 @@ func contentBlocks(lines []map[string]any, lineType, blockType string) []map[str
 	return out
 }
 
+// requireContinuation asserts that a two-turn exchange ran on ONE upstream
+// socket, the second response.create continuing the first response with
+// previous_response_id and sending only the new items. It returns the two
+// turns.
+func requireContinuation(t *testing.T, st *stack) []socketLog {
+	t.Helper()
+	if n := len(st.upstream.snapshot()); n != 1 {
+		t.Fatalf("data plane opened %d upstream sockets for two turns, want 1 (the pool keeps the conversation's socket)", n)
+	}
+	turns := st.upstream.turns()
+	if len(turns) != 2 {
+		t.Fatalf("data plane sent %d response.create frames, want 2", len(turns))
+	}
+	var firstID string
+	for _, ev := range ofType(objs(t, turns[0].events), "response.completed") {
+		firstID = str(ev, "response", "id")
+	}
+	second := obj(t, turns[1].sent[0])
+	if prev := str(second, "previous_response_id"); prev == "" || prev != firstID {
+		t.Errorf("second response.create has previous_response_id %q, want the first response %q", prev, firstID)
+	}
+	in1, out1 := upstreamItems(t, turns[0])
+	if in2 := list(second, "input"); len(in2) >= len(in1)+len(out1) {
+		t.Errorf("second response.create sent %d input items, want only the new ones (fewer than the %d of the whole history)", len(in2), len(in1)+len(out1))
+	}
+	return turns
+}
+
+// conversationInput returns the full input the backend saw for turn i: a
+// continuation (previous_response_id) extends turn i-1's input and output
+// with the items it sent.
+func conversationInput(t *testing.T, turns []socketLog, i int) []map[string]any {
+	t.Helper()
+	in, _ := upstreamItems(t, turns[i])
+	if str(obj(t, turns[i].sent[0]), "previous_response_id") == "" {
+		return in
+	}
+	if i == 0 {
+		t.Fatalf("first response.create continues a response")
+	}
+	_, out := upstreamItems(t, turns[i-1])
+	return append(append(conversationInput(t, turns, i-1), out...), in...)
+}
+
 // upstreamItems returns the input items of the single response.create
-// frame sent on socket s, and the output items of its response.completed.
+// frame of log s (a socket, or one turn from turns()), and the output items of its response.completed.
 func upstreamItems(t *testing.T, s socketLog) (input, output []map[string]any) {
 	t.Helper()
 	if len(s.sent) != 1 {
@@ -319,18 +363,15 @@ func TestClaudeCodeBashToolRoundTrip(t *testing.T) {
 	}
 
 	if st.upstream != nil {
-		sockets := st.upstream.snapshot()
-		if len(sockets) != 2 {
-			t.Fatalf("data plane opened %d upstream sockets for two turns, want 2", len(sockets))
-		}
+		sockets := requireContinuation(t, st)
 		_, out1 := upstreamItems(t, sockets[0])
 		calls := ofType(out1, "function_call")
 		if len(calls) != 1 || str(calls[0], "name") != "Bash" {
 			t.Fatalf("first response output %s, want one Bash function_call", compact(out1))
 		}
 		callID := str(calls[0], "call_id")
-		in2, _ := upstreamItems(t, sockets[1])
-		// The replayed history ends with the call and its output, tied by
+		in2 := conversationInput(t, sockets, 1)
+		// The history ends with the call and its output, tied by
 		// the sim's call_id.
 		if len(in2) < 2 {
 			t.Fatalf("second upstream input %s, want at least the call and its output", compact(in2))
@@ -386,10 +427,7 @@ func TestClaudeCodeThinkingSignatureRoundTrip(t *testing.T) {
 	}
 
 	if st.upstream != nil {
-		sockets := st.upstream.snapshot()
-		if len(sockets) != 2 {
-			t.Fatalf("data plane opened %d upstream sockets for two turns, want 2", len(sockets))
-		}
+		sockets := requireContinuation(t, st)
 		var completedID string
 		for _, ev := range ofType(objs(t, sockets[0].events), "response.completed") {
 			completedID = str(ev, "response", "id")
@@ -420,7 +458,7 @@ func TestClaudeCodeThinkingSignatureRoundTrip(t *testing.T) {
 	// Hop 3: the data plane replayed it upstream as the same reasoning
 	// item, right before the function call it preceded.
 	if st.upstream != nil {
-		in2, _ := upstreamItems(t, st.upstream.snapshot()[1])
+		in2 := conversationInput(t, st.upstream.turns(), 1)
 		var kinds []string
 		var replayed map[string]any
 		for _, it := range in2 {

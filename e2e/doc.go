@@ -17,9 +17,10 @@
 //
 //   - an http.Handler around the data plane records every request Claude
 //     Code sent (method, path, body);
-//   - a gateway.Dialer around the upstream dialer records every
-//     response.create frame the data plane sent and every event the
-//     emulator answered, per socket.
+//   - a gateway.Dialer around the upstream dialer (the gateway's private
+//     connection pool dials through it) records every response.create
+//     frame the data plane sent and every event the emulator answered,
+//     per socket and per turn.
 //
 // The emulator's counters are read over HTTP (GET /sim/stats), so the same
 // assertions hold for a stack made of the real binaries (clodex-sim and
@@ -39,11 +40,14 @@
 //     lines with text_delta), with the requested model echoed back;
 //   - a Bash tool round trip: the emulator asks for Bash, Claude Code runs
 //     `echo`, sends the tool_result, and the emulator's answer quoting the
-//     tool output is the final result;
+//     tool output is the final result; both turns run on ONE upstream
+//     socket, the second continuing the first with previous_response_id
+//     and sending only the new items;
 //   - a thinking-signature round trip: the emulator's reasoning item
 //     becomes a thinking block whose signature is the encrypted_content;
 //     Claude Code sends it back with the tool result, and the data plane
-//     replays it upstream as the same reasoning item;
+//     continues the response that holds that reasoning item on the same
+//     socket (the conversation the backend sees keeps it in place);
 //   - a cheap plain-HTTP check of the preconnect (HEAD /api/hello) and
 //     count_tokens.
 //

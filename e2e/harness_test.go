@@ -108,7 +108,7 @@ func startInProcess(t *testing.T) *stack {
 		Logger:  logger.With("component", "dataplane/upstream"),
 	})}
 	gw, err := gateway.New(gateway.Config{
-		Credentials:  credentials.Static{AccessToken: simToken, AccountID: simAccount},
+		Credentials:  gateway.NoRefresh(credentials.Static{AccessToken: simToken, AccountID: simAccount}),
 		Dialer:       dialer,
 		ListenAddr:   ln.Addr().String(),
 		IdleTimeout:  turnIdleTimeout,
@@ -281,6 +281,8 @@ type socketLog struct {
 	sent [][]byte
 	// events are the frames the emulator answered, in order.
 	events [][]byte
+	// socket is the index of the socket (turns only).
+	socket int
 }
 
 // recordingDialer wraps the data plane's upstream dialer and records every
@@ -289,8 +291,9 @@ type socketLog struct {
 type recordingDialer struct {
 	inner gateway.Dialer
 
-	mu      sync.Mutex // guards sockets and the logs they point to
-	sockets []*socketLog
+	mu        sync.Mutex // guards sockets, exchanges and the logs they point to
+	sockets   []*socketLog
+	exchanges []*socketLog // one per response.create, in send order
 }
 
 func (d *recordingDialer) Dial(ctx context.Context, cred credentials.Credential, turn *translate.Turn) (gateway.Conn, error) {
@@ -302,7 +305,21 @@ func (d *recordingDialer) Dial(ctx context.Context, cred credentials.Credential,
 	d.mu.Lock()
 	d.sockets = append(d.sockets, log)
 	d.mu.Unlock()
-	return &recordingConn{Conn: c, d: d, log: log}, nil
+	return &recordingConn{Conn: c, d: d, log: log, socket: len(d.sockets) - 1}, nil
+}
+
+// turns returns one log per response.create the data plane sent, in
+// order: its frame (sent[0]), the events that answered it, and the index
+// of the socket it went out on. With the connection pool, one socket
+// carries many of them.
+func (d *recordingDialer) turns() []socketLog {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]socketLog, len(d.exchanges))
+	for i, s := range d.exchanges {
+		out[i] = socketLog{sent: append([][]byte(nil), s.sent...), events: append([][]byte(nil), s.events...), socket: s.socket}
+	}
+	return out
 }
 
 // snapshot returns a copy of every socket's log.
@@ -318,13 +335,17 @@ func (d *recordingDialer) snapshot() []socketLog {
 
 type recordingConn struct {
 	gateway.Conn
-	d   *recordingDialer
-	log *socketLog
+	d      *recordingDialer
+	log    *socketLog
+	socket int
+	cur    *socketLog // the exchange of the last frame sent; guarded by d.mu
 }
 
 func (c *recordingConn) Send(ctx context.Context, frame []byte) error {
 	c.d.mu.Lock()
 	c.log.sent = append(c.log.sent, bytes.Clone(frame))
+	c.cur = &socketLog{sent: [][]byte{bytes.Clone(frame)}, socket: c.socket}
+	c.d.exchanges = append(c.d.exchanges, c.cur)
 	c.d.mu.Unlock()
 	return c.Conn.Send(ctx, frame)
 }
@@ -334,6 +355,9 @@ func (c *recordingConn) Next(ctx context.Context) ([]byte, error) {
 	if err == nil {
 		c.d.mu.Lock()
 		c.log.events = append(c.log.events, bytes.Clone(data))
+		if c.cur != nil {
+			c.cur.events = append(c.cur.events, bytes.Clone(data))
+		}
 		c.d.mu.Unlock()
 	}
 	return data, err

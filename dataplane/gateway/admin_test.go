@@ -45,9 +45,35 @@ func TestMetricsAndSpans(t *testing.T) {
 		t.Errorf("/debug/pprof/ status %d, want 200", resp.StatusCode)
 	}
 
-	spans := sr.Ended()
+	var spans, attempts []sdktrace.ReadOnlySpan
+	for _, sp := range sr.Ended() {
+		switch sp.Name() {
+		case "Gateway.Messages":
+			spans = append(spans, sp)
+		case "Gateway.Attempt":
+			attempts = append(attempts, sp)
+		}
+	}
 	if len(spans) != 1 {
-		t.Fatalf("recorded %d spans, want 1 (one per turn; the bad request never reached a turn)", len(spans))
+		t.Fatalf("recorded %d turn spans, want 1 (one per turn; the bad request never reached a turn)", len(spans))
+	}
+	if len(attempts) != 1 || attempts[0].Parent().SpanID() != spans[0].SpanContext().SpanID() {
+		t.Fatalf("recorded %d attempt spans, want 1, a child of the turn span", len(attempts))
+	}
+	aattrs := map[attribute.Key]attribute.Value{}
+	for _, kv := range attempts[0].Attributes() {
+		aattrs[kv.Key] = kv.Value
+	}
+	if aattrs["clodex.attempt"].AsInt64() != 0 || aattrs["clodex.socket.reused"].AsBool() ||
+		aattrs["clodex.account.key"].AsString() == "" || aattrs["clodex.pool.decision"].AsString() == "" {
+		t.Errorf("attempt span attrs %v, want attempt 0, a new socket, an account key and a pool decision", aattrs)
+	}
+	for _, sp := range sr.Ended() {
+		for _, kv := range sp.Attributes() {
+			if strings.Contains(kv.Value.Emit(), simAccount) || strings.Contains(kv.Value.Emit(), "metered") {
+				t.Errorf("span %s attribute %s = %q carries the raw account id or prompt text", sp.Name(), kv.Key, kv.Value.Emit())
+			}
+		}
 	}
 	attrs := map[attribute.Key]attribute.Value{}
 	for _, kv := range spans[0].Attributes() {

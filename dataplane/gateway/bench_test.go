@@ -137,7 +137,7 @@ func benchOverhead(b *testing.B, body []byte) {
 	simURL := "ws" + strings.TrimPrefix(simTS.URL, "http") + codexsim.ChatGPTPath
 	cred := credentials.Credential{AccessToken: simToken, AccountID: simAccount}
 	gw, err := New(Config{
-		Credentials: credentials.Static(cred),
+		Credentials: NoRefresh(credentials.Static(cred)),
 		Dialer:      UpstreamDialer(upstream.DialOptions{URL: simURL}),
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,8 +15,36 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/dataplane/pool"
+	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/translate"
+	"github.com/clodex/clodex/internal/pacing"
 )
+
+// CredentialsSource is what the gateway needs from a credential source:
+// the current credential, and one refresh after the backend rejected a
+// token (a 401). *credentials.RefreshingFile implements it.
+type CredentialsSource interface {
+	Credential(ctx context.Context) (credentials.Credential, error)
+	// Rejected returns a credential with a different access token, or an
+	// error (wrapping credentials.ErrLoginRequired when the user must sign
+	// in again).
+	Rejected(ctx context.Context, token credentials.Secret) (credentials.Credential, error)
+}
+
+// errNoRefresh is returned by NoRefresh's Rejected.
+var errNoRefresh = errors.New("the credential source cannot refresh a rejected token")
+
+// NoRefresh adapts a plain credentials.Source (credentials.Static, a
+// FileSource) to CredentialsSource: Rejected always fails, so a 401 is
+// answered as an authentication failure without a retry.
+func NoRefresh(src credentials.Source) CredentialsSource { return noRefresh{src} }
+
+type noRefresh struct{ credentials.Source }
+
+func (noRefresh) Rejected(context.Context, credentials.Secret) (credentials.Credential, error) {
+	return credentials.Credential{}, errNoRefresh
+}
 
 // Defaults for Config.
 const (
@@ -29,11 +58,30 @@ const (
 // Config configures a Server. New copies it and never modifies the
 // caller's value.
 type Config struct {
-	// Credentials supplies the upstream credential per turn (Required).
-	Credentials credentials.Source
-	// Dialer opens the upstream socket for a turn (Required). See
-	// UpstreamDialer.
+	// Credentials supplies the upstream credential per turn and answers a
+	// 401 with one refresh (Required). A *credentials.RefreshingFile
+	// implements it; wrap a plain credentials.Source (credentials.Static)
+	// with NoRefresh.
+	Credentials CredentialsSource
+	// Pool hands out upstream sockets (continuation heads) and paces new
+	// ones through its Admitter (Optional; when nil the gateway builds a
+	// private pool from Dialer, which is then Required). Build its Dialer
+	// with PoolDialer. The gateway does not close a Pool it was given.
+	Pool *pool.Pool
+	// Dialer opens the upstream sockets of the private pool used when Pool
+	// is nil (Required then; ignored otherwise). See UpstreamDialer.
 	Dialer Dialer
+	// Budget bounds every request's attempts: the shared no-data deadline
+	// (IdleTimeout), the total deadline (TotalTimeout) and MaxRetries
+	// (Optional; the zero value means pacing.DefaultBudget()). When set it
+	// replaces IdleTimeout and TotalTimeout below.
+	Budget pacing.Budget
+	// RetryClock is the time source of the retry schedule and deadlines
+	// (Optional; default retry.SystemClock). Tests inject a fake.
+	RetryClock retry.Clock
+	// RetryRand returns uniform values in [0, 1) for retry jitter and the
+	// client's retry-after draw (Optional; default math/rand/v2).
+	RetryRand func() float64
 	// ListenAddr is the address the Handler is served on (Optional;
 	// default DefaultListenAddr). It selects the listener security mode: a
 	// loopback host (127.0.0.0/8, ::1, localhost) accepts any key and checks
@@ -50,10 +98,12 @@ type Config struct {
 	// Models maps requested model names to upstream models (Optional;
 	// default translate.DefaultModels()).
 	Models *translate.ModelTable
-	// IdleTimeout aborts a turn when the backend sends nothing for this long
-	// (Optional; default 120 s).
+	// IdleTimeout aborts a turn when the backend sends nothing for this long,
+	// counted across all its attempts (Optional; default 120 s; ignored when
+	// Budget is set).
 	IdleTimeout time.Duration
-	// TotalTimeout bounds a whole turn (Optional; default 600 s).
+	// TotalTimeout bounds a whole turn, retries included (Optional; default
+	// 600 s; ignored when Budget is set).
 	TotalTimeout time.Duration
 	// PingInterval is how often a committed stream gets a ping event while
 	// the backend works without downstream output (Optional; default 20 s).
@@ -95,8 +145,16 @@ func (c *Config) validate() error {
 	if c.Credentials == nil {
 		errs = append(errs, errors.New("Credentials is required"))
 	}
-	if c.Dialer == nil {
-		errs = append(errs, errors.New("Dialer is required"))
+	if c.Dialer == nil && c.Pool == nil {
+		errs = append(errs, errors.New("Dialer is required when Pool is nil"))
+	}
+	if c.Budget != (pacing.Budget{}) {
+		if c.Budget.IdleTimeout <= 0 || c.Budget.TotalTimeout <= 0 {
+			errs = append(errs, fmt.Errorf("Budget has idle timeout %v and total timeout %v; want both positive (or the zero Budget for the default)", c.Budget.IdleTimeout, c.Budget.TotalTimeout))
+		}
+		if c.Budget.MaxRetries < 0 || c.Budget.MaxRetries > pacing.MaxMaxRetries {
+			errs = append(errs, fmt.Errorf("Budget.MaxRetries is %d; allowed: 0..%d", c.Budget.MaxRetries, pacing.MaxMaxRetries))
+		}
 	}
 	if c.ListenAddr == "" {
 		c.ListenAddr = DefaultListenAddr

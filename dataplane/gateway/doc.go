@@ -2,8 +2,9 @@
 // listener and drives each turn over an upstream Responses socket.
 //
 //	srv, err := gateway.New(gateway.Config{
-//		Credentials: src,                                  // credentials.Source
-//		Dialer:      gateway.UpstreamDialer(upstream.DialOptions{URL: u}),
+//		Credentials: src,  // *credentials.RefreshingFile, or gateway.NoRefresh(static)
+//		Pool:        p,    // pool.New(pool.Config{Dialer: gateway.PoolDialer(opts, src), Admitter: a})
+//		Budget:      budget,
 //		ListenAddr:  "127.0.0.1:17645",
 //		Logger:      logger,
 //	})
@@ -26,16 +27,42 @@
 // Content-Type: application/json, at most Config.MaxBodyBytes (50 MiB) both
 // as sent and after decoding a gzip or deflate Content-Encoding.
 //
-// One turn, today: translate the body (package translate), take a
-// credential from Config.Credentials, ask Config.Dialer for a socket, send
-// one response.create frame, feed every upstream event to a
-// translate.Stream until the response completes or fails, then release the
-// socket. The Dialer is the seam for the connection pool of a later part;
-// the Credentials source is the seam for refresh. Failures before any
-// output get their classified HTTP status (and retry-after); after output
-// the SSE stream ends with an error event. A client that disconnects
-// cancels the turn and the socket is closed with 1001 and a reason. Idle
-// (no upstream data) and total deadlines bound every turn; while the
-// backend works without producing output, a committed stream gets a ping
-// event every Config.PingInterval.
+// One turn: translate the body (package translate), take a credential from
+// Config.Credentials, canonicalise the input items and run attempts with
+// retry.Do inside the request's budget (Config.Budget: one no-data
+// deadline shared by every attempt, reset only by upstream events, and a
+// total deadline). Each attempt takes a lease from the connection pool
+// (package pool; Config.Pool, or a private pool over Config.Dialer): a
+// continuation head sends previous_response_id and only the new items
+// (instructions and tools are resent), a new socket the full context. A
+// completed response makes the socket the conversation's head
+// (Lease.Complete with Stream.OutputItems and the usage); a failure or a
+// cancelled turn discards it.
+//
+// Retries happen only before any output reached the client:
+// previous_response_not_found, websocket_connection_limit_reached and a
+// transport failure on a reused socket replace the socket at once (full
+// context, unpaced); a transport failure on a new socket or an upgrade 5xx
+// backs off along the ladder; an upgrade 403 (429 to the client) waits
+// max(rung, hint <= 60 s) plus 0-25 % jitter; a refusal from the pool's
+// Admitter (*admission.RefusedError) waits exactly its hint. A 401 on the
+// upgrade drops the account's heads and asks Credentials.Rejected for one
+// refreshed credential, then retries once; credentials.ErrLoginRequired
+// (or a refresh that fails) is answered 401 authentication_error with
+// x-should-retry: false. When the retries are spent the client gets the
+// classified status: 429 rate_limit_error with a retry-after drawn from
+// [h, ceil(1.25 h)], 529 for overload, 502 for other 5xx and transport
+// failures, 400 "prompt is too long: N tokens > W maximum" for a context
+// overflow, never an empty 200. After output the SSE stream ends with an
+// error event. A client that disconnects cancels the turn and its socket
+// is closed at once. While the backend works without producing output, a
+// committed stream gets a ping event every Config.PingInterval.
+//
+// Tracing: one span per turn (Gateway.Messages) and a child span per
+// upstream attempt (Gateway.Attempt) with the attempt number, whether it
+// is a replacement, the wait before it, reused or new socket, the pool's
+// decision and generation, the admission decision and wait (set by
+// package admission on the attempt's context), the upstream status and
+// the account KEY (account.Key); never the raw account id, a token or
+// prompt content.
 package gateway

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,20 +13,30 @@ import (
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/internal/codexsim"
+	"github.com/clodex/clodex/internal/pacing"
 )
 
 func TestUpgradeThrottleBecomes429(t *testing.T) {
 	tests := []struct {
-		name           string
-		retryAfter403  time.Duration
-		wantRetryAfter string
+		name          string
+		retryAfter403 time.Duration
+		minRetryAfter int // the header is uniform in [h, ceil(1.25 h)]
+		maxRetryAfter int
+		wantSleeps    []time.Duration
 	}{
-		{"edge sends retry-after", 7 * time.Second, "7"},
-		{"edge sends none: default hint", 0, "5"},
+		// Two retries after a throttle: max(rung, hint) × (1 + 0.25 × 0.5).
+		{"edge sends retry-after", 7 * time.Second, 7, 9, []time.Duration{7875 * time.Millisecond, 7875 * time.Millisecond}},
+		{"edge sends none: default hint", 0, 5, 7, []time.Duration{5625 * time.Millisecond, 5625 * time.Millisecond}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, envOptions{sim: codexsim.Config{UpgradeLimit: 1, Faults: codexsim.Faults{RetryAfter403: tt.retryAfter403}}})
+			e := newEnv(t, envOptions{
+				sim: codexsim.Config{UpgradeLimit: 1, Faults: codexsim.Faults{RetryAfter403: tt.retryAfter403}},
+				mutate: func(c *Config) {
+					c.Budget = pacing.Budget{IdleTimeout: 120 * time.Second, TotalTimeout: 600 * time.Second, MaxRetries: 2}
+					c.RetryRand = func() float64 { return 0.5 }
+				},
+			})
 			first := e.post(t, "/v1/messages", messagesBody(false, "#sim reply ok"), nil)
 			if first.StatusCode != http.StatusOK {
 				t.Fatalf("first request: status %d, want 200: %s", first.StatusCode, readAll(t, first))
@@ -36,16 +47,25 @@ func TestUpgradeThrottleBecomes429(t *testing.T) {
 				if resp.StatusCode != http.StatusTooManyRequests {
 					t.Fatalf("stream=%v: status %d, want 429: %s", stream, resp.StatusCode, readAll(t, resp))
 				}
-				if got := resp.Header.Get("Retry-After"); got != tt.wantRetryAfter {
-					t.Errorf("stream=%v: retry-after = %q, want %q", stream, got, tt.wantRetryAfter)
+				got, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+				if err != nil || got < tt.minRetryAfter || got > tt.maxRetryAfter {
+					t.Errorf("stream=%v: retry-after = %q, want an integer in [%d, %d]", stream, resp.Header.Get("Retry-After"), tt.minRetryAfter, tt.maxRetryAfter)
+				}
+				if v := resp.Header.Get("X-Should-Retry"); v != "" {
+					t.Errorf("stream=%v: x-should-retry = %q, want none for a throttle", stream, v)
 				}
 				eb := readError(t, resp)
 				if eb.Error.Type != "rate_limit_error" || !strings.Contains(eb.Error.Message, "403") {
 					t.Errorf("stream=%v: error = %+v, want rate_limit_error mentioning the 403", stream, eb.Error)
 				}
 			}
-			if st := e.sim.Stats(); st.Upgrade403s != 2 {
-				t.Errorf("sim upgrade_403s = %d, want 2", st.Upgrade403s)
+			// Each request: the first attempt and two retries, all refused.
+			if st := e.sim.Stats(); st.Upgrade403s != 6 {
+				t.Errorf("sim upgrade_403s = %d, want 6 (3 attempts for each of 2 requests)", st.Upgrade403s)
+			}
+			want := append(append([]time.Duration(nil), tt.wantSleeps...), tt.wantSleeps...)
+			if got := e.clock.Sleeps(); !slices.Equal(got, want) {
+				t.Errorf("waits between attempts = %v, want %v", got, want)
 			}
 		})
 	}
@@ -144,7 +164,7 @@ func TestUnreachableUpstreamIs502(t *testing.T) {
 }
 
 func TestCredentialUnavailableIs401(t *testing.T) {
-	e := newEnv(t, envOptions{mutate: func(c *Config) { c.Credentials = failingSource{} }})
+	e := newEnv(t, envOptions{mutate: func(c *Config) { c.Credentials = NoRefresh(failingSource{}) }})
 	resp := e.post(t, "/v1/messages", messagesBody(true, "hi"), nil)
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("status %d, want 401", resp.StatusCode)

@@ -26,11 +26,12 @@ func FuzzMessages(f *testing.F) {
 	f.Add([]byte(`{}`), "br", "/v1/messages")
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","data":"AA"}}]}]}`), "", "/v1/messages/count_tokens")
 	srv, err := New(Config{
-		Credentials: credentials.Static{AccessToken: "tok"},
+		Credentials: NoRefresh(credentials.Static{AccessToken: "tok"}),
 		Dialer: DialFunc(func(context.Context, credentials.Credential, *translate.Turn) (Conn, error) {
 			return nil, errors.New("no upstream in the fuzzer")
 		}),
 		MaxBodyBytes: 1 << 20,
+		RetryClock:   newFakeClock(),
 	})
 	if err != nil {
 		f.Fatal(err)

@@ -35,6 +35,7 @@ type env struct {
 	url    string // data plane base URL
 	client *http.Client
 	rec    *recordingDialer
+	clock  *fakeClock // the retry clock unless the test set its own
 }
 
 type envOptions struct {
@@ -54,12 +55,14 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	simTS := httptest.NewServer(sim.Handler())
 	e := &env{sim: sim, simURL: "ws" + strings.TrimPrefix(simTS.URL, "http") + codexsim.ChatGPTPath}
-	e.rec = &recordingDialer{inner: UpstreamDialer(upstream.DialOptions{URL: e.simURL, Version: "test"})}
+	e.rec = &recordingDialer{inner: UpstreamDialer(upstream.DialOptions{URL: e.simURL, Version: "test"}), url: e.simURL}
 	cfg := Config{
-		Credentials: credentials.Static{AccessToken: simToken, AccountID: simAccount},
+		Credentials: NoRefresh(credentials.Static{AccessToken: simToken, AccountID: simAccount}),
 		Dialer:      e.rec,
 		ListenAddr:  "127.0.0.1:0",
 	}
+	e.clock = newFakeClock()
+	cfg.RetryClock = e.clock
 	if o.mutate != nil {
 		o.mutate(&cfg)
 	}
@@ -87,11 +90,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 // sent.
 type recordingDialer struct {
 	inner Dialer
+	url   string // the sim's Responses URL
 
 	mu     sync.Mutex // guards the following fields
 	frames [][]byte
 	closes []closeRecord
 	onNext func([]byte)
+	onSend func([]byte) []byte // may rewrite an outgoing frame
 }
 
 type closeRecord struct {
@@ -111,6 +116,22 @@ func (d *recordingDialer) setOnNext(f func([]byte)) {
 	d.mu.Lock()
 	d.onNext = f
 	d.mu.Unlock()
+}
+
+func (d *recordingDialer) setSendHook(f func([]byte) []byte) {
+	d.mu.Lock()
+	d.onSend = f
+	d.mu.Unlock()
+}
+
+func (c *recordingConn) Send(ctx context.Context, frame []byte) error {
+	c.d.mu.Lock()
+	f := c.d.onSend
+	c.d.mu.Unlock()
+	if f != nil {
+		frame = f(frame)
+	}
+	return c.Conn.Send(ctx, frame)
 }
 
 func (d *recordingDialer) recorded() ([][]byte, []closeRecord) {

@@ -127,7 +127,7 @@ func TestListenerSecurityNetwork(t *testing.T) {
 }
 
 func TestNewRequiresKeyOffLoopback(t *testing.T) {
-	_, err := New(Config{Credentials: failingSource{}, Dialer: DialFunc(nil), ListenAddr: ":17645"})
+	_, err := New(Config{Credentials: NoRefresh(failingSource{}), ListenAddr: ":17645"})
 	if err == nil || !strings.Contains(err.Error(), "APIKey is required") || !strings.Contains(err.Error(), ":17645") {
 		t.Errorf("New(non-loopback, no key) = %v, want an error naming APIKey and the address", err)
 	}

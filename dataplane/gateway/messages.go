@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
-	"github.com/coder/websocket"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/clodex/clodex/dataplane/admission"
+	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/dataplane/pool"
+	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/account"
 )
 
 // Turn outcomes, the label of clodex_dataplane_turn_seconds.
@@ -57,8 +60,6 @@ func (s *Server) serveMessages(w *record, r *http.Request) {
 		return
 	}
 	defer s.untrack(h)
-	ctx, cancelTotal := context.WithTimeoutCause(ctx, s.cfg.TotalTimeout, errTotalTimeout)
-	defer cancelTotal()
 	ctx, span := s.tracer.Start(ctx, "Gateway.Messages", trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
 		attribute.String("clodex.model.requested", turn.RequestedModel),
 		attribute.String("clodex.model.upstream", turn.Model),
@@ -67,120 +68,323 @@ func (s *Server) serveMessages(w *record, r *http.Request) {
 	defer span.End()
 
 	start := time.Now()
-	t := &turnRun{s: s, w: w, turn: turn, span: span}
+	t := &turnRun{s: s, w: w, turn: turn, span: span, msgID: newID("msg_")}
 	outcome := t.run(ctx)
 	s.metrics.turns.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
-	span.SetAttributes(attribute.String("clodex.outcome", outcome), attribute.Int("http.response.status_code", w.status))
+	span.SetAttributes(attribute.String("clodex.outcome", outcome), attribute.Int("http.response.status_code", w.status),
+		attribute.Int("clodex.attempts", t.attempts))
 	if w.err != nil && outcome != outcomeCompleted {
 		span.RecordError(w.err)
 		span.SetStatus(codes.Error, outcome)
 	}
 }
 
+// Close reasons of pooled sockets; reasonClientGone and reasonShutdown
+// close a Config.Dialer socket with 1001.
+const (
+	reasonClientGone = "client disconnected"
+	reasonShutdown   = "server shutting down"
+	reasonFailed     = "turn failed"
+	reasonIdle       = "idle timeout"
+	reasonTotal      = "total deadline exceeded"
+	reasonReadFailed = "upstream read failed"
+)
+
 // turnRun is one /v1/messages turn; it lives on the handler's goroutine.
 type turnRun struct {
-	s    *Server
-	w    *record
-	turn *translate.Turn
-	span trace.Span
+	s     *Server
+	w     *record
+	turn  *translate.Turn
+	span  trace.Span
+	msgID string
+
+	part      pool.Partition
+	items     [][]byte           // canonical items of turn.Input
+	token     credentials.Secret // the token of the turn's latest credential
+	refreshed bool               // Credentials.Rejected was called for this turn
+	attempts  int
+
+	// pending is a lease whose attempt failed with a Replace-class
+	// failure: the next attempt replaces it (or discards it).
+	pending       *pool.Lease
+	pendingReason string
 
 	sse       *sseWriter           // nil for a non-streaming request
 	collector *translate.Collector // nil for a streaming request
-	stream    *translate.Stream
+	stream    *translate.Stream    // the current attempt's stream
+	outcome   string               // set by the attempt that ended the turn
 }
 
 // frameResult is one upstream event (or the read error that ended the
-// socket), handed from readLoop to the turn.
+// socket), handed from the reader to the turn.
 type frameResult struct {
 	data []byte
 	err  error
 }
 
+// errClientGone ends a turn whose client stopped reading.
+var errClientGone = errors.New("client went away")
+
+// errLoginRequired is what the client is told when the sign-in is dead.
+const loginRequiredMessage = "The ChatGPT sign-in can no longer be refreshed; run `codex login` to sign in again, then retry"
+
 func (t *turnRun) run(ctx context.Context) string {
 	s := t.s
+	defer s.bg.Done()
 	cred, err := s.cfg.Credentials.Credential(ctx)
 	if err != nil {
-		s.bg.Done()
 		if ctx.Err() != nil {
 			return t.ctxEnded(ctx)
 		}
 		t.w.err = fmt.Errorf("get credential: %w", err)
+		if errors.Is(err, credentials.ErrLoginRequired) {
+			t.refreshed = true
+			t.writeUpstreamError(loginRequired())
+			return outcomeFailed
+		}
 		writeError(t.w, http.StatusUnauthorized, "authentication_error", "OAuth credential is unavailable")
 		return outcomeFailed
 	}
-	conn, err := s.cfg.Dialer.Dial(ctx, cred, t.turn)
-	if err != nil {
-		s.bg.Done()
-		if ctx.Err() != nil {
-			s.metrics.dials.WithLabelValues("error").Inc()
-			return t.ctxEnded(ctx)
-		}
-		var ue *upstream.UpgradeError
-		var f *translate.UpstreamError
-		if errors.As(err, &ue) {
-			s.metrics.dials.WithLabelValues("refused").Inc()
-			f = translate.ClassifyUpgrade(ue.Status, ue.RetryAfter)
-		} else {
-			s.metrics.dials.WithLabelValues("error").Inc()
-			f = translate.ClassifyUpgrade(0, "")
-		}
-		t.w.err = fmt.Errorf("dial upstream: %w", err)
-		t.writeUpstreamError(f)
-		return outcomeFailed
+	t.token = cred.AccessToken
+	t.part = pool.Partition{Account: cred.AccountID, Model: t.turn.Model, Effort: t.turn.Effort, PromptCacheKey: t.turn.PromptCacheKey}
+	if cred.AccountID != "" {
+		t.span.SetAttributes(attribute.String("clodex.account.key", account.Key(cred.AccountID)))
 	}
-	s.metrics.dials.WithLabelValues("ok").Inc()
-
-	// The reader runs under its own context so that a cancelled turn can
-	// first send a close frame with a reason, then stop the reader.
-	readCtx, stopRead := context.WithCancel(context.WithoutCancel(ctx))
-	frames := make(chan frameResult)
-	readDone := make(chan struct{})
-	go readLoop(readCtx, conn, frames, readDone)
-	code, reason := websocket.StatusNormalClosure, "turn complete"
-	defer func() {
-		// Closing waits for the peer's close frame; do it off the
-		// response path. Server.Close waits for it (bg).
-		go s.closeSocket(conn, code, reason, stopRead, readDone)
-	}()
-
-	msgID := newID("msg_")
-	var ew translate.EventWriter
+	t.items = make([][]byte, len(t.turn.Input))
+	for i, it := range t.turn.Input {
+		c, err := translate.CanonicalItem(it)
+		if err != nil {
+			t.w.err = fmt.Errorf("canonicalize input item %d: %w", i, err)
+			writeError(t.w, http.StatusInternalServerError, "api_error", "Could not prepare the upstream request")
+			return outcomeFailed
+		}
+		t.items[i] = c
+	}
 	if t.turn.Stream {
 		t.sse = newSSEWriter(t.w)
+	}
+
+	err = retry.Do(ctx, retry.Config{Budget: s.budget, Clock: s.cfg.RetryClock, Rand: s.rand, Logger: s.cfg.Logger},
+		t.attempt)
+	if t.pending != nil {
+		t.pending.Discard(t.pendingReason)
+		t.pending = nil
+	}
+	if err == nil {
+		return t.outcome
+	}
+	return t.finish(ctx, err)
+}
+
+// finish reports the error that ended the turn.
+func (t *turnRun) finish(ctx context.Context, err error) string {
+	if errors.Is(err, errClientGone) {
+		t.w.err = err
+		return outcomeClientGone
+	}
+	var te *retry.TimeoutError
+	if !errors.As(err, &te) && ctx.Err() != nil {
+		return t.ctxEnded(ctx)
+	}
+	t.w.err = err
+	return t.fail(t.upstreamError(err))
+}
+
+// upstreamError maps the error retry.Do returned to what the client sees.
+func (t *turnRun) upstreamError(err error) *translate.UpstreamError {
+	var te *retry.TimeoutError
+	var ue *translate.UpstreamError
+	var re *admission.RefusedError
+	var le *loginError
+	switch {
+	case errors.As(err, &le):
+		return loginRequired()
+	case errors.As(err, &te):
+		return te.Upstream()
+	case errors.As(err, &ue):
+		return ue
+	case errors.As(err, &re):
+		secs := int((re.RetryAfter + time.Second - 1) / time.Second)
+		return &translate.UpstreamError{Status: http.StatusTooManyRequests, Type: "rate_limit_error",
+			Message:    fmt.Sprintf("The fleet's pacing of new upstream connections refused this request; retry after %ds", secs),
+			RetryAfter: re.RetryAfter}
+	}
+	return transportFailure()
+}
+
+func loginRequired() *translate.UpstreamError {
+	return &translate.UpstreamError{Status: http.StatusUnauthorized, Type: "authentication_error", Message: loginRequiredMessage}
+}
+
+// loginError marks a dead sign-in (credentials.ErrLoginRequired) or a
+// credential that cannot be refreshed.
+type loginError struct{ err error }
+
+func (e *loginError) Error() string { return e.err.Error() }
+func (e *loginError) Unwrap() error { return e.err }
+
+// attempt is one retry.Do attempt: get a socket (continuation, new or
+// replacement), send the turn, stream the response.
+func (t *turnRun) attempt(ctx context.Context, a retry.Attempt) error {
+	t.attempts++
+	ctx, span := t.s.tracer.Start(ctx, "Gateway.Attempt", trace.WithAttributes(
+		attribute.Int("clodex.attempt", a.N),
+		attribute.Bool("clodex.attempt.replacement", a.Replacement),
+		attribute.Int64("clodex.attempt.waited_ms", a.Waited.Milliseconds()),
+	))
+	defer span.End()
+	if t.part.Account != "" {
+		span.SetAttributes(attribute.String("clodex.account.key", account.Key(t.part.Account)))
+	}
+	lease, err := t.obtain(ctx, a)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "no socket")
+		return err
+	}
+	span.SetAttributes(
+		attribute.Bool("clodex.socket.reused", lease.Reused),
+		attribute.String("clodex.pool.decision", lease.Decision),
+		attribute.String("clodex.pool.generation", lease.Generation),
+		attribute.Int("clodex.pool.delta", lease.Delta),
+	)
+	err = t.drive(ctx, a, lease)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "attempt failed")
+	}
+	return err
+}
+
+// obtain returns the attempt's lease: the pending lease's replacement on
+// a replacement attempt, else a lease from Acquire. A 401 on the upgrade
+// is answered once per turn by Credentials.Rejected and a new Acquire.
+func (t *turnRun) obtain(ctx context.Context, a retry.Attempt) (*pool.Lease, error) {
+	s := t.s
+	if l := t.pending; l != nil {
+		t.pending = nil
+		if a.Replacement {
+			nl, err := l.Replace(ctx, t.pendingReason)
+			switch {
+			case err == nil:
+				s.metrics.dials.WithLabelValues("ok").Inc()
+				return nl, nil
+			case !errors.Is(err, pool.ErrReplaceSpent):
+				return nil, t.dialFailure(ctx, err)
+			}
+		}
+		l.Discard(t.pendingReason)
+	}
+	for {
+		l, err := s.pool.Acquire(ctx, t.part, t.items)
+		if err == nil {
+			if !l.Reused {
+				s.metrics.dials.WithLabelValues("ok").Inc()
+			}
+			return l, nil
+		}
+		var rej *rejectedError
+		if errors.As(err, &rej) && !t.refreshed && ctx.Err() == nil {
+			if ferr := t.refresh(ctx, rej.token); ferr != nil {
+				return nil, ferr
+			}
+			continue
+		}
+		return nil, t.dialFailure(ctx, err)
+	}
+}
+
+// refresh reports a rejected token once per turn and drops the account's
+// heads (they were opened with the rejected credential).
+func (t *turnRun) refresh(ctx context.Context, token credentials.Secret) error {
+	t.refreshed = true
+	t.s.pool.DropAccount(t.part.Account)
+	t.span.AddEvent("credential rejected; refreshing")
+	cred, err := t.s.cfg.Credentials.Rejected(ctx, token)
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		if errors.Is(err, credentials.ErrLoginRequired) {
+			return retry.Final(&loginError{err: fmt.Errorf("refresh rejected credential: %w", err)})
+		}
+		return retry.Final(fmt.Errorf("refresh rejected credential: %w", &translate.UpstreamError{
+			Status: http.StatusUnauthorized, Type: "authentication_error",
+			Message: "The upstream rejected the ChatGPT credential and it could not be refreshed"}))
+	}
+	t.token = cred.AccessToken
+	return nil
+}
+
+// dialFailure classifies a failed Acquire or Replace.
+func (t *turnRun) dialFailure(ctx context.Context, err error) error {
+	s := t.s
+	if ctx.Err() != nil {
+		s.metrics.dials.WithLabelValues("error").Inc()
+		return err
+	}
+	var re *admission.RefusedError
+	if errors.As(err, &re) {
+		s.metrics.dials.WithLabelValues("refused").Inc()
+		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("clodex.upstream.status", http.StatusTooManyRequests))
+		return retry.Refusal(re.RetryAfter, err)
+	}
+	var ue *upstream.UpgradeError
+	if errors.As(err, &ue) {
+		s.metrics.dials.WithLabelValues("refused").Inc()
+		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("clodex.upstream.status", ue.Status))
+		f := translate.ClassifyUpgrade(ue.Status, ue.RetryAfter)
+		return retry.Classify(f, retry.Facts{AuthRefreshed: t.refreshed})
+	}
+	s.metrics.dials.WithLabelValues("error").Inc()
+	return retry.Transport(fmt.Errorf("dial upstream: %w", err), false)
+}
+
+// endLease ends a failed attempt's lease: a Replace-class failure keeps it
+// for the next attempt to replace; anything else discards it.
+func (t *turnRun) endLease(l *pool.Lease, f *retry.Failure, reason, replaceReason string) {
+	if f != nil && f.Class == retry.Replace {
+		t.pending, t.pendingReason = l, replaceReason
+		return
+	}
+	l.Discard(reason)
+}
+
+// clientSawOutput reports whether anything reached the client: after that
+// nothing is retried.
+func (t *turnRun) clientSawOutput() bool {
+	return t.sse != nil && t.sse.started
+}
+
+// drive sends the turn on the lease's socket and streams the response.
+func (t *turnRun) drive(ctx context.Context, a retry.Attempt, l *pool.Lease) error {
+	var ew translate.EventWriter
+	if t.sse != nil {
 		ew = t.sse
 	} else {
 		t.collector = translate.NewCollector()
 		ew = t.collector
 	}
-	t.stream = translate.NewStream(t.turn, ew, msgID)
+	t.stream = translate.NewStream(t.turn, ew, t.msgID)
 
-	frame, err := t.turn.CreateFrame("", t.turn.Input)
+	frame, err := t.turn.CreateFrame(l.PreviousResponseID, t.turn.Input[l.Delta:])
 	if err != nil {
-		t.w.err = fmt.Errorf("render response.create: %w", err)
-		writeError(t.w, http.StatusInternalServerError, "api_error", "Could not build the upstream request")
-		code, reason = websocket.StatusNormalClosure, "turn failed"
-		return outcomeFailed
+		l.Discard(reasonFailed)
+		return retry.Final(fmt.Errorf("render response.create: %w", err))
 	}
-	if err := conn.Send(ctx, frame); err != nil {
+	if err := l.Conn.Send(ctx, frame); err != nil {
 		if ctx.Err() != nil {
-			code, reason = closeFor(ctx)
-			return t.ctxEnded(ctx)
+			l.Discard(t.cancelReason(ctx))
+			return context.Cause(ctx)
 		}
-		t.w.err = err
-		code, reason = websocket.StatusNormalClosure, "turn failed"
-		return t.fail(transportFailure())
+		f := retry.Transport(fmt.Errorf("send response.create: %w", err), l.Reused)
+		t.endLease(l, f, reasonFailed, pool.ReplaceTransport)
+		return f
 	}
-	outcome, c, rsn := t.loop(ctx, frames)
-	code, reason = c, rsn
-	return outcome
-}
 
-// loop feeds upstream events to the Stream until the response ends. It
-// returns the outcome and the close code and reason for the socket.
-func (t *turnRun) loop(ctx context.Context, frames <-chan frameResult) (string, websocket.StatusCode, string) {
+	rd := startReader(ctx, l.Conn)
+	defer rd.stop()
 	cfg := &t.s.cfg
-	idle := time.NewTimer(cfg.IdleTimeout)
-	defer idle.Stop()
 	var tick <-chan time.Time
 	var lastTick, lastUpstream time.Time
 	if t.sse != nil {
@@ -189,51 +393,143 @@ func (t *turnRun) loop(ctx context.Context, frames <-chan frameResult) (string, 
 		tick = ticker.C
 		lastTick = time.Now()
 	}
+	rd.more()
 	for {
 		select {
-		case fr := <-frames:
+		case fr := <-rd.out:
 			if fr.err != nil {
-				t.w.err = fr.err
-				return t.fail(transportFailure()), websocket.StatusNormalClosure, "upstream read failed"
+				if ctx.Err() != nil {
+					l.Discard(t.cancelReason(ctx))
+					return context.Cause(ctx)
+				}
+				err := fmt.Errorf("read upstream: %w", fr.err)
+				if t.clientSawOutput() {
+					l.Discard(reasonReadFailed)
+					return retry.Final(err)
+				}
+				f := retry.Transport(err, l.Reused)
+				t.endLease(l, f, reasonReadFailed, pool.ReplaceTransport)
+				return f
 			}
-			idle.Reset(cfg.IdleTimeout)
+			a.Idle.Reset()
 			if tick != nil {
 				lastUpstream = time.Now()
 			}
 			state, err := t.stream.Handle(fr.data)
 			if err != nil {
-				t.w.err = fmt.Errorf("write downstream: %w", err)
-				return outcomeClientGone, websocket.StatusGoingAway, "client disconnected"
+				// The response goes on upstream; the socket cannot be
+				// reused mid-response.
+				l.Discard(reasonClientGone)
+				return retry.Final(fmt.Errorf("write downstream: %w: %w", errClientGone, err))
 			}
 			switch state {
 			case translate.StateCompleted:
-				return t.complete(), websocket.StatusNormalClosure, "turn complete"
+				t.completeLease(l)
+				t.outcome = t.complete()
+				return nil
 			case translate.StateFailed:
-				f := t.stream.Failure()
-				t.w.err = f
-				return t.fail(f), websocket.StatusNormalClosure, "turn failed"
+				uf := t.stream.Failure()
+				trace.SpanFromContext(ctx).SetAttributes(attribute.Int("clodex.upstream.status", uf.Status))
+				if t.clientSawOutput() {
+					l.Discard(reasonFailed)
+					return retry.Final(uf)
+				}
+				f := retry.Classify(t.turn.Overflow(uf), retry.Facts{AuthRefreshed: t.refreshed})
+				reason := pool.ReplaceTransport
+				switch uf.Code {
+				case translate.CodePreviousResponseNotFound:
+					reason = pool.ReplacePreviousResponseNotFound
+				case translate.CodeConnectionLimit:
+					reason = pool.ReplaceConnectionLimit
+				}
+				if uf.Status == http.StatusUnauthorized {
+					t.s.pool.DropAccount(t.part.Account)
+				}
+				t.endLease(l, f, reasonFailed, reason)
+				return f
 			}
-		case <-idle.C:
-			f := &translate.UpstreamError{Status: http.StatusBadGateway, Type: "api_error",
-				Message: fmt.Sprintf("no data received from upstream for %v", cfg.IdleTimeout)}
-			t.w.err = f
-			return t.fail(f), websocket.StatusNormalClosure, "idle timeout"
+			rd.more()
 		case now := <-tick:
 			// Ping a committed stream when nothing went downstream since the
 			// last tick while the backend is still sending (e.g. a long tool
 			// call whose arguments are buffered).
 			if !t.sse.lastWrite.After(lastTick) && now.Sub(lastUpstream) < cfg.PingInterval {
 				if _, err := t.stream.Ping(); err != nil {
-					t.w.err = fmt.Errorf("write downstream: %w", err)
-					return outcomeClientGone, websocket.StatusGoingAway, "client disconnected"
+					l.Discard(reasonClientGone)
+					return retry.Final(fmt.Errorf("write downstream: %w: %w", errClientGone, err))
 				}
 			}
 			lastTick = now
 		case <-ctx.Done():
-			code, reason := closeFor(ctx)
-			return t.ctxEnded(ctx), code, reason
+			l.Discard(t.cancelReason(ctx))
+			return context.Cause(ctx)
 		}
 	}
+}
+
+// completeLease keeps the socket as the conversation's head.
+func (t *turnRun) completeLease(l *pool.Lease) {
+	out := t.stream.OutputItems()
+	items := make([][]byte, len(out))
+	for i, it := range out {
+		items[i] = it
+	}
+	u := t.stream.Usage()
+	l.Complete(t.stream.ResponseID(), items, pool.Usage{
+		InputTokens:  int64(u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens),
+		CachedTokens: int64(u.CacheReadInputTokens),
+	})
+}
+
+func (t *turnRun) cancelReason(ctx context.Context) string {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errShuttingDown):
+		return reasonShutdown
+	case errors.Is(cause, retry.ErrIdleTimeout):
+		return reasonIdle
+	case errors.Is(cause, retry.ErrTotalTimeout):
+		return reasonTotal
+	default:
+		return reasonClientGone
+	}
+}
+
+// reader reads one upstream event per request, so that no read is in
+// flight on a pooled socket once the turn is done with it.
+type reader struct {
+	want chan struct{}
+	out  chan frameResult
+	done chan struct{}
+}
+
+func startReader(ctx context.Context, conn pool.Conn) *reader {
+	r := &reader{want: make(chan struct{}), out: make(chan frameResult, 1), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for range r.want {
+			data, err := conn.Next(ctx)
+			r.out <- frameResult{data: data, err: err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return r
+}
+
+// more asks for the next event.
+func (r *reader) more() {
+	select {
+	case r.want <- struct{}{}:
+	case <-r.done:
+	}
+}
+
+// stop ends the reader and waits for it. The caller has either consumed
+// every event it asked for, or ended the read's context.
+func (r *reader) stop() {
+	close(r.want)
+	<-r.done
 }
 
 // complete ends a completed response downstream.
@@ -258,7 +554,7 @@ func (t *turnRun) complete() string {
 
 // fail reports f: an SSE error event after output, else a real status.
 func (t *turnRun) fail(f *translate.UpstreamError) string {
-	if t.sse != nil && t.stream != nil && t.stream.Committed() {
+	if t.clientSawOutput() && t.stream != nil {
 		if err := t.stream.Abort(f); err != nil {
 			return outcomeClientGone
 		}
@@ -268,15 +564,10 @@ func (t *turnRun) fail(f *translate.UpstreamError) string {
 	return outcomeFailed
 }
 
-// ctxEnded handles the end of the turn's context: a total deadline or a
-// shutdown is reported to the client; a client that went away gets
-// nothing.
+// ctxEnded handles the end of the turn's context: a shutdown is reported
+// to the client; a client that went away gets nothing.
 func (t *turnRun) ctxEnded(ctx context.Context) string {
 	switch cause := context.Cause(ctx); {
-	case errors.Is(cause, errTotalTimeout):
-		t.w.err = cause
-		return t.fail(&translate.UpstreamError{Status: http.StatusBadGateway, Type: "api_error",
-			Message: fmt.Sprintf("upstream response exceeded %v", t.s.cfg.TotalTimeout)})
 	case errors.Is(cause, errShuttingDown):
 		t.w.err = cause
 		return t.fail(&translate.UpstreamError{Status: http.StatusServiceUnavailable, Type: "api_error",
@@ -287,59 +578,21 @@ func (t *turnRun) ctxEnded(ctx context.Context) string {
 	}
 }
 
-func closeFor(ctx context.Context) (websocket.StatusCode, string) {
-	switch cause := context.Cause(ctx); {
-	case errors.Is(cause, errTotalTimeout):
-		return websocket.StatusNormalClosure, "total deadline exceeded"
-	case errors.Is(cause, errShuttingDown):
-		return websocket.StatusGoingAway, "server shutting down"
-	default:
-		return websocket.StatusGoingAway, "client disconnected"
-	}
-}
-
 func transportFailure() *translate.UpstreamError {
 	return &translate.UpstreamError{Status: http.StatusBadGateway, Type: "api_error",
 		Message: "The upstream connection ended before the response completed"}
 }
 
 // writeUpstreamError answers a failure that happened before any output
-// with its classified status and body (spec 5.6).
+// with its classified status, body and retry headers (spec 5.6): a 429
+// gets retry-after drawn from [h, ceil(1.25 h)]; x-should-retry: false
+// only where a retry cannot help. Never an empty 200.
 func (t *turnRun) writeUpstreamError(f *translate.UpstreamError) {
+	f = t.turn.Overflow(f)
 	status := f.Status
 	if status == http.StatusInternalServerError || status < 400 || status > 599 {
 		status = http.StatusBadGateway
 	}
-	if f.RetryAfter > 0 {
-		secs := int((f.RetryAfter + time.Second - 1) / time.Second)
-		t.w.Header().Set("Retry-After", strconv.Itoa(secs))
-	}
+	retry.ErrorHeaders(t.w.Header(), f, retry.Facts{AuthRefreshed: t.refreshed}, t.s.rand)
 	writeJSON(t.w, status, translate.ErrorBody(f))
-}
-
-// readLoop reads upstream events until the socket fails or ctx ends; it is
-// the socket's only reader while the turn is active.
-func readLoop(ctx context.Context, conn Conn, out chan<- frameResult, done chan<- struct{}) {
-	defer close(done)
-	for {
-		data, err := conn.Next(ctx)
-		select {
-		case out <- frameResult{data: data, err: err}:
-		case <-ctx.Done():
-			return
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// closeSocket closes a turn's socket with code and reason, then stops its
-// reader and waits for it. It runs in the background, owned by the Server
-// (bg).
-func (s *Server) closeSocket(conn Conn, code websocket.StatusCode, reason string, stopRead context.CancelFunc, readDone <-chan struct{}) {
-	defer s.bg.Done()
-	conn.Close(code, reason)
-	stopRead()
-	<-readDone
 }

@@ -27,7 +27,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/translate"
+	"github.com/clodex/clodex/internal/pacing"
 )
 
 // Log keys shared by the gateway's log lines.
@@ -51,6 +53,10 @@ type Server struct {
 	modelIDs map[string][]byte
 	tracer   trace.Tracer
 	metrics  *metrics
+	pool     *pool.Pool
+	ownPool  bool // the pool was built from Config.Dialer; Close closes it
+	budget   pacing.Budget
+	rand     func() float64
 
 	// bg counts tracked turns until their socket is released (closes run
 	// in the background); Close waits for it. Add happens under mu while
@@ -93,6 +99,26 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = m
 	s.models, s.modelIDs = renderModels(cfg.Models.List())
+	s.budget = cfg.Budget
+	if s.budget == (pacing.Budget{}) {
+		s.budget = pacing.DefaultBudget()
+		s.budget.IdleTimeout, s.budget.TotalTimeout = cfg.IdleTimeout, cfg.TotalTimeout
+	}
+	s.rand = cfg.RetryRand
+	if s.rand == nil {
+		s.rand = rand.Float64
+	}
+	s.pool = cfg.Pool
+	if s.pool == nil {
+		p, err := pool.New(pool.Config{
+			Dialer: configDialer(cfg.Dialer, cfg.Credentials),
+			Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: build private pool: %w", err)
+		}
+		s.pool, s.ownPool = p, true
+	}
 	return s, nil
 }
 
@@ -107,13 +133,13 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.bg.Wait()
+	if s.ownPool {
+		return s.pool.Close()
+	}
 	return nil
 }
 
-var (
-	errShuttingDown = errors.New("server shutting down")
-	errTotalTimeout = errors.New("turn exceeded its total deadline")
-)
+var errShuttingDown = errors.New("server shutting down")
 
 func (s *Server) track(cancel context.CancelCauseFunc) (*turnHandle, bool) {
 	h := &turnHandle{cancel: cancel}
@@ -123,7 +149,7 @@ func (s *Server) track(cancel context.CancelCauseFunc) (*turnHandle, bool) {
 		return nil, false
 	}
 	s.turns[h] = struct{}{}
-	s.bg.Add(1) // released by the turn once its socket is closed
+	s.bg.Add(1) // released by the turn once its lease has ended
 	return h, true
 }
 

@@ -105,7 +105,7 @@ func (w *syncWriter) snapshot() (int, string) {
 func fakeTurn(t *testing.T, conn *fakeConn, mutate func(*Config), stream bool) (*Server, *syncWriter, chan struct{}, context.CancelFunc) {
 	t.Helper()
 	cfg := Config{
-		Credentials: credentials.Static{AccessToken: "tok", AccountID: "acct"},
+		Credentials: NoRefresh(credentials.Static{AccessToken: "tok", AccountID: "acct"}),
 		Dialer: DialFunc(func(context.Context, credentials.Credential, *translate.Turn) (Conn, error) {
 			return conn, nil
 		}),
@@ -214,7 +214,7 @@ func TestIdleTimeoutBeforeOutput(t *testing.T) {
 			t.Errorf("turn ended after %v, want 50s (20 s + a 30 s idle deadline)", got)
 		}
 		status, body := w.snapshot()
-		if status != http.StatusBadGateway || !strings.Contains(body, `"type":"api_error"`) || !strings.Contains(body, "no data received from upstream for 30s") {
+		if status != http.StatusBadGateway || !strings.Contains(body, `"type":"api_error"`) || !strings.Contains(body, "no data received from provider for 30s") {
 			t.Errorf("got %d %s, want 502 api_error naming the idle deadline", status, body)
 		}
 		synctest.Wait()
