@@ -1,18 +1,44 @@
 // Command clodex-dataplane serves the Anthropic Messages API on a local
-// listener and runs each turn on the ChatGPT Codex backend:
+// listener and runs each turn on the ChatGPT Codex backend, keeping upstream
+// sockets as continuation heads and asking a control plane before it opens
+// a new one:
 //
-//	clodex-dataplane --listen ADDR --upstream-url URL --codex-auth FILE [--admin-listen ADDR]
+//	clodex-dataplane [--listen ADDR] [--upstream-url URL] [--codex-auth FILE]
+//	    [--token-endpoint URL] [--refresh auto|never] [--admin-listen ADDR]
 //	    [--api-key-file FILE] [--allowed-origins LIST] [--model-aliases SPEC]
-//	    [--token-endpoint URL] [--shutdown-grace 30s] [--log-level info] [--version]
+//	    [--control-plane ADDR --agent-token-file FILE [--tls-ca FILE]
+//	     [--tls-cert FILE --tls-key FILE]] [--data-dir DIR]
+//	    [--ws-diagnostics FILE|-] [--shutdown-grace 30s] [--log-level info]
+//	    [--version]
+//
+// Without --control-plane it serves one embedded in-process, over an
+// in-process gRPC listener and through the same client path as a remote
+// one, so a single user runs one command. The embedded control plane keeps
+// policies in memory, or in DIR/policy.json with --data-dir. With
+// --control-plane ADDR (and --agent-token-file FILE or CLODEX_AGENT_TOKEN)
+// the data plane joins that fleet: it registers as an agent, receives its
+// accounts' policies, reports upstream 403s, and does not refresh
+// auth.json unless --refresh=auto (standalone, auto is the default).
+//
+// Environment (documented defaults): CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN
+// (60; 0 disables pacing), CLODEX_UPSTREAM_IDLE_TIMEOUT_MS (120000),
+// CLODEX_UPSTREAM_TOTAL_TIMEOUT_MS (600000), CLODEX_UPSTREAM_MAX_RETRIES (5)
+// set the default policy (the embedded control plane's and the local
+// fallback's) and every turn's budget, with a one-time notice for each
+// value ignored or adjusted; CLODEX_WS_MAX_CONNECTIONS and
+// CLODEX_WS_MAX_NURSERY_CONNECTIONS cap the pool (unbounded); CODEX_HOME
+// locates auth.json; OTEL_EXPORTER_OTLP_* enable tracing.
 //
 // Defaults: --listen 127.0.0.1:17645, --upstream-url
 // wss://chatgpt.com/backend-api/codex/responses, --codex-auth
-// $CODEX_HOME/auth.json or ~/.codex/auth.json. When ready it prints one
-// line for the shell, "export ANTHROPIC_BASE_URL=http://ADDR  # …"; on
-// loopback any ANTHROPIC_API_KEY works. SIGINT/SIGTERM stop accepting, let
-// in-flight turns finish within --shutdown-grace, then close the remaining
-// upstream sockets with 1001. Bad flags exit 2 with one message naming
-// every problem.
+// $CODEX_HOME/auth.json or ~/.codex/auth.json. Nothing else listens unless
+// --admin-listen is given, so several data planes run side by side on one
+// host. When ready it prints one line for the shell,
+// "export ANTHROPIC_BASE_URL=http://ADDR  # …"; on loopback any
+// ANTHROPIC_API_KEY works. SIGINT/SIGTERM stop accepting, let in-flight
+// turns finish within --shutdown-grace, close the remaining upstream
+// sockets with 1001, deregister from the control plane and stop the
+// embedded one. Bad flags exit 2 with one message naming every problem.
 package main
 
 import (

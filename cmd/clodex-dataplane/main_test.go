@@ -1,38 +1,70 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/clodex/clodex/controlplane/controlplanetest"
+	"github.com/clodex/clodex/controlplane/tlsconfig"
+	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/codexsim"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
+
+// envMap is an injected environment.
+func envMap(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
 
 func TestBadFlags(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
+		env  map[string]string
 		want []string
 	}{
-		{"unknown flag", []string{"--nope"}, []string{"flag provided but not defined: -nope", "--help"}},
-		{"stray argument", []string{"serve"}, []string{`unexpected argument "serve"`}},
-		{"every bad value at once", []string{"--listen", "nocolon", "--upstream-url", "ftp://x", "--log-level", "loud", "--admin-listen", "bad"},
-			[]string{"--listen \"nocolon\"", "--upstream-url \"ftp://x\"", "--log-level \"loud\" is invalid; choices are debug, info, warn, error", "--admin-listen \"bad\""}},
-		{"network listener without key", []string{"--listen", "0.0.0.0:17645"}, []string{"--api-key-file is required"}},
-		{"bad token endpoint", []string{"--token-endpoint", "nope"}, []string{"--token-endpoint"}},
+		{"unknown flag", []string{"--nope"}, nil, []string{"flag provided but not defined: -nope", "--help"}},
+		{"stray argument", []string{"serve"}, nil, []string{`unexpected argument "serve"`}},
+		{"every bad value at once", []string{"--listen", "nocolon", "--upstream-url", "ftp://x", "--log-level", "loud", "--admin-listen", "bad", "--refresh", "sometimes"}, nil,
+			[]string{"--listen \"nocolon\"", "--upstream-url \"ftp://x\"", "--log-level \"loud\" is invalid; choices are debug, info, warn, error",
+				"--admin-listen \"bad\"", "--refresh \"sometimes\" is invalid; choices are auto, never"}},
+		{"network listener without key", []string{"--listen", "0.0.0.0:17645"}, nil, []string{"--api-key-file is required"}},
+		{"bad token endpoint", []string{"--token-endpoint", "nope"}, nil, []string{"--token-endpoint \"nope\""}},
+		{"bad shutdown grace", []string{"--shutdown-grace", "-1s"}, nil, []string{"--shutdown-grace -1s must be positive"}},
+		{"fleet without token", []string{"--control-plane", "cp:17700"}, nil,
+			[]string{"--control-plane needs the agent token: pass --agent-token-file FILE or set CLODEX_AGENT_TOKEN"}},
+		{"fleet with a bad address and a data dir", []string{"--control-plane", "cp", "--data-dir", "/tmp/x"}, map[string]string{"CLODEX_AGENT_TOKEN": "t"},
+			[]string{"--control-plane \"cp\" is not host:port", "--data-dir applies only to the embedded control plane"}},
+		{"half a client certificate", []string{"--control-plane", "cp:1", "--agent-token-file", "f", "--tls-cert", "c.pem"}, nil,
+			[]string{"--tls-cert and --tls-key must be given together"}},
+		{"fleet flags without a fleet", []string{"--agent-token-file", "f", "--tls-ca", "ca.pem", "--tls-cert", "c", "--tls-key", "k"}, nil,
+			[]string{"--agent-token-file applies only with --control-plane", "--tls-ca applies only with --control-plane",
+				"--tls-cert applies only with --control-plane", "--tls-key applies only with --control-plane"}},
+		{"token file from the environment without a fleet", nil, map[string]string{"CLODEX_AGENT_TOKEN_FILE": "f"},
+			[]string{"--agent-token-file applies only with --control-plane"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr strings.Builder
-			err := run(t.Context(), tt.args, &stdout, &stderr)
+			err := runEnv(t.Context(), tt.args, envMap(tt.env), &stdout, &stderr)
 			if err == nil {
 				t.Fatal("run: no error")
 			}
@@ -51,18 +83,52 @@ func TestBadFlags(t *testing.T) {
 	}
 }
 
+func TestRefreshDefault(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, "auto"},
+		{[]string{"--control-plane", "cp:17700", "--agent-token-file", "f"}, "never"},
+		{[]string{"--control-plane", "cp:17700", "--agent-token-file", "f", "--refresh", "auto"}, "auto"},
+		{[]string{"--refresh", "never"}, "never"},
+	}
+	for _, tt := range tests {
+		cfg, err := loadConfig(tt.args, envMap(nil), io.Discard)
+		if err != nil {
+			t.Fatalf("loadConfig(%q): %v", tt.args, err)
+		}
+		if cfg.Refresh != tt.want {
+			t.Errorf("loadConfig(%q).Refresh = %q, want %q", tt.args, cfg.Refresh, tt.want)
+		}
+	}
+}
+
 func TestMissingAuthFile(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "auth.json")
-	err := run(t.Context(), []string{"--codex-auth", p, "--listen", "127.0.0.1:0"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "does not exist") {
+	err := runEnv(t.Context(), []string{"--codex-auth", p, "--listen", "127.0.0.1:0"}, envMap(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), p) {
 		t.Errorf("run = %v, want an error naming the missing %s", err, p)
 	}
 }
 
-func TestDefaultCodexAuth(t *testing.T) {
-	env := func(m map[string]string) func(string) (string, bool) {
-		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+// A start that fails half-way (the API port is taken) closes what it had
+// built: the embedded control plane, the agent (TestMain checks for leaked
+// goroutines).
+func TestListenerInUse(t *testing.T) {
+	s := startSim(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer l.Close()
+	err = runEnv(t.Context(), append(s.args(), "--listen", l.Addr().String()), envMap(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "listen on --listen "+l.Addr().String()) {
+		t.Errorf("run on a taken port = %v, want an error naming --listen %s", err, l.Addr())
+	}
+}
+
+func TestDefaultCodexAuth(t *testing.T) {
 	tests := []struct {
 		env  map[string]string
 		want string
@@ -71,7 +137,7 @@ func TestDefaultCodexAuth(t *testing.T) {
 		{map[string]string{"HOME": "/home/u"}, "/home/u/.codex/auth.json"},
 	}
 	for _, tt := range tests {
-		if got := defaultCodexAuth(env(tt.env)); got != tt.want {
+		if got := defaultCodexAuth(envMap(tt.env)); got != tt.want {
 			t.Errorf("defaultCodexAuth(%v) = %q, want %q", tt.env, got, tt.want)
 		}
 	}
@@ -87,6 +153,24 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// syncBuffer is a goroutine-safe stderr for run.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // lineWriter hands the first line written to stdout to the test.
 type lineWriter struct{ lines chan string }
 
@@ -100,93 +184,407 @@ func (w *lineWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// A happy start and stop: run serves a real turn through clodex-sim, then
-// shuts down cleanly when its context ends.
-func TestStartServeStop(t *testing.T) {
-	sim, err := codexsim.New(codexsim.Config{AcceptTokens: map[string]string{"tok-cmd": "acct-cmd"}})
+// sim is an in-process clodex-sim accepting tok-cmd for acct-cmd, and an
+// auth.json holding that token.
+type sim struct {
+	*codexsim.Server
+	URL      string // http://127.0.0.1:port
+	AuthFile string
+}
+
+const simAccount = "acct-cmd"
+
+func startSim(t *testing.T) *sim { return startSimConfig(t, codexsim.Config{}) }
+
+func startSimConfig(t *testing.T, cfg codexsim.Config) *sim {
+	t.Helper()
+	cfg.AcceptTokens = map[string]string{"tok-cmd": simAccount}
+	s, err := codexsim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	simTS := httptest.NewServer(sim.Handler())
-	defer simTS.Close()
-	defer sim.Close()
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { ts.Close(); s.Close() })
 	auth := filepath.Join(t.TempDir(), "auth.json")
-	os.WriteFile(auth, []byte(`{"auth_mode":"chatgpt","tokens":{"access_token":"tok-cmd","account_id":"acct-cmd"}}`), 0o600)
+	if err := os.WriteFile(auth, []byte(`{"auth_mode":"chatgpt","tokens":{"access_token":"tok-cmd","account_id":"`+simAccount+`"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &sim{Server: s, URL: ts.URL, AuthFile: auth}
+}
 
+func (s *sim) args() []string {
+	return []string{"--codex-auth", s.AuthFile, "--upstream-url", "ws" + strings.TrimPrefix(s.URL, "http") + codexsim.ChatGPTPath,
+		"--token-endpoint", s.URL + "/oauth/token"}
+}
+
+// running is a run in a goroutine.
+type running struct {
+	base   string // http://127.0.0.1:port
+	stderr *syncBuffer
+	cancel context.CancelFunc
+	errc   chan error
+}
+
+// startRun runs the data plane until the test ends (or stop) and waits for
+// its export line.
+func startRun(t *testing.T, env map[string]string, args ...string) *running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
+	r := &running{stderr: &syncBuffer{}, cancel: cancel, errc: make(chan error, 1)}
 	stdout := &lineWriter{lines: make(chan string, 1)}
-	errc := make(chan error, 1)
 	go func() {
-		errc <- run(ctx, []string{
-			"--listen", "127.0.0.1:0",
-			"--admin-listen", "127.0.0.1:0",
-			"--codex-auth", auth,
-			"--upstream-url", "ws" + strings.TrimPrefix(simTS.URL, "http") + codexsim.ChatGPTPath,
-			"--token-endpoint", simTS.URL + "/oauth/token",
-			"--log-level", "error",
-		}, stdout, io.Discard)
+		r.errc <- runEnv(ctx, append([]string{"--listen", "127.0.0.1:0"}, args...), envMap(env), stdout, r.stderr)
 	}()
+	t.Cleanup(func() { r.stop(t) })
 	var line string
 	select {
 	case line = <-stdout.lines:
-	case err := <-errc:
-		t.Fatalf("run exited early: %v", err)
+	case err := <-r.errc:
+		t.Fatalf("run exited early: %v\nstderr:\n%s", err, r.stderr)
 	}
 	base, _, ok := strings.Cut(strings.TrimPrefix(line, "export ANTHROPIC_BASE_URL="), "  #")
 	if !strings.HasPrefix(line, "export ANTHROPIC_BASE_URL=http://127.0.0.1:") || !ok || !strings.Contains(line, "any ANTHROPIC_API_KEY works on loopback") {
 		t.Fatalf("first stdout line = %q, want the export line for Claude Code", line)
 	}
+	r.base = base
+	return r
+}
 
+// stop cancels the run and returns its error (once; later calls return nil).
+func (r *running) stop(t *testing.T) error {
+	t.Helper()
+	r.cancel()
+	err, ok := <-r.errc
+	if ok {
+		close(r.errc)
+	}
+	return err
+}
+
+// turn sends one non-streaming turn and returns the reply's text.
+func turn(t *testing.T, base, prompt string) string {
+	t.Helper()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/messages?beta=true",
-		strings.NewReader(`{"model":"gpt-5.5","max_tokens":100,"messages":[{"role":"user","content":"#sim reply through the binary"}]}`))
+	body := `{"model":"gpt-5.5","max_tokens":100,"messages":[{"role":"user","content":` + jsonString(prompt) + `}]}`
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/messages?beta=true", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Api-Key", "anything")
-	resp, err := client.Do(req)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
 	var msg struct{ Content []struct{ Text string } }
-	json.NewDecoder(resp.Body).Decode(&msg)
+	json.Unmarshal(raw, &msg)
+	if resp.StatusCode != 200 || len(msg.Content) != 1 {
+		t.Fatalf("POST /v1/messages = %d %s, want 200 with one text block", resp.StatusCode, raw)
+	}
+	return msg.Content[0].Text
+}
+
+func jsonString(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+var adminAddrRE = regexp.MustCompile(`msg="admin listener" addr=(\S+)`)
+
+// metric returns the lines of the admin listener's /metrics starting with name.
+func metric(t *testing.T, stderr, name string) []string {
+	t.Helper()
+	m := adminAddrRE.FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("no admin listener address in the log:\n%s", stderr)
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Get("http://" + m[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var lines []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), name) {
+			lines = append(lines, sc.Text())
+		}
+	}
+	return lines
+}
+
+// One command, no control plane configured: the embedded control plane
+// admits the turn's new socket over gRPC, the turn is answered end to end,
+// and the environment's notices are printed once.
+func TestEmbeddedTurn(t *testing.T) {
+	s := startSim(t)
+	env := map[string]string{
+		"CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN": "fast",
+		"CLODEX_UPSTREAM_MAX_RETRIES":           "lots",
+		"CLODEX_WS_MAX_CONNECTIONS":             "-3",
+	}
+	r := startRun(t, env, append(s.args(), "--admin-listen", "127.0.0.1:0")...)
+	if got := turn(t, r.base, "#sim reply through the binary"); got != "through the binary" {
+		t.Errorf("reply = %q, want \"through the binary\"", got)
+	}
+	if got, want := metric(t, r.stderr.String(), `clodex_controlplane_admissions_total{decision="admit"}`),
+		[]string{`clodex_controlplane_admissions_total{decision="admit"} 1`}; strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("embedded control plane admissions = %q, want %q", got, want)
+	}
+	if s.Stats().Upgrades != 1 {
+		t.Errorf("sim upgrades = %d, want 1", s.Stats().Upgrades)
+	}
+	if err := r.stop(t); err != nil {
+		t.Errorf("run after cancel = %v, want nil", err)
+	}
+	out := r.stderr.String()
+	for _, w := range []string{
+		`clodex-dataplane: ignoring CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN="fast"`,
+		`clodex-dataplane: ignoring CLODEX_UPSTREAM_MAX_RETRIES="lots"`,
+		`clodex-dataplane: ignoring CLODEX_WS_MAX_CONNECTIONS`,
+	} {
+		if n := strings.Count(out, w); n != 1 {
+			t.Errorf("stderr has %q %d times, want once:\n%s", w, n, out)
+		}
+	}
+}
+
+// An upgrade the backend refuses with 403 reaches the control plane as the
+// agent's upstream-403 report.
+func TestUpstream403Reported(t *testing.T) {
+	s := startSimConfig(t, codexsim.Config{UpgradeLimit: 1})
+	env := map[string]string{"CLODEX_UPSTREAM_MAX_RETRIES": "0"}
+	r := startRun(t, env, append(s.args(), "--admin-listen", "127.0.0.1:0")...)
+	turn(t, r.base, "#sim reply first")
+	resp := post(t, r.base, `{"model":"gpt-5.5","max_tokens":100,"messages":[{"role":"user","content":"#sim reply second"}]}`)
+	if resp.StatusCode == 200 {
+		t.Fatalf("second turn = 200, want the throttled upgrade's error")
+	}
+	if s.Stats().Upgrade403s != 1 {
+		t.Fatalf("sim 403s = %d, want 1", s.Stats().Upgrade403s)
+	}
+	const want = "clodex_controlplane_upstream_403_total 1"
+	var got []string
+	waitFor(t, func() bool { // the report travels on the agent's stream
+		got = metric(t, r.stderr.String(), "clodex_controlplane_upstream_403_total")
+		return strings.Join(got, "\n") == want
+	}, func() string { return fmt.Sprintf("embedded control plane 403 reports = %q, want %q", got, want) })
+}
+
+// waitFor polls cond until it holds, failing with msg() after 30 s: for
+// effects that travel asynchronously (the agent's stream).
+func waitFor(t *testing.T, cond func() bool, msg func() string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// post sends body to /v1/messages and returns the response, body read.
+func post(t *testing.T, base, body string) *http.Response {
+	t.Helper()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/messages", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || len(msg.Content) != 1 || msg.Content[0].Text != "through the binary" {
-		t.Errorf("POST /v1/messages = %d %+v, want 200 \"through the binary\"", resp.StatusCode, msg)
+	return resp
+}
+
+// --data-dir: the embedded control plane loads its policies from
+// DIR/policy.json (creating DIR) and pushes them to the data plane; a
+// malformed file is an error naming it.
+func TestEmbeddedDataDir(t *testing.T) {
+	s := startSim(t)
+	dir := filepath.Join(t.TempDir(), "state", "clodex")
+	r := startRun(t, nil, append(s.args(), "--data-dir", dir)...)
+	turn(t, r.base, "#sim reply ok")
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("--data-dir %s: %v, %v; want a directory with mode 0700", dir, fi, err)
 	}
 
-	cancel()
-	if err := <-errc; err != nil {
+	key := account.Key(simAccount)
+	policy := `{"format":1,"version":1,"accounts":{"` + key + `":{"version":1,"rate_per_minute":7,"burst":3,` +
+		`"idle_timeout_ms":120000,"total_timeout_ms":600000,"max_retries":5}}}`
+	if err := os.WriteFile(filepath.Join(dir, "policy.json"), []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = startRun(t, nil, append(s.args(), "--data-dir", dir)...)
+	pushed := fmt.Sprintf(`msg="policy from the control plane" account=%s rate_per_minute=7 burst=3`, key)
+	waitFor(t, func() bool { return strings.Contains(r.stderr.String(), pushed) },
+		func() string { return fmt.Sprintf("log has no %q:\n%s", pushed, r.stderr) })
+	if got := turn(t, r.base, "#sim reply again"); got != "again" {
+		t.Errorf("reply = %q, want \"again\"", got)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "policy.json"), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := runEnv(t.Context(), append(s.args(), "--listen", "127.0.0.1:0", "--data-dir", dir), envMap(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--data-dir") || !strings.Contains(err.Error(), "policy.json") {
+		t.Errorf("run with a malformed policy.json = %v, want an error naming --data-dir and the file", err)
+	}
+}
+
+// In a fleet: the remote control plane admits the turn, lists this data
+// plane as an agent serving the account while it runs, and drops it when
+// it stops (goodbye). auth.json is not refreshed by default.
+func TestRemoteControlPlane(t *testing.T) {
+	s := startSim(t)
+	cp := controlplanetest.Start(t, nil)
+	r := startRun(t, nil, append(s.args(), "--control-plane", cp.Addr, "--agent-token-file", cp.AgentTokenFile)...)
+	if got := turn(t, r.base, "#sim reply fleet"); got != "fleet" {
+		t.Errorf("reply = %q, want \"fleet\"", got)
+	}
+	key := account.Key(simAccount)
+	acct, err := cp.Store().Account(t.Context(), key, time.Now())
+	if err != nil {
+		t.Fatalf("remote control plane has no account %s after a turn: %v", key, err)
+	}
+	if acct.Tokens >= float64(acct.Policy.Burst) {
+		t.Errorf("remote bucket holds %v tokens of %d, want one spent by the Admit", acct.Tokens, acct.Policy.Burst)
+	}
+	admin := controlplanev1.NewAdminServiceClient(cp.Dial(cp.AdminToken, nil))
+	var agents *controlplanev1.ListAgentsResponse
+	waitFor(t, func() bool { // the agent's stream is opened beside the turn; wait for its hello
+		if agents, err = admin.ListAgents(t.Context(), &controlplanev1.ListAgentsRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		return len(agents.GetAgents()) > 0
+	}, func() string { return "the remote control plane lists no agent" })
+	if a := agents.GetAgents(); len(a) != 1 || a[0].GetVersion() != "dev" || strings.Join(a[0].GetAccounts(), ",") != key {
+		t.Errorf("agents = %v, want this data plane serving %s", a, key)
+	}
+	// A policy the operator sets is pushed to this data plane (its local
+	// fallback paces at it while the control plane is away).
+	if _, err := admin.SetRate(t.Context(), &controlplanev1.SetRateRequest{Key: key, RatePerMinute: 7, Burst: proto.Int32(3)}); err != nil {
+		t.Fatal(err)
+	}
+	pushed := fmt.Sprintf(`msg="policy from the control plane" account=%s rate_per_minute=7 burst=3 live_agents=1`, key)
+	waitFor(t, func() bool { return strings.Contains(r.stderr.String(), pushed) },
+		func() string { return fmt.Sprintf("log has no %q:\n%s", pushed, r.stderr) })
+	if !strings.Contains(r.stderr.String(), "refresh=never") {
+		t.Errorf("log does not say refresh=never in a fleet:\n%s", r.stderr)
+	}
+	if err := r.stop(t); err != nil {
 		t.Errorf("run after cancel = %v, want nil", err)
+	}
+	agents, err = admin.ListAgents(t.Context(), &controlplanev1.ListAgentsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(agents.GetAgents()) != 0 {
+		t.Errorf("agents after shutdown = %v, want none (the data plane deregisters)", agents.GetAgents())
+	}
+}
+
+// A fleet whose control plane is down is not an outage: turns are admitted
+// locally and the user is told once.
+func TestRemoteControlPlaneDown(t *testing.T) {
+	s := startSim(t)
+	tok := filepath.Join(t.TempDir(), "agent.token")
+	if err := os.WriteFile(tok, []byte("secret-agent-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := startRun(t, nil, append(s.args(), "--control-plane", freeAddr(t), "--agent-token-file", tok)...)
+	for _, want := range []string{"one", "two"} {
+		if got := turn(t, r.base, "#sim reply "+want); got != want {
+			t.Errorf("reply = %q, want %q", got, want)
+		}
+	}
+	if err := r.stop(t); err != nil {
+		t.Errorf("run after cancel = %v, want nil", err)
+	}
+	out := r.stderr.String()
+	if n := strings.Count(out, "admitting new upstream connections locally"); n != 1 {
+		t.Errorf("the local-admission notice appears %d times, want once:\n%s", n, out)
+	}
+	if strings.Contains(out, "secret-agent-token") {
+		t.Errorf("the agent token reached the log:\n%s", out)
+	}
+}
+
+// The control plane over mutual TLS, with the clodexctl-style flags.
+func TestRemoteControlPlaneTLS(t *testing.T) {
+	certs := controlplanetest.WriteCerts(t)
+	serverTLS, err := tlsconfig.Server(certs.ServerCert, certs.ServerKey, certs.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startSim(t)
+	cp := controlplanetest.Start(t, &controlplanetest.Options{TLS: serverTLS})
+	r := startRun(t, nil, append(s.args(), "--control-plane", cp.Addr, "--agent-token-file", cp.AgentTokenFile,
+		"--tls-ca", certs.CA, "--tls-cert", certs.ClientCert, "--tls-key", certs.ClientKey)...)
+	turn(t, r.base, "#sim reply tls")
+	if _, err := cp.Store().Account(t.Context(), account.Key(simAccount), time.Now()); err != nil {
+		t.Errorf("the TLS control plane saw no Admit: %v\nstderr:\n%s", err, r.stderr)
+	}
+	if strings.Contains(r.stderr.String(), "locally") {
+		t.Errorf("admission fell back to the local bucket:\n%s", r.stderr)
+	}
+}
+
+// --ws-diagnostics appends one ws_head_decision line per request to its file.
+func TestWSDiagnostics(t *testing.T) {
+	s := startSim(t)
+	path := filepath.Join(t.TempDir(), "ws.jsonl")
+	r := startRun(t, nil, append(s.args(), "--ws-diagnostics", path, "--log-level", "error")...)
+	turn(t, r.base, "#sim reply one")
+	turn(t, r.base, "#sim reply two")
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), `"ws_head_decision"`); n != 2 {
+		t.Errorf("%s has %d ws_head_decision lines, want 2:\n%s", path, n, b)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s mode = %v, %v; want 0600", path, fi.Mode().Perm(), err)
+	}
+}
+
+// Several data planes on one host run side by side: each embedded control
+// plane is in-process, and nothing else listens by default.
+func TestSideBySide(t *testing.T) {
+	s := startSim(t)
+	a := startRun(t, nil, append(s.args(), "--log-level", "error")...)
+	b := startRun(t, nil, append(s.args(), "--log-level", "error")...)
+	if a.base == b.base {
+		t.Fatalf("both data planes listen on %s", a.base)
+	}
+	if got := turn(t, a.base, "#sim reply a"); got != "a" {
+		t.Errorf("first data plane replied %q, want \"a\"", got)
+	}
+	if got := turn(t, b.base, "#sim reply b"); got != "b" {
+		t.Errorf("second data plane replied %q, want \"b\"", got)
 	}
 }
 
 // On shutdown a turn still in flight after --shutdown-grace is ended: the
 // client gets 503 and the upstream socket is closed (the sim sees it go).
 func TestShutdownEndsStalledTurn(t *testing.T) {
-	sim, err := codexsim.New(codexsim.Config{AcceptTokens: map[string]string{"tok-cmd": "acct-cmd"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	simTS := httptest.NewServer(sim.Handler())
-	defer simTS.Close()
-	defer sim.Close()
-	auth := filepath.Join(t.TempDir(), "auth.json")
-	os.WriteFile(auth, []byte(`{"auth_mode":"chatgpt","tokens":{"access_token":"tok-cmd","account_id":"acct-cmd"}}`), 0o600)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	stdout := &lineWriter{lines: make(chan string, 1)}
-	errc := make(chan error, 1)
-	go func() {
-		errc <- run(ctx, []string{"--listen", "127.0.0.1:0", "--codex-auth", auth, "--shutdown-grace", "50ms", "--log-level", "error",
-			"--upstream-url", "ws" + strings.TrimPrefix(simTS.URL, "http") + codexsim.ChatGPTPath}, stdout, io.Discard)
-	}()
-	line := <-stdout.lines
-	base, _, _ := strings.Cut(strings.TrimPrefix(line, "export ANTHROPIC_BASE_URL="), "  #")
+	s := startSim(t)
+	r := startRun(t, nil, append(s.args(), "--shutdown-grace", "50ms", "--log-level", "error")...)
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/messages",
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, r.base+"/v1/messages",
 		strings.NewReader(`{"model":"gpt-5.5","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"#sim stall"}]}`))
 	req.Header.Set("Content-Type", "application/json")
 	respc := make(chan *http.Response, 1)
@@ -197,36 +595,185 @@ func TestShutdownEndsStalledTurn(t *testing.T) {
 		}
 		respc <- resp
 	}()
-	for sim.Stats().Responses == 0 { // the turn is in flight upstream
+	for s.Stats().Responses == 0 { // the turn is in flight upstream
 		time.Sleep(5 * time.Millisecond)
 	}
-	cancel()
-	resp := <-respc
-	if resp != nil {
+	r.cancel()
+	if resp := <-respc; resp != nil {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "shutting down") {
-			t.Errorf("in-flight turn got %d %s, want 503 naming the shutdown", resp.StatusCode, body)
+		if !strings.Contains(string(body), "shutting down") {
+			t.Errorf("in-flight turn got %d %s, want an error naming the shutdown", resp.StatusCode, body)
 		}
 	}
-	if err := <-errc; err != nil {
+	if err := r.stop(t); err != nil {
 		t.Errorf("run = %v, want nil", err)
 	}
-	for sim.Stats().OpenSockets != 0 {
+	for s.Stats().OpenSockets != 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-// The binary must not depend on the control plane or on test packages.
-func TestDependencies(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").Output()
+// buildBinary builds clodex-dataplane into a temporary directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "clodex-dataplane")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {
-		t.Skipf("go list unavailable: %v", err)
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// The real binary: --version, then one turn against the sim and a clean
+// exit on SIGTERM.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil || string(out) != "clodex-dataplane dev\n" {
+		t.Fatalf("clodex-dataplane --version = %q, %v; want \"clodex-dataplane dev\\n\"", out, err)
+	}
+
+	s := startSim(t)
+	cmd := exec.Command(bin, append(s.args(), "--listen", "127.0.0.1:0", "--log-level", "error")...)
+	cmd.Env = append(os.Environ(), "CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=0")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("read the export line: %v\nstderr:\n%s", err, stderr.String())
+	}
+	base, _, _ := strings.Cut(strings.TrimPrefix(line, "export ANTHROPIC_BASE_URL="), "  #")
+	if got := turn(t, base, "#sim reply from the binary"); got != "from the binary" {
+		t.Errorf("reply = %q, want \"from the binary\"", got)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("clodex-dataplane after SIGTERM: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if n := strings.Count(stderr.String(), "not pacing new OpenAI connections: CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=0"); n != 1 {
+		t.Errorf("the pacing-off notice was printed %d times, want once:\n%s", n, stderr.String())
+	}
+}
+
+// `make run` from a fresh HOME: scripts/run.sh builds, starts clodex-sim
+// with its own credentials, prints the export line, and answers a turn.
+func TestRunScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every binary")
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	// A fresh HOME (no ~/.codex/auth.json), but Go's caches stay where they
+	// are so `make build` does not download or rebuild everything.
+	goenv, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
+	if err != nil {
+		t.Fatalf("go env: %v", err)
+	}
+	dirs := strings.Split(strings.TrimSpace(string(goenv)), "\n")
+	if len(dirs) != 3 {
+		t.Fatalf("go env printed %q, want three lines", goenv)
+	}
+	home := t.TempDir()
+	cmd := exec.Command("bash", "../../scripts/run.sh", "--log-level", "error")
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_STATE_HOME="+filepath.Join(home, "state"), "CODEX_HOME=",
+		"GOCACHE="+dirs[0], "GOMODCACHE="+dirs[1], "GOPATH="+dirs[2],
+		"CLODEX_LISTEN="+freeAddr(t), "CLODEX_SIM_LISTEN="+freeAddr(t))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) // the script, clodex-sim and clodex-dataplane
+		return cmd.Wait()
+	}
+	defer stop()
+	sc := bufio.NewScanner(stdout)
+	var lines []string
+	var base string
+	for base == "" && sc.Scan() {
+		lines = append(lines, sc.Text())
+		if b, ok := strings.CutPrefix(sc.Text(), "export ANTHROPIC_BASE_URL="); ok {
+			base, _, _ = strings.Cut(b, "  #")
+		}
+	}
+	if base == "" {
+		t.Fatalf("run.sh printed no export line; stdout:\n%s\nstderr:\n%s", strings.Join(lines, "\n"), stderr.String())
+	}
+	if !strings.Contains(strings.Join(lines, "\n"), "starting clodex-sim") {
+		t.Errorf("run.sh did not say it uses the emulator; stdout:\n%s", strings.Join(lines, "\n"))
+	}
+	go io.Copy(io.Discard, stdout)
+	if got := turn(t, base, "#sim reply from make run"); got != "from make run" {
+		t.Errorf("reply = %q, want \"from make run\"", got)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("run.sh after SIGTERM: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(home, "state", "clodex", "sim", "auth.json")); err != nil {
+		t.Errorf("the emulator's credentials are not in the private state folder: %v", err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// The data plane's packages never import the control plane's (embedded
+// mode is wired here, in cmd), and the binary links no test code.
+func TestDependencies(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "../../dataplane/...").Output()
+	if err != nil {
+		t.Fatalf("go list dataplane: %v", err)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		if strings.HasPrefix(dep, "github.com/clodex/clodex/controlplane") || dep == "testing" ||
-			strings.HasPrefix(dep, "github.com/clodex/clodex/internal/codexsim") {
+		if strings.HasPrefix(dep, "github.com/clodex/clodex/controlplane") {
+			t.Errorf("a package under dataplane/ imports %s", dep)
+		}
+	}
+	out, err = exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	for _, dep := range deps {
+		if dep == "testing" || strings.HasPrefix(dep, "github.com/clodex/clodex/internal/codexsim") ||
+			strings.HasPrefix(dep, "github.com/clodex/clodex/controlplane/controlplanetest") {
 			t.Errorf("clodex-dataplane imports %s", dep)
+		}
+	}
+	for _, want := range []string{"github.com/clodex/clodex/controlplane", "google.golang.org/grpc/test/bufconn"} {
+		if !strings.Contains(" "+strings.Join(deps, " ")+" ", " "+want+" ") {
+			t.Errorf("clodex-dataplane does not import %s; the embedded control plane is missing", want)
 		}
 	}
 }
