@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# bench-fleet.sh: the fleet benchmark (make bench-fleet). Real processes on
+# loopback: clodex-sim throttling upgrades above 30 per 10 s, 3 data planes
+# with 20 concurrent agents each opening new conversations on one account,
+# in three configurations side by side:
+#   central       one clodex-controlplane owns the account's bucket (120/min, burst 5)
+#   per-host      no control plane; every host paces itself at the full 120/min
+#   central-kill  central, control plane SIGKILLed 20 s into the run for 20 s
+# Each configuration runs about a minute of load plus a bounded drain; the
+# whole run is bounded by --timeout (default 12m). Extra arguments go to
+# the benchmark, e.g. ./scripts/bench-fleet.sh --configs central,per-host --duration 30s
+# (./scripts/bench-fleet.sh --help lists them).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+MAKE=${MAKE:-make}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+echo "building..." >&2
+"$MAKE" --no-print-directory build >&2
+"$GO" build -trimpath -o "$work/bench-fleet" ./bench/fleet
+
+# The benchmark owns its children: each runs in its own process group that
+# the benchmark kills on exit, Ctrl-C and its hard timeout included.
+"$work/bench-fleet" --bin bin "$@"
