@@ -76,6 +76,12 @@ type Config struct {
 	// (Optional; the zero value means pacing.DefaultBudget()). When set it
 	// replaces IdleTimeout and TotalTimeout below.
 	Budget pacing.Budget
+	// BudgetFor returns the budget of a turn on the given upstream account
+	// (the credential's AccountID, "" when it has none); it is called once
+	// per turn, before the first attempt, and must be safe for concurrent
+	// use (Optional; nil means Budget for every turn). A zero or invalid
+	// budget it returns (see Budget's checks) is replaced by Budget.
+	BudgetFor func(accountID string) pacing.Budget
 	// RetryClock is the time source of the retry schedule and deadlines
 	// (Optional; default retry.SystemClock). Tests inject a fake.
 	RetryClock retry.Clock
@@ -149,11 +155,8 @@ func (c *Config) validate() error {
 		errs = append(errs, errors.New("Dialer is required when Pool is nil"))
 	}
 	if c.Budget != (pacing.Budget{}) {
-		if c.Budget.IdleTimeout <= 0 || c.Budget.TotalTimeout <= 0 {
-			errs = append(errs, fmt.Errorf("Budget has idle timeout %v and total timeout %v; want both positive (or the zero Budget for the default)", c.Budget.IdleTimeout, c.Budget.TotalTimeout))
-		}
-		if c.Budget.MaxRetries < 0 || c.Budget.MaxRetries > pacing.MaxMaxRetries {
-			errs = append(errs, fmt.Errorf("Budget.MaxRetries is %d; allowed: 0..%d", c.Budget.MaxRetries, pacing.MaxMaxRetries))
+		if err := checkBudget(c.Budget); err != nil {
+			errs = append(errs, fmt.Errorf("Budget %w", err))
 		}
 	}
 	if c.ListenAddr == "" {
@@ -204,6 +207,18 @@ func (c *Config) validate() error {
 		return fmt.Errorf("gateway config: %w", err)
 	}
 	return nil
+}
+
+// checkBudget reports a budget the retry loop cannot run with.
+func checkBudget(b pacing.Budget) error {
+	var errs []error
+	if b.IdleTimeout <= 0 || b.TotalTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("has idle timeout %v and total timeout %v; want both positive (or the zero Budget for the default)", b.IdleTimeout, b.TotalTimeout))
+	}
+	if b.MaxRetries < 0 || b.MaxRetries > pacing.MaxMaxRetries {
+		errs = append(errs, fmt.Errorf("has MaxRetries %d; allowed: 0..%d", b.MaxRetries, pacing.MaxMaxRetries))
+	}
+	return errors.Join(errs...)
 }
 
 // normalizeOrigin reduces an origin to lowercase scheme://host[:port].

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -61,7 +63,8 @@ func UpstreamDialer(base upstream.DialOptions) Dialer {
 // new socket is an upstream.Conn dialled with base and the credential
 // creds holds at dial time (so a refreshed token is used for new sockets
 // while existing heads keep theirs). The pool's Close on it is a hard
-// close that releases the file descriptor at once.
+// close that releases the file descriptor at once, except on Pool.Close,
+// which closes idle sockets with 1001 (see GoingAwayTimeout).
 func PoolDialer(base upstream.DialOptions, creds CredentialsSource) pool.Dialer {
 	return pool.DialerFunc(func(ctx context.Context, _ pool.Partition) (pool.Conn, error) {
 		cred, err := creds.Credential(ctx)
@@ -78,7 +81,14 @@ func PoolDialer(base upstream.DialOptions, creds CredentialsSource) pool.Dialer 
 	})
 }
 
-// poolConn adapts *upstream.Conn to pool.Conn: Close is a hard close.
+// GoingAwayTimeout bounds the close handshake of a pooled socket closed
+// because the pool is closing.
+const GoingAwayTimeout = time.Second
+
+// poolConn adapts *upstream.Conn to pool.Conn. Close is a hard close that
+// releases the descriptor at once, except when the pool closes
+// (pool.ReasonPoolClosed): then the backend is told with a 1001 close
+// frame, within GoingAwayTimeout.
 type poolConn struct {
 	c     *upstream.Conn
 	token credentials.Secret
@@ -86,12 +96,46 @@ type poolConn struct {
 
 func (p *poolConn) Send(ctx context.Context, frame []byte) error { return p.c.Send(ctx, frame) }
 func (p *poolConn) Next(ctx context.Context) ([]byte, error)     { return p.c.Next(ctx) }
-func (p *poolConn) Close(string) error                           { return p.c.CloseNow() }
 func (p *poolConn) Token() credentials.Secret                    { return p.token }
+func (p *poolConn) Close(reason string) error {
+	if reason != pool.ReasonPoolClosed {
+		return p.c.CloseNow()
+	}
+	return closeGoingAway(p.c, reason, GoingAwayTimeout)
+}
+
+// closeGoingAway closes an idle socket with 1001 and reason, waiting about
+// timeout for the peer's answer. A reader runs while the close frame goes
+// out: it takes the peer's close frame (which ends the handshake), and when
+// timeout passes first its read's deadline hard-closes the socket, which
+// also ends the handshake. The reader is started first and waited for. (If
+// the close handshake still takes the socket's read lock before the reader
+// does, coder/websocket's own bound applies: at most 5 s for the answer.)
+func closeGoingAway(c *upstream.Conn, reason string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	started, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		close(started)
+		for {
+			if _, err := c.Next(ctx); err != nil && !errors.Is(err, upstream.ErrBinaryFrame) {
+				return
+			}
+		}
+	}()
+	<-started
+	runtime.Gosched() // let the reader take the read lock first
+	err := c.Close(websocket.StatusGoingAway, reason)
+	cancel()
+	<-done
+	_ = c.CloseNow() // a no-op once closed; releases the socket if the handshake did not
+	return err
+}
 
 // dialerConn adapts a Conn from a Config.Dialer to pool.Conn. Close sends
-// a close frame with the reason (1001 when the client or the server went
-// away, else 1000), or hard-closes a Conn that has CloseNow.
+// a close frame with the reason (1001 when the client, the server or the
+// pool went away, else 1000), or hard-closes a Conn that has CloseNow.
 type dialerConn struct {
 	c     Conn
 	token credentials.Secret
@@ -102,7 +146,7 @@ func (d *dialerConn) Next(ctx context.Context) ([]byte, error)     { return d.c.
 func (d *dialerConn) Token() credentials.Secret                    { return d.token }
 func (d *dialerConn) Close(reason string) error {
 	code := websocket.StatusNormalClosure
-	if reason == reasonClientGone || reason == reasonShutdown {
+	if reason == reasonClientGone || reason == reasonShutdown || reason == pool.ReasonPoolClosed {
 		code = websocket.StatusGoingAway
 	}
 	return d.c.Close(code, reason)

@@ -29,9 +29,10 @@
 //
 // One turn: translate the body (package translate), take a credential from
 // Config.Credentials, canonicalise the input items and run attempts with
-// retry.Do inside the request's budget (Config.Budget: one no-data
-// deadline shared by every attempt, reset only by upstream events, and a
-// total deadline). Each attempt takes a lease from the connection pool
+// retry.Do inside the request's budget (Config.BudgetFor for the
+// credential's account, else Config.Budget: one no-data deadline shared by
+// every attempt, reset only by upstream events, a total deadline and the
+// retry count). Each attempt takes a lease from the connection pool
 // (package pool; Config.Pool, or a private pool over Config.Dialer): a
 // continuation head sends previous_response_id and only the new items
 // (instructions and tools are resent), a new socket the full context. A
@@ -49,6 +50,9 @@
 // upgrade drops the account's heads and asks Credentials.Rejected for one
 // refreshed credential, then retries once; credentials.ErrLoginRequired
 // (or a refresh that fails) is answered 401 authentication_error with
+// x-should-retry: false. A usage limit (usage_limit_reached,
+// usage_not_included) whose resets_in_seconds is at most 60 s is retried
+// after the reset; one that resets later is answered at once with 429 and
 // x-should-retry: false. When the retries are spent the client gets the
 // classified status: 429 rate_limit_error with a retry-after drawn from
 // [h, ceil(1.25 h)], 529 for overload, 502 for other 5xx and transport
@@ -57,6 +61,12 @@
 // error event. A client that disconnects cancels the turn and its socket
 // is closed at once. While the backend works without producing output, a
 // committed stream gets a ping event every Config.PingInterval.
+//
+// Shutdown: Server.Close cancels the turns in flight (their sockets close
+// with 1001); closing the pool (Pool.Close, or Server.Close for a private
+// pool) closes every idle socket with 1001 "pool closed", waiting about
+// GoingAwayTimeout for the backend's answer. Every other close of a
+// PoolDialer socket is a hard close that frees the descriptor at once.
 //
 // Tracing: one span per turn (Gateway.Messages) and a child span per
 // upstream attempt (Gateway.Attempt) with the attempt number, whether it

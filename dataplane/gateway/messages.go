@@ -164,7 +164,7 @@ func (t *turnRun) run(ctx context.Context) string {
 		t.sse = newSSEWriter(t.w)
 	}
 
-	err = retry.Do(ctx, retry.Config{Budget: s.budget, Clock: s.cfg.RetryClock, Rand: s.rand, Logger: s.cfg.Logger},
+	err = retry.Do(ctx, retry.Config{Budget: s.turnBudget(cred.AccountID), Clock: s.cfg.RetryClock, Rand: s.rand, Logger: s.cfg.Logger},
 		t.attempt)
 	if t.pending != nil {
 		t.pending.Discard(t.pendingReason)
@@ -434,7 +434,7 @@ func (t *turnRun) drive(ctx context.Context, a retry.Attempt, l *pool.Lease) err
 					l.Discard(reasonFailed)
 					return retry.Final(uf)
 				}
-				f := retry.Classify(t.turn.Overflow(uf), retry.Facts{AuthRefreshed: t.refreshed})
+				f := retry.Classify(t.turn.Overflow(uf), retry.Facts{AuthRefreshed: t.refreshed, UsageLimitReset: uf.ResetsIn})
 				reason := pool.ReplaceTransport
 				switch uf.Code {
 				case translate.CodePreviousResponseNotFound:
@@ -593,6 +593,6 @@ func (t *turnRun) writeUpstreamError(f *translate.UpstreamError) {
 	if status == http.StatusInternalServerError || status < 400 || status > 599 {
 		status = http.StatusBadGateway
 	}
-	retry.ErrorHeaders(t.w.Header(), f, retry.Facts{AuthRefreshed: t.refreshed}, t.s.rand)
+	retry.ErrorHeaders(t.w.Header(), f, retry.Facts{AuthRefreshed: t.refreshed, UsageLimitReset: f.ResetsIn}, t.s.rand)
 	writeJSON(t.w, status, translate.ErrorBody(f))
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/translate"
+	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -120,6 +121,31 @@ func New(cfg Config) (*Server, error) {
 		s.pool, s.ownPool = p, true
 	}
 	return s, nil
+}
+
+// turnBudget is the budget of a turn on accountID: Config.BudgetFor's, or
+// the server's when BudgetFor is nil or returns a zero or invalid budget.
+func (s *Server) turnBudget(accountID string) pacing.Budget {
+	if s.cfg.BudgetFor == nil {
+		return s.budget
+	}
+	b := s.cfg.BudgetFor(accountID)
+	if b == (pacing.Budget{}) {
+		return s.budget
+	}
+	if err := checkBudget(b); err != nil {
+		s.cfg.Logger.Warn("per-account budget ignored; using the default budget", "account_key", accountKey(accountID), "error", err)
+		return s.budget
+	}
+	return b
+}
+
+// accountKey is the loggable key of an account id ("" for none).
+func accountKey(accountID string) string {
+	if accountID == "" {
+		return ""
+	}
+	return account.Key(accountID)
 }
 
 // Close cancels every in-flight turn (their sockets are closed with 1001,

@@ -64,6 +64,9 @@ const (
 	EvictPoolClosed     = "pool_closed"
 )
 
+// ReasonPoolClosed is the reason [Pool.Close] passes to Conn.Close.
+const ReasonPoolClosed = "pool closed"
+
 // ErrClosed is returned by [Pool.Acquire] after [Pool.Close].
 var ErrClosed = errors.New("pool: closed")
 
@@ -702,14 +705,22 @@ func (p *Pool) Close() error {
 		}
 	}
 	p.mu.Unlock()
-	var errs []error
-	for _, h := range idle {
-		if h.conn != nil {
-			if err := h.conn.Close("pool closed"); err != nil {
-				errs = append(errs, err)
-			}
+	// Close the idle sockets side by side: each close may wait (bounded)
+	// for the peer's close frame, and shutdown must not take that wait once
+	// per socket. The goroutines are owned here and waited for.
+	errs := make([]error, len(idle))
+	var wg sync.WaitGroup
+	for i, h := range idle {
+		if h.conn == nil {
+			continue
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = h.conn.Close(ReasonPoolClosed)
+		}()
 	}
+	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close pool: %w", err)
 	}

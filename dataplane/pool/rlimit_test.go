@@ -20,18 +20,25 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/clodex/clodex/internal/codexsim"
 )
 
 // The real descriptor test (seed 002): a child process with hard and soft
 // RLIMIT_NOFILE lowered to 40 holds one pooled coder/websocket per
-// conversation; the server runs in this (parent) process with the normal
-// limit; no pacing. 60 fresh conversations must all succeed, with one
-// notice and idle heads shed.
+// conversation; the emulator (a real codexsim.Server) runs in this (parent)
+// process with the normal limit; no pacing (the pool has no Admitter).
+// 60 fresh conversations must all succeed, with one notice and idle heads
+// shed.
 
 const (
 	fdChildEnv   = "CLODEX_POOL_FD_CHILD_URL"
 	fdChildLimit = 40
 	fdChildConvs = 60
+
+	// The credential the emulator accepts and the child presents.
+	fdSimToken   = "tok-fd"
+	fdSimAccount = "acct-fd"
 )
 
 type fdChildResult struct {
@@ -53,18 +60,29 @@ func TestDescriptorExhaustionRealSockets(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns a child process")
 	}
-	srv := httptest.NewServer(http.HandlerFunc(completeEveryFrame))
+	sim, err := codexsim.New(codexsim.Config{
+		AcceptTokens: map[string]string{fdSimToken: fdSimAccount},
+		// Both routes together dial well over the default 80 upgrades a
+		// minute; the throttle is not what this test is about.
+		UpgradeLimit: 100000,
+	})
+	if err != nil {
+		t.Fatalf("codexsim.New: %v", err)
+	}
+	srv := httptest.NewServer(sim.Handler())
 	defer srv.Close()
+	defer sim.Close()
 	u, _ := url.Parse(srv.URL)
 	for _, route := range []struct{ name, host string }{
 		{"numeric address", u.Host},           // 127.0.0.1:port: socket() fails with EMFILE
 		{"hostname", "localhost:" + u.Port()}, // the lookup fails first; the probe classifies it
 	} {
 		t.Run(route.name, func(t *testing.T) {
+			before := sim.Stats().CompletedResponses
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDescriptorExhaustionRealSockets$", "-test.count=1")
-			cmd.Env = append(os.Environ(), fdChildEnv+"=ws://"+route.host+"/v1/responses")
+			cmd.Env = append(os.Environ(), fdChildEnv+"=ws://"+route.host+codexsim.ChatGPTPath)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			if err := cmd.Run(); err != nil {
@@ -91,27 +109,10 @@ func TestDescriptorExhaustionRealSockets(t *testing.T) {
 			if res.Exhaustions < 1 || res.Shed == 0 {
 				t.Errorf("exhaustions %d shed %d, want at least one exhaustion that shed heads", res.Exhaustions, res.Shed)
 			}
+			if got := sim.Stats().CompletedResponses - before; got != fdChildConvs {
+				t.Errorf("emulator completed %d responses for this child, want %d", got, fdChildConvs)
+			}
 		})
-	}
-}
-
-// completeEveryFrame is the stand-in backend: it answers every
-// response.create with a response.completed carrying a fresh id.
-func completeEveryFrame(w http.ResponseWriter, r *http.Request) {
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
-	if err != nil {
-		return
-	}
-	defer c.CloseNow()
-	ctx := r.Context()
-	for n := 1; ; n++ {
-		if _, _, err := c.Read(ctx); err != nil {
-			return
-		}
-		ev := fmt.Sprintf(`{"type":"response.completed","response":{"id":"resp_%p_%d","output":[]}}`, c, n)
-		if err := c.Write(ctx, websocket.MessageText, []byte(ev)); err != nil {
-			return
-		}
 	}
 }
 
@@ -144,7 +145,11 @@ func fdChild(t *testing.T, wsURL string) {
 			attempts++
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			c, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: client, CompressionMode: websocket.CompressionDisabled})
+			h := http.Header{}
+			h.Set("Authorization", "Bearer "+fdSimToken)
+			h.Set("chatgpt-account-id", fdSimAccount)
+			h.Set("OpenAI-Beta", codexsim.BetaHeaderValue)
+			c, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: client, HTTPHeader: h, CompressionMode: websocket.CompressionDisabled})
 			if err != nil {
 				return nil, err
 			}
@@ -193,21 +198,36 @@ func fdChildTurn(ctx context.Context, p *Pool, pt Partition, in [][]byte) error 
 		l.Discard("send failed")
 		return err
 	}
-	b, err := l.Conn.Next(ctx)
-	if err != nil {
-		l.Discard("read failed")
-		return err
+	// The emulator streams the whole event sequence (rate limits, created,
+	// deltas, ...); the turn ends at response.completed, and any error or
+	// failure frame fails it.
+	for {
+		b, err := l.Conn.Next(ctx)
+		if err != nil {
+			l.Discard("read failed")
+			return err
+		}
+		var ev struct {
+			Type     string `json:"type"`
+			Response struct {
+				ID string `json:"id"`
+			} `json:"response"`
+		}
+		if err := json.Unmarshal(b, &ev); err != nil {
+			l.Discard("bad event")
+			return fmt.Errorf("decode event %q: %w", b, err)
+		}
+		switch ev.Type {
+		case "response.completed":
+			if ev.Response.ID == "" {
+				l.Discard("bad event")
+				return fmt.Errorf("response.completed without a response id: %s", b)
+			}
+			l.Complete(ev.Response.ID, [][]byte{assistant("ok")}, Usage{})
+			return nil
+		case "error", "response.failed", "response.incomplete":
+			l.Discard("bad event")
+			return errors.New("unexpected event " + string(b))
+		}
 	}
-	var ev struct {
-		Type     string `json:"type"`
-		Response struct {
-			ID string `json:"id"`
-		} `json:"response"`
-	}
-	if err := json.Unmarshal(b, &ev); err != nil || ev.Type != "response.completed" {
-		l.Discard("bad event")
-		return errors.Join(errors.New("unexpected event "+string(b)), err)
-	}
-	l.Complete(ev.Response.ID, [][]byte{assistant("ok")}, Usage{})
-	return nil
 }

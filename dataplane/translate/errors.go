@@ -37,6 +37,10 @@ type UpstreamError struct {
 	RetryAfter      time.Duration // hint for the retry-after header (0 = none)
 	ContextOverflow bool          // the prompt did not fit the model's window
 	RequestID       string        // request_id for the overflow body; ErrorBody invents one when empty
+	// ResetsIn is how long until a usage limit resets (resets_in_seconds,
+	// at most MaxResetsIn), set only for usage_limit_reached and
+	// usage_not_included; 0 means unknown or not a usage limit.
+	ResetsIn time.Duration
 }
 
 func (e *UpstreamError) Error() string {
@@ -63,7 +67,25 @@ const (
 const (
 	CodeConnectionLimit          = "websocket_connection_limit_reached"
 	CodePreviousResponseNotFound = "previous_response_not_found"
+	CodeUsageLimitReached        = "usage_limit_reached"
+	CodeUsageNotIncluded         = "usage_not_included"
 )
+
+// MaxResetsIn bounds UpstreamError.ResetsIn: a larger resets_in_seconds is
+// read as this.
+const MaxResetsIn = 30 * 24 * time.Hour
+
+// resetsIn converts resets_in_seconds to a duration: 0 when absent or not
+// a non-negative finite number, at most MaxResetsIn.
+func resetsIn(secs float64, present bool) time.Duration {
+	if !present || math.IsNaN(secs) || math.IsInf(secs, 0) || secs <= 0 {
+		return 0
+	}
+	if secs >= MaxResetsIn.Seconds() {
+		return MaxResetsIn
+	}
+	return time.Duration(math.Round(secs)) * time.Second
+}
 
 func clampRetry(secs float64, present bool) time.Duration {
 	if !present || math.IsNaN(secs) || math.IsInf(secs, 0) || secs < 0 {
@@ -136,6 +158,8 @@ type frameFields struct {
 	status           int // an integer 400-599 in status or error.status, else 0
 	retry            float64
 	retryPresent     bool
+	resets           float64 // resets_in_seconds
+	resetsPresent    bool
 	overflow         bool
 }
 
@@ -219,6 +243,11 @@ func readFrame(m map[string]any) frameFields {
 			}
 		}
 	}
+	for _, obj := range []map[string]any{errObj, respErr, m} {
+		if v, ok := number(obj["resets_in_seconds"]); ok && !f.resetsPresent {
+			f.resets, f.resetsPresent = v, true
+		}
+	}
 	disc := strings.ToLower(f.code + " " + f.errType)
 	f.overflow = strings.Contains(disc, "context_length") || strings.Contains(disc, "context_window")
 	if !f.overflow {
@@ -251,7 +280,7 @@ func frameStatusCode(code, discriminator string) int {
 		return false
 	}
 	switch {
-	case has("insufficient_quota", "rate_limit", "usage_limit"):
+	case has("insufficient_quota", "rate_limit", "usage_limit", "usage_not_included"):
 		return 429
 	case has("authentication"):
 		return 401
@@ -277,6 +306,16 @@ func (f frameFields) identifiers() string {
 		}
 	}
 	return strings.Join(ids, " / ")
+}
+
+// usageLimit reports whether the frame is a plan usage limit.
+func (f frameFields) usageLimit() bool {
+	for _, s := range []string{f.code, f.errType} {
+		if s == CodeUsageLimitReached || s == CodeUsageNotIncluded {
+			return true
+		}
+	}
+	return false
 }
 
 func contains(list []string, s string) bool {
@@ -347,6 +386,9 @@ func classifyFrame(event []byte, afterOutput bool) *UpstreamError {
 		msg = fmt.Sprintf("%s (%s)", what, firstNonEmpty(ids, f.frameType))
 	}
 	e := newUpstreamError(status, f.code, msg)
+	if e.Status == 429 && f.usageLimit() {
+		e.ResetsIn = resetsIn(f.resets, f.resetsPresent)
+	}
 	if e.Status == 429 && f.retryPresent {
 		e.RetryAfter = clampRetry(f.retry, true)
 		e.Message += fmt.Sprintf("; retry after %ds", int(e.RetryAfter/time.Second))

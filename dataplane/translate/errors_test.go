@@ -142,3 +142,55 @@ func TestRetryable(t *testing.T) {
 		}
 	}
 }
+
+// A usage limit carries its reset time (resets_in_seconds) wherever the
+// backend put it; anything else has none.
+func TestClassifyFrameUsageLimitReset(t *testing.T) {
+	tests := []struct {
+		name       string
+		frame      string
+		wantStatus int
+		wantReset  time.Duration
+	}{
+		{"error object, 4 h", `{"type":"error","status":429,"error":{"type":"usage_limit_reached","message":"x","plan_type":"plus","resets_in_seconds":14400}}`,
+			429, 4 * time.Hour},
+		{"error object, 30 s", `{"type":"error","status":429,"error":{"type":"usage_limit_reached","resets_in_seconds":30}}`,
+			429, 30 * time.Second},
+		{"numeric string", `{"type":"error","status":429,"error":{"type":"usage_limit_reached","resets_in_seconds":" 8123 "}}`,
+			429, 8123 * time.Second},
+		{"fraction rounds", `{"type":"error","error":{"code":"usage_limit_reached","resets_in_seconds":29.6}}`,
+			429, 30 * time.Second},
+		{"response.error of response.failed", `{"type":"response.failed","response":{"error":{"code":"usage_limit_reached","resets_in_seconds":45}}}`,
+			429, 45 * time.Second},
+		{"on the frame", `{"type":"error","code":"usage_limit_reached","resets_in_seconds":120}`,
+			429, 2 * time.Minute},
+		{"usage_not_included without status", `{"type":"error","error":{"type":"usage_not_included","resets_in_seconds":600}}`,
+			429, 10 * time.Minute},
+		{"huge is bounded", `{"type":"error","status":429,"error":{"type":"usage_limit_reached","resets_in_seconds":1e300}}`,
+			429, MaxResetsIn},
+		{"negative is unknown", `{"type":"error","status":429,"error":{"type":"usage_limit_reached","resets_in_seconds":-5}}`,
+			429, 0},
+		{"not a number is unknown", `{"type":"error","status":429,"error":{"type":"usage_limit_reached","resets_in_seconds":"soon"}}`,
+			429, 0},
+		{"absent is unknown", `{"type":"error","status":429,"error":{"type":"usage_limit_reached"}}`,
+			429, 0},
+		{"other 429 ignores it", `{"type":"error","status":429,"error":{"type":"rate_limit_exceeded","resets_in_seconds":30}}`,
+			429, 0},
+		{"usage limit with a non-429 status ignores it", `{"type":"error","status":400,"error":{"type":"usage_limit_reached","resets_in_seconds":30}}`,
+			400, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := ClassifyFrame([]byte(tt.frame))
+			if e == nil {
+				t.Fatal("ClassifyFrame = nil, want a failure")
+			}
+			if e.Status != tt.wantStatus || e.ResetsIn != tt.wantReset {
+				t.Errorf("status %d, ResetsIn %v; want %d, %v", e.Status, e.ResetsIn, tt.wantStatus, tt.wantReset)
+			}
+			if strings.Contains(e.Message, "8123") || strings.Contains(e.Message, "14400") {
+				t.Errorf("message %q echoes the upstream numbers", e.Message)
+			}
+		})
+	}
+}
