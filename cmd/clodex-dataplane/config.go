@@ -11,11 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -303,4 +305,39 @@ func readAPIKey(path string) (string, error) {
 		return "", fmt.Errorf("--api-key-file %s: the first line is empty; want the API key", path)
 	}
 	return key, nil
+}
+
+// budgets is the turn budget per account: the latest one the control
+// plane pushed for the account's key (clodexctl set-budget), else the
+// environment's. It is the gateway's Config.BudgetFor.
+type budgets struct {
+	fallback pacing.Budget
+
+	mu    sync.Mutex // guards byKey
+	byKey map[string]pacing.Budget
+}
+
+func newBudgets(fallback pacing.Budget) *budgets {
+	return &budgets{fallback: fallback, byKey: make(map[string]pacing.Budget)}
+}
+
+// set records the budget pushed for an account key.
+func (b *budgets) set(key string, budget pacing.Budget) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.byKey[key] = budget
+}
+
+// forAccount returns the budget of a turn on accountID.
+func (b *budgets) forAccount(accountID string) pacing.Budget {
+	if accountID == "" {
+		return b.fallback
+	}
+	key := account.Key(accountID)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v, ok := b.byKey[key]; ok {
+		return v
+	}
+	return b.fallback
 }

@@ -166,6 +166,8 @@ func start(ctx context.Context, cfg *config, stdout, stderr io.Writer) (_ *datap
 	// The accounts this data plane serves, for the agent's hello and the
 	// local fallback's share. Today one credential means one account.
 	accts := &accountSet{}
+	// The turn budget per account, updated by the control plane's pushes.
+	turnBudgets := newBudgets(cfg.Policy.Budget)
 	if cred, err := creds.Credential(ctx); err == nil && cred.AccountID != "" {
 		accts.add(account.Key(cred.AccountID))
 	}
@@ -181,10 +183,16 @@ func start(ctx context.Context, cfg *config, stdout, stderr io.Writer) (_ *datap
 				logger.Warn("policy from the control plane", "account", key, "err", err)
 				return
 			}
+			turnBudgets.set(key, p.Budget)
 			logger.Info("policy from the control plane", "account", key, "rate_per_minute", p.RatePerMinute,
-				"burst", p.Burst, "live_agents", live)
+				"burst", p.Burst, "live_agents", live, "max_retries", p.Budget.MaxRetries,
+				"idle_timeout", p.Budget.IdleTimeout, "total_timeout", p.Budget.TotalTimeout)
 		},
-		Logger: logger,
+		// The control plane is back: admission asks it again at once
+		// instead of waiting out its own backoff. d.adm is set before
+		// the agent runs.
+		OnConnect: func() { d.adm.CentralMaybeBack() },
+		Logger:    logger,
 	})
 	if err != nil {
 		return nil, err
@@ -193,7 +201,7 @@ func start(ctx context.Context, cfg *config, stdout, stderr io.Writer) (_ *datap
 		Conn:       d.cp.conn,
 		AgentID:    agentID,
 		Fallback:   cfg.Policy,
-		LiveAgents: func() int { return d.ag.LiveAgents(accts.current()) },
+		LiveAgents: d.ag.LiveAgents,
 		Notify:     d.notify,
 		Logger:     logger,
 	})
@@ -229,6 +237,7 @@ func start(ctx context.Context, cfg *config, stdout, stderr io.Writer) (_ *datap
 		Credentials:    creds,
 		Pool:           d.pool,
 		Budget:         cfg.Policy.Budget,
+		BudgetFor:      turnBudgets.forAccount,
 		ListenAddr:     cfg.Listen,
 		APIKey:         apiKey,
 		AllowedOrigins: cfg.AllowedOrigins,
@@ -430,9 +439,8 @@ func (s *accountSet) keys() []string {
 	return slices.Clone(s.list)
 }
 
-// current is the account the local fallback's share is computed for: the
-// most recently admitted one. With one credential per data plane it is the
-// only one. (admission.Config.LiveAgents takes no account key yet.)
+// current is the most recently admitted account, for the startup log.
+// With one credential per data plane it is the only one.
 func (s *accountSet) current() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -29,8 +29,12 @@ const (
 	// MinBackoff is the first delay before a local client asks the control
 	// plane again; each failed probe doubles it up to MaxBackoff.
 	MinBackoff = 250 * time.Millisecond
-	// MaxBackoff caps the delay between probes.
-	MaxBackoff = 10 * time.Second
+	// MaxBackoff caps the delay between probes. It is short so that a
+	// fleet comes back to central admission within about 2 s of a control
+	// plane restart: until every host is back, the hosts that are admit at
+	// the restarted bucket's full rate while the others still admit at
+	// their local share, which together exceed the account's rate.
+	MaxBackoff = 2 * time.Second
 	// jitterFraction spreads each backoff uniformly over ±20 %.
 	jitterFraction = 0.2
 )
@@ -57,11 +61,13 @@ type Config struct {
 	// never seen through SetPolicy: normally pacing.PolicyFromEnv's result.
 	// The zero Policy means pacing.DefaultPolicy(). (Optional)
 	Fallback pacing.Policy
-	// LiveAgents returns how many live data planes share an account's
-	// policy; the local bucket gets 1/LiveAgents() of it. It is called
-	// synchronously on every local decision and must not block; values
-	// below 1 count as 1. (Optional; default always 1)
-	LiveAgents func() int
+	// LiveAgents returns how many live data planes share the account
+	// with key accountKey; its local bucket gets 1/LiveAgents(accountKey)
+	// of the account's policy. It is called synchronously on every local
+	// decision and must not block; values below 1 count as 1. The data
+	// plane passes agent.Agent.LiveAgents, which holds the highest count
+	// of the last 15 s. (Optional; default always 1)
+	LiveAgents func(accountKey string) int
 	// Clock is the time source of the local buckets and the probe backoff.
 	// (Optional; default time.Now)
 	Clock func() time.Time
@@ -129,7 +135,7 @@ type Client struct {
 	agentID    string
 	timeout    time.Duration
 	fallback   pacing.Policy
-	liveAgents func() int
+	liveAgents func(accountKey string) int
 	now        func() time.Time
 	sleep      func(ctx context.Context, d time.Duration) error
 	notify     func(msg string)
@@ -146,7 +152,7 @@ type Client struct {
 	nextProbe time.Time     // while local: when the next request may probe
 	backoff   time.Duration // the last probe delay; reset by each fallback
 	policies  map[string]pacing.Policy
-	buckets   map[string]*localBucket
+	buckets   map[string]*localBucket // this outage's buckets; emptied by each fallback
 	stats     Stats
 }
 
@@ -219,7 +225,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // DialOption returns the reconnect backoff the control-plane connection
 // should use so that the transport comes back on the same schedule as the
-// client's probes: 250 ms doubling to 10 s, ±20 %, with gRPC's default 20 s
+// client's probes: 250 ms doubling to 2 s, ±20 %, with gRPC's default 20 s
 // connect timeout.
 func DialOption() grpc.DialOption {
 	return grpc.WithConnectParams(grpc.ConnectParams{
@@ -256,7 +262,7 @@ func (c *Client) Admit(ctx context.Context, accountKey string) error {
 			c.endProbe(probe)
 			return ctxErr
 		}
-		c.failed(ctx, err, probe)
+		c.failed(ctx, accountKey, err, probe)
 	}
 	return c.local(ctx, accountKey)
 }
@@ -403,7 +409,7 @@ func (c *Client) cancelCentral(ctx context.Context, key, reservation string) {
 // failed records a control-plane failure: an unreachable control plane
 // switches a central client to local admission (announced once per outage)
 // and a failed probe extends the backoff.
-func (c *Client) failed(ctx context.Context, err error, probe bool) {
+func (c *Client) failed(ctx context.Context, key string, err error, probe bool) {
 	unreach := unreachable(err)
 	code := status.Code(err)
 	now := c.now()
@@ -418,6 +424,8 @@ func (c *Client) failed(ctx context.Context, err error, probe bool) {
 		c.stats.Fallbacks++
 		c.backoff = 0
 		c.scheduleProbeLocked(now)
+		// Each outage starts with new, empty buckets (see bucketLocked).
+		clear(c.buckets)
 		switched = true
 	}
 	if !unreach {
@@ -427,7 +435,7 @@ func (c *Client) failed(ctx context.Context, err error, probe bool) {
 
 	switch {
 	case switched:
-		live := c.live()
+		live := c.live(key)
 		c.log.LogAttrs(ctx, slog.LevelWarn, "control plane unreachable; admitting locally",
 			slog.String("code", code.String()), slog.Int("live_agents", live))
 		c.notify(fmt.Sprintf("control plane unreachable (%v): admitting new upstream connections locally "+
@@ -462,11 +470,11 @@ func jitter(d time.Duration, r float64) time.Duration {
 	return time.Duration(math.Round(float64(d) * (1 + jitterFraction*(2*r-1))))
 }
 
-func (c *Client) live() int {
+func (c *Client) live(key string) int {
 	if c.liveAgents == nil {
 		return 1
 	}
-	return max(c.liveAgents(), 1)
+	return max(c.liveAgents(key), 1)
 }
 
 // share returns one agent's share of p among live agents: rate
@@ -483,7 +491,7 @@ func share(p pacing.Policy, live int) pacing.Policy {
 
 // local decides with the account's local bucket.
 func (c *Client) local(ctx context.Context, key string) error {
-	live := c.live()
+	live := c.live(key)
 	now := c.now()
 	c.mu.Lock()
 	lb := c.bucketLocked(key, live, now)
@@ -525,7 +533,13 @@ func (c *Client) local(ctx context.Context, key string) error {
 }
 
 // bucketLocked returns the account's local bucket, set to its current
-// share.
+// share. A new bucket starts with zero tokens and refills at the share's
+// rate: the switch to local admission follows requests the control plane
+// has just admitted from the account's central bucket, which the local
+// bucket cannot see, so a full burst on top of them would open up to
+// burst more sockets fleet-wide at once than the policy allows (the
+// upstream answers such bursts with 403s). Starting empty gives up at most
+// one burst per outage, never an excess.
 func (c *Client) bucketLocked(key string, live int, now time.Time) *localBucket {
 	p, ok := c.policies[key]
 	if !ok {
@@ -535,7 +549,7 @@ func (c *Client) bucketLocked(key string, live int, now time.Time) *localBucket 
 	lb := c.buckets[key]
 	switch {
 	case lb == nil:
-		lb = &localBucket{bucket: pacing.NewBucket(want, now), share: want}
+		lb = &localBucket{bucket: pacing.Restore(want, pacing.State{Tokens: 0, Updated: now}), share: want}
 		c.buckets[key] = lb
 	case lb.share != want:
 		lb.bucket.SetPolicy(now, want)
@@ -572,6 +586,21 @@ func (c *Client) SetPolicy(accountKey string, p pacing.Policy) error {
 	c.policies[accountKey] = p
 	c.mu.Unlock()
 	return nil
+}
+
+// CentralMaybeBack tells a local client that the control plane may be
+// reachable again (the agent's stream has just reconnected): the next
+// Admit asks it at once instead of waiting out the probe backoff, and a
+// probe that fails backs off from MinBackoff again. A central or closed
+// client ignores it. It never blocks and never makes an RPC itself.
+func (c *Client) CentralMaybeBack() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.mode != ModeLocal {
+		return
+	}
+	c.backoff = 0
+	c.nextProbe = time.Time{}
 }
 
 // Mode returns ModeCentral or ModeLocal.

@@ -149,16 +149,16 @@ func TestFallbackAndRecovery(t *testing.T) {
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
 	conn := dial(t, srv.Addr, srv.AgentToken.Reveal())
 	var notes noticeLog
-	c := newClient(t, admission.Config{Conn: conn, LiveAgents: func() int { return 2 }}, clk, &notes)
+	c := newClient(t, admission.Config{Conn: conn, LiveAgents: func(string) int { return 2 }}, clk, &notes)
 
 	runSteps(t, c, clk, []step{{key: keyA}}) // central, connection established
 	srv.Stop()
 
 	// Default policy 60/minute burst 10, halved: 30/minute (one token per
-	// 2 s) burst 5. Five admit at once, then waits of 2 s and 4 s, then a
-	// 6 s deficit is past the 4833ms bound: refused with the 4 s hint.
+	// 2 s) burst 5. The local bucket starts empty: waits of 2 s and 4 s,
+	// then a 6 s deficit is past the 4833ms bound: refused with the 4 s
+	// hint.
 	runSteps(t, c, clk, []step{
-		{key: keyA}, {key: keyA}, {key: keyA}, {key: keyA}, {key: keyA},
 		{key: keyA, sleeps: []time.Duration{2 * sec}},
 		{key: keyA, sleeps: []time.Duration{4 * sec}},
 		{key: keyA, refused: &admission.RefusedError{RetryAfter: 4 * sec, RequiredWait: 6 * sec, Local: true}},
@@ -172,7 +172,7 @@ func TestFallbackAndRecovery(t *testing.T) {
 	}
 	want := admission.Stats{
 		Central:   admission.Counts{Admits: 1},
-		Local:     admission.Counts{Admits: 5, Waits: 2, Refusals: 1},
+		Local:     admission.Counts{Waits: 2, Refusals: 1},
 		Fallbacks: 1,
 	}
 	if got := c.Stats(); got != want {
@@ -180,6 +180,10 @@ func TestFallbackAndRecovery(t *testing.T) {
 	}
 
 	// Probes: the first after 250 ms, then 500 ms after a failed one.
+	// keyB's pacing is off, so its local decisions are all admits.
+	if err := c.SetPolicy(keyB, pacing.Policy{RatePerMinute: 0, Burst: 10, Budget: pacing.DefaultBudget()}); err != nil {
+		t.Fatal(err)
+	}
 	probes := func() int64 { return c.Stats().Probes }
 	for _, tt := range []struct {
 		advance    time.Duration
@@ -302,7 +306,11 @@ func TestHangingControlPlaneFallsBackAfterTimeout(t *testing.T) {
 	if msgs := notes.Msgs(); len(msgs) != 1 || !strings.Contains(msgs[0], "DeadlineExceeded") {
 		t.Errorf("notices = %q, want one naming DeadlineExceeded", msgs)
 	}
-	want := admission.Stats{Local: admission.Counts{Admits: 1}, Fallbacks: 1}
+	// The default 60/minute from an empty local bucket: one token in 1 s.
+	if got := clk.TakeSleeps(); !slices.Equal(got, []time.Duration{sec}) {
+		t.Errorf("Admit waited %v, want [1s]", got)
+	}
+	want := admission.Stats{Local: admission.Counts{Waits: 1}, Fallbacks: 1}
 	if got := c.Stats(); got != want {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
 	}
@@ -364,7 +372,11 @@ func TestOneProbeAtATime(t *testing.T) {
 	if got := c.Mode(); got != admission.ModeLocal {
 		t.Errorf("Mode() after a cancelled probe = %q, want %q", got, admission.ModeLocal)
 	}
-	want := admission.Stats{Local: admission.Counts{Admits: 4}, Fallbacks: 1, Probes: 1}
+	// Empty buckets at 60/minute: keyA waited 1 s, keyB 1, 2 and 3 s.
+	if got, want := clk.TakeSleeps(), []time.Duration{sec, sec, 2 * sec, 3 * sec}; !slices.Equal(got, want) {
+		t.Errorf("local waits %v, want %v", got, want)
+	}
+	want := admission.Stats{Local: admission.Counts{Waits: 4}, Fallbacks: 1, Probes: 1}
 	if got := c.Stats(); got != want {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
 	}
@@ -421,7 +433,10 @@ func TestRejectedAdmitDecidesLocallyAndStaysCentral(t *testing.T) {
 	if got := c.Mode(); got != admission.ModeCentral {
 		t.Errorf("Mode() = %q, want %q", got, admission.ModeCentral)
 	}
-	want := admission.Stats{Local: admission.Counts{Admits: 2}, Errors: 2}
+	if got, want := clk.TakeSleeps(), []time.Duration{sec, 2 * sec}; !slices.Equal(got, want) {
+		t.Errorf("local waits %v, want %v (60/minute from an empty bucket)", got, want)
+	}
+	want := admission.Stats{Local: admission.Counts{Waits: 2}, Errors: 2}
 	if got := c.Stats(); got != want {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
 	}
@@ -445,18 +460,35 @@ func TestLocalShareFollowsPolicyAndLiveAgents(t *testing.T) {
 	clk := newFakeClock()
 	var live atomic.Int64
 	live.Store(2)
-	c := localClient(t, admission.Config{LiveAgents: func() int { return int(live.Load()) }}, clk, &noticeLog{})
+	liveAgents := func(key string) int {
+		if key == keyA {
+			return int(live.Load())
+		}
+		return 1
+	}
+	c := localClient(t, admission.Config{LiveAgents: liveAgents}, clk, &noticeLog{})
 	if err := c.SetPolicy(keyA, pacing.Policy{RatePerMinute: 6, Burst: 3, Budget: pacing.DefaultBudget()}); err != nil {
 		t.Fatal(err)
 	}
-	// keyA: 6/minute burst 3 shared by 2 = 3/minute burst 2: two admit,
-	// the third needs 20 s: refused. keyB: the fallback (defaults) shared
-	// by 2 = 30/minute burst 5.
+	// keyA: 6/minute burst 3 shared by 2 = 3/minute (one token per 20 s)
+	// burst 2. The bucket starts empty: the first token is 20 s away,
+	// past the 4833ms bound: refused with the 4 s hint.
+	runSteps(t, c, clk, []step{
+		{key: keyA, refused: &admission.RefusedError{RetryAfter: 4 * sec, RequiredWait: 20 * sec, Local: true}},
+	})
+	// Ten minutes later the bucket holds its burst of 2, not 3: two admit,
+	// the third needs 20 s again. keyB, alone (1 live agent), gets the
+	// whole fallback (defaults, 60/minute burst 10) from an empty bucket:
+	// waits of 1, 2, 3 and 4 s, then a 5 s deficit is past the bound.
+	clk.Advance(10 * time.Minute)
 	runSteps(t, c, clk, []step{
 		{key: keyA}, {key: keyA},
 		{key: keyA, refused: &admission.RefusedError{RetryAfter: 4 * sec, RequiredWait: 20 * sec, Local: true}},
-		{key: keyB}, {key: keyB}, {key: keyB}, {key: keyB}, {key: keyB},
+		{key: keyB, sleeps: []time.Duration{1 * sec}},
 		{key: keyB, sleeps: []time.Duration{2 * sec}},
+		{key: keyB, sleeps: []time.Duration{3 * sec}},
+		{key: keyB, sleeps: []time.Duration{4 * sec}},
+		{key: keyB, refused: &admission.RefusedError{RetryAfter: 4 * sec, RequiredWait: 5 * sec, Local: true}},
 	})
 	// One agent left: keyA gets the whole 6/minute; a token is now 10 s away.
 	live.Store(1)
@@ -470,14 +502,17 @@ func TestLocalCancelRefunds(t *testing.T) {
 	fallback := pacing.Policy{RatePerMinute: 60, Burst: 1, Budget: pacing.DefaultBudget()}
 	c := localClient(t, admission.Config{Fallback: fallback}, clk, &noticeLog{})
 
-	runSteps(t, c, clk, []step{{key: keyA}})
+	// An empty bucket at one token a second: the first waits 1 s, the
+	// second 2 s; cancelled, its token comes back, so the next waits 2 s
+	// again, not 3 s.
+	runSteps(t, c, clk, []step{{key: keyA, sleeps: []time.Duration{1 * sec}}})
 	clk.SetBlocking(true)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- c.Admit(ctx, keyA) }()
-	if d := recv(t, clk.Blocked); d != 1*sec {
-		t.Fatalf("Admit waits %v, want 1s", d)
+	if d := recv(t, clk.Blocked); d != 2*sec {
+		t.Fatalf("Admit waits %v, want 2s", d)
 	}
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
@@ -485,7 +520,7 @@ func TestLocalCancelRefunds(t *testing.T) {
 	}
 	clk.SetBlocking(false)
 	clk.TakeSleeps()
-	runSteps(t, c, clk, []step{{key: keyA, sleeps: []time.Duration{1 * sec}}})
+	runSteps(t, c, clk, []step{{key: keyA, sleeps: []time.Duration{2 * sec}}})
 	if s := c.Stats(); s.Cancels != 1 || s.Refunds != 1 {
 		t.Errorf("Stats() cancels %d refunds %d, want 1 and 1", s.Cancels, s.Refunds)
 	}
@@ -494,12 +529,11 @@ func TestLocalCancelRefunds(t *testing.T) {
 func TestLocalRelaxedNoticeOnce(t *testing.T) {
 	clk := newFakeClock()
 	var notes noticeLog
-	// 1/minute cannot refuse (5 retries × 4 s < 60 s): the bucket admits
-	// one, makes the next wait the whole 4833ms bound, then relaxes.
+	// 1/minute cannot refuse (5 retries × 4 s < 60 s): the empty bucket
+	// makes the first wait the whole 4833ms bound, then relaxes.
 	fallback := pacing.Policy{RatePerMinute: 1, Burst: 1, Budget: pacing.DefaultBudget()}
 	c := localClient(t, admission.Config{Fallback: fallback}, clk, &notes)
 	runSteps(t, c, clk, []step{
-		{key: keyA},
 		{key: keyA, sleeps: []time.Duration{4833 * time.Millisecond}},
 		{key: keyA},
 		{key: keyA},
@@ -518,7 +552,7 @@ func TestLocalRelaxedNoticeOnce(t *testing.T) {
 func TestLocalPacingOff(t *testing.T) {
 	clk := newFakeClock()
 	fallback := pacing.Policy{RatePerMinute: 0, Burst: 10, Budget: pacing.DefaultBudget()}
-	c := localClient(t, admission.Config{Fallback: fallback, LiveAgents: func() int { return 3 }}, clk, &noticeLog{})
+	c := localClient(t, admission.Config{Fallback: fallback, LiveAgents: func(string) int { return 3 }}, clk, &noticeLog{})
 	for i := range 50 {
 		if err := c.Admit(t.Context(), keyA); err != nil {
 			t.Fatalf("Admit %d = %v, want nil (pacing off stays off in the share)", i+1, err)

@@ -53,7 +53,7 @@ func (downConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.Cal
 // BenchmarkAdmitLocal is one decision of the local fallback bucket while
 // the control plane is down: 600/minute and a clock that moves 100 ms per
 // call, so every call takes the token that refilled and admits at once
-// (about one call in a hundred is also a failed probe, at the 10 s cap).
+// (about one call in a hundred is also a failed probe, at the 2 s cap).
 func BenchmarkAdmitLocal(b *testing.B) {
 	clk := newFakeClock()
 	c, err := admission.New(admission.Config{

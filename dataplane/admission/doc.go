@@ -34,10 +34,21 @@
 // transport error) never fails a turn: the request is decided at once by a
 // local per-account bucket holding this host's share of the account's
 // policy, rate max(1, floor(rate / live)) and burst max(1, ceil(burst /
-// live)) with live = Config.LiveAgents() (a rate of 0, pacing off, stays 0).
-// The policy is the last one seen through SetPolicy, or Config.Fallback (the
+// live)) with live = Config.LiveAgents(account key) (a rate of 0, pacing
+// off, stays 0). The data plane passes agent.Agent.LiveAgents, the highest
+// count pushed in the last 15 s, so a restarted control plane pushing 1, 2,
+// 3 as agents register again does not hand one host the whole account. The
+// policy is the last one seen through SetPolicy, or Config.Fallback (the
 // environment defaults) for an account never seen. The switch is announced
 // once through Config.Notify, and Mode reports "local".
+//
+// Each outage starts with new local buckets holding zero tokens, refilling
+// at the share's rate up to the share's burst. The switch follows requests
+// the control plane has just admitted from the account's central bucket,
+// which this host cannot see; a full local burst on top of them would let
+// the fleet open up to a whole extra burst of sockets at once (the
+// upstream answers that with 403s). Starting empty costs at most one
+// burst per outage and never exceeds the policy.
 //
 // The issue says the data plane "admits locally at once". This package
 // reads that as: it asks the local bucket at once, without waiting for the
@@ -49,7 +60,7 @@
 // have RefusedError.Local set.
 //
 // While local, the client goes back to the control plane with jittered
-// exponential backoff (250 ms doubling to 10 s, ±20 %): the first Admit
+// exponential backoff (250 ms doubling to 2 s, ±20 %): the first Admit
 // after the backoff expires asks the control plane again (one such probe at
 // a time; concurrent requests keep deciding locally). A probe that answers
 // switches back to central admission, uses that answer, and is announced
@@ -57,7 +68,9 @@
 // goroutine: a probe costs at most Config.Timeout of one request's latency
 // per backoff interval, and only while the control plane hangs (a refused
 // connection fails at once). The gRPC connection's own reconnect backoff
-// should match; see DialOption.
+// should match; see DialOption. CentralMaybeBack cuts the backoff short:
+// the data plane calls it when its agent stream reconnects, so the next
+// Admit asks the control plane at once.
 //
 // A control plane that answers with an error of another kind
 // (Unauthenticated, PermissionDenied, Internal, ...) is reachable but

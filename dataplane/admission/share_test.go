@@ -57,12 +57,12 @@ func TestJitter(t *testing.T) {
 }
 
 // TestBackoffSchedule checks the probe delays a local client waits, with
-// zero jitter: 250 ms doubling to the 10 s cap.
+// zero jitter: 250 ms doubling to the 2 s cap.
 func TestBackoffSchedule(t *testing.T) {
 	c := &Client{rand: func() float64 { return 0.5 }}
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	want := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second,
-		4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}
+		2 * time.Second, 2 * time.Second}
 	for i, w := range want {
 		c.scheduleProbeLocked(now)
 		if got := c.nextProbe.Sub(now); got != w {

@@ -38,8 +38,11 @@ const (
 	// MinBackoff is the first delay before reconnecting; each failed
 	// attempt doubles it up to MaxBackoff. Delays are jittered by ±20%.
 	MinBackoff = 250 * time.Millisecond
-	// MaxBackoff caps the reconnect delay.
-	MaxBackoff = 10 * time.Second
+	// MaxBackoff caps the reconnect delay. It is short so that every data
+	// plane of a fleet is back within about 2 s of a control plane
+	// restart (and calls Config.OnConnect), matching the admission
+	// client's probe backoff and the connection's (admission.DialOption).
+	MaxBackoff = 2 * time.Second
 	// GoodbyeTimeout bounds the wait for the control plane to end the
 	// stream after the goodbye.
 	GoodbyeTimeout = time.Second
@@ -69,7 +72,14 @@ type Config struct {
 	// serving the account (at least 1). It runs synchronously on the
 	// stream's receive loop and must not block. (Optional)
 	OnPolicy func(accountKey string, p pacing.Policy, liveAgents int)
-	// Clock stamps 403 reports. (Optional; default time.Now)
+	// OnConnect is called each time a stream is opened and its hello
+	// sent: the control plane is reachable again. The data plane uses it
+	// to make admission ask the control plane at once instead of waiting
+	// out its own backoff. It runs synchronously on Run's goroutine and
+	// must not block. (Optional)
+	OnConnect func()
+	// Clock stamps 403 reports and times LiveAgents' window. (Optional;
+	// default time.Now)
 	Clock func() time.Time
 	// Logger receives the agent's logs. (Optional; default discards)
 	Logger *slog.Logger
@@ -134,6 +144,41 @@ func NewID(host string, pid int) string {
 	return fmt.Sprintf("%s-%d-%s", b.String(), pid, hex.EncodeToString(r[:]))
 }
 
+// liveCount is one account's live-agent counts: the last pushed one and
+// the higher ones it replaced within the last LiveWindow.
+type liveCount struct {
+	cur   int
+	peaks []peak
+}
+
+// peak is a count that was replaced by a lower one; it still counts until
+// until.
+type peak struct {
+	n     int
+	until time.Time
+}
+
+// set records a push of n at now.
+func (l *liveCount) set(n int, now time.Time) {
+	if l.cur > n {
+		l.peaks = append(l.peaks, peak{n: l.cur, until: now.Add(LiveWindow)})
+	}
+	l.cur = n
+	// A peak at or below the current count, or expired, no longer matters.
+	l.peaks = slices.DeleteFunc(l.peaks, func(p peak) bool { return p.n <= n || !now.Before(p.until) })
+}
+
+// max returns the highest count seen within LiveWindow before now.
+func (l *liveCount) max(now time.Time) int {
+	n := l.cur
+	for _, p := range l.peaks {
+		if now.Before(p.until) {
+			n = max(n, p.n)
+		}
+	}
+	return n
+}
+
 // report is the queued 403s of one account.
 type report struct {
 	first time.Time
@@ -149,7 +194,7 @@ type Agent struct {
 
 	mu      sync.Mutex // guards the following fields
 	reports map[string]report
-	live    map[string]int
+	live    map[string]*liveCount
 	reason  string // the last close reason the control plane gave
 }
 
@@ -176,7 +221,7 @@ func New(cfg Config) (*Agent, error) {
 		client:  controlplanev1.NewAgentServiceClient(cfg.Conn),
 		kick:    make(chan struct{}, 1),
 		reports: map[string]report{},
-		live:    map[string]int{},
+		live:    map[string]*liveCount{},
 	}, nil
 }
 
@@ -205,12 +250,27 @@ func (a *Agent) Report403(accountKey string) {
 	}
 }
 
-// LiveAgents returns the last known number of live agents serving
-// accountKey, at least 1.
+// LiveAgents returns the number of live agents to divide accountKey's
+// policy by for a local share, at least 1: the highest count the control
+// plane pushed within the last LiveWindow (by Config.Clock), which is the
+// last pushed count unless a higher one was replaced less than LiveWindow
+// ago.
+//
+// A count that drops does not count at once because it is not always a
+// smaller fleet: a restarted control plane knows only the agents that have
+// registered again, and pushes 1, 2, 3 as they come back. A data plane
+// still admitting locally would otherwise take the whole account's rate
+// and burst for a moment. Agents that really left stop counting after
+// LiveWindow, the same window in which the control plane forgets them.
 func (a *Agent) LiveAgents(accountKey string) int {
+	now := a.cfg.Clock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return max(a.live[accountKey], 1)
+	l := a.live[accountKey]
+	if l == nil {
+		return 1
+	}
+	return max(l.max(now), 1)
 }
 
 // CloseReason returns the reason the control plane gave when it last
@@ -303,6 +363,9 @@ func (a *Agent) session(ctx context.Context) (established bool, err error) {
 	recvErr := func() error { cancel(); return <-recvDone }
 	if err := stream.Send(&controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_Hello{Hello: hello}}); err != nil {
 		return false, sendErr(recvErr(), err)
+	}
+	if a.cfg.OnConnect != nil {
+		a.cfg.OnConnect()
 	}
 	if err := a.sendReports(stream); err != nil { // reports queued while disconnected
 		return false, sendErr(recvErr(), err)
@@ -437,8 +500,14 @@ func (a *Agent) applyPolicy(p *controlplanev1.PolicyPush) {
 		return
 	}
 	live := max(int(p.GetLiveAgents()), 1)
+	now := a.cfg.Clock()
 	a.mu.Lock()
-	a.live[key] = live
+	l := a.live[key]
+	if l == nil {
+		l = &liveCount{}
+		a.live[key] = l
+	}
+	l.set(live, now)
 	a.mu.Unlock()
 	pol, err := toPolicy(p)
 	if err != nil {

@@ -15,10 +15,15 @@
 //   - every policy push calls Config.OnPolicy synchronously with the
 //     account key, the policy to pace at (RatePerMinute is the control
 //     plane's effective rate) and the number of live agents serving the
-//     account; LiveAgents returns that last known number (at least 1);
+//     account; LiveAgents returns the highest such number pushed within
+//     the last 15 s (at least 1), so a restarted control plane's counts
+//     climbing back 1, 2, 3 do not inflate a local share;
+//   - each time a stream is opened and its hello sent, Config.OnConnect
+//     is called (the data plane makes admission ask the control plane
+//     again at once);
 //   - when the stream fails or the control plane closes it (with a
 //     reason, logged), Run reconnects after a jittered exponential backoff
-//     (250ms doubling to 10s, ±20%);
+//     (250ms doubling to 2s, ±20%);
 //   - when its context ends, Run sends a goodbye, waits up to one second
 //     for the control plane to end the stream, and returns.
 //
