@@ -57,6 +57,9 @@ type config struct {
 	setRate, setBurst         bool
 	// ShutdownGrace bounds GracefulStop before Stop. (Optional; default 5s)
 	ShutdownGrace time.Duration
+	// ColdStart is how long after start new buckets start empty (store
+	// Options.ColdStart). (Optional; default 1m.)
+	ColdStart time.Duration
 	// DrainDelay is the wait between health NOT_SERVING and stopping.
 	// (Optional; default 0)
 	DrainDelay time.Duration
@@ -107,6 +110,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.Func("default-rate", "rate per minute for accounts without a stored policy, 0..600 (default from "+pacing.EnvRate+", else 60)", intFlag(&c.DefaultRate, &c.setRate, "0..600"))
 	fs.Func("default-burst", "burst for accounts without a stored policy, 1..1000 (default 10)", intFlag(&c.DefaultBurst, &c.setBurst, "1..1000"))
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 5*time.Second, "bound on graceful stop before connections are closed")
+	fs.DurationVar(&c.ColdStart, "cold-start", time.Minute, "after start, new buckets start empty for this long: the fleet admitted locally while this control plane was down (0..10m)")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "wait after marking health NOT_SERVING before stopping")
 	fs.BoolVar(&c.BenchService, "bench-service", false, "register the benchmark's no-op BenchService")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error")
@@ -188,6 +192,9 @@ func (c *config) Validate() error {
 	}
 	if c.ShutdownGrace <= 0 || c.ShutdownGrace > time.Minute {
 		errs = append(errs, fmt.Errorf("--shutdown-grace %v is out of range; allowed 1ms..1m", c.ShutdownGrace))
+	}
+	if c.ColdStart < 0 || c.ColdStart > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--cold-start %v is out of range; allowed 0..10m", c.ColdStart))
 	}
 	if c.DrainDelay < 0 || c.DrainDelay > time.Minute {
 		errs = append(errs, fmt.Errorf("--drain-delay %v is out of range; allowed 0..1m", c.DrainDelay))

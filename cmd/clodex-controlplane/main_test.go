@@ -117,7 +117,8 @@ func TestRunServesAndStops(t *testing.T) {
 	agentFile := writeFile(t, dir, "agent.token", "  agent-secret-1  ", 0o644) // loose mode: a warning
 	dataDir := filepath.Join(dir, "data")
 	args := []string{"--listen", "127.0.0.1:0", "--data-dir", dataDir, "--admin-token-file", adminFile,
-		"--agent-token-file", agentFile, "--admin-listen", "127.0.0.1:0", "--shutdown-grace", "2s"}
+		"--agent-token-file", agentFile, "--admin-listen", "127.0.0.1:0", "--shutdown-grace", "2s",
+		"--cold-start", "0"} // buckets start full, so the first Admit is admitted at once
 	r := start(t, args, noEnv)
 
 	key := "acct_0123456789abcdef"
@@ -225,6 +226,7 @@ func TestRunBadInput(t *testing.T) {
 		{"bad level", with("--log-level", "loud"), nil, `--log-level "loud" is invalid; allowed debug, info, warn, error`},
 		{"bad format", with("--log-format", "xml"), nil, `--log-format "xml" is invalid; allowed text, json`},
 		{"grace", with("--shutdown-grace", "0s"), nil, "--shutdown-grace 0s is out of range; allowed 1ms..1m"},
+		{"cold start", with("--cold-start", "-1s"), nil, "--cold-start -1s is out of range; allowed 0..10m"},
 		{"grace unit", with("--shutdown-grace", "5"), nil, `invalid value "5" for flag -shutdown-grace`},
 		{"cert without key", with("--tls-cert", admin), nil, "--tls-cert and --tls-key must be given together"},
 		{"client ca alone", with("--client-ca", admin), nil, "--client-ca needs --tls-cert and --tls-key"},

@@ -81,7 +81,7 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
-	st, err := store.Open(store.Options{Dir: cfg.DataDir, Defaults: &cfg.Defaults})
+	st, err := store.Open(store.Options{Dir: cfg.DataDir, Defaults: &cfg.Defaults, ColdStart: cfg.ColdStart})
 	if err != nil {
 		return err
 	}

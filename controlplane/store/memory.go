@@ -65,6 +65,14 @@ type Options struct {
 	// SweepIdle is how long an account must be idle before a sweep may
 	// forget it. (Optional; default 10m)
 	SweepIdle time.Duration
+	// ColdStart is how long after Open new buckets start empty instead of
+	// full. A control plane that has just (re)started cannot see what the
+	// fleet admitted before it: during an outage every data plane admitted
+	// from its local share, and a full bucket on return would release a
+	// burst on top of those sockets. Empty buckets refill at the account's
+	// rate. (Optional; default 0: buckets start full, as a single user's
+	// embedded control plane wants.)
+	ColdStart time.Duration
 }
 
 // Memory is the in-memory store. It is safe for concurrent use.
@@ -74,6 +82,7 @@ type Memory struct {
 	now        func() time.Time
 	sweepEvery time.Duration
 	sweepIdle  time.Duration
+	coldUntil  time.Time // buckets created before this start empty
 
 	shards [shardCount]shard
 
@@ -128,6 +137,9 @@ func Open(opts Options) (*Memory, error) {
 	for i := range m.shards {
 		m.shards[i].accounts = map[string]*entry{}
 	}
+	if opts.ColdStart > 0 {
+		m.coldUntil = m.now().Add(opts.ColdStart)
+	}
 	if opts.Dir == "" {
 		return m, nil
 	}
@@ -145,7 +157,7 @@ func Open(opts Options) (*Memory, error) {
 		sh := m.shard(key)
 		e := &entry{policy: p, version: sp.Version, custom: true}
 		e.adapt.reset(sp.Adaptive, p.RatePerMinute, t)
-		e.bucket = pacing.NewBucket(e.bucketPolicy(), t)
+		e.bucket = m.newBucket(e.bucketPolicy(), t)
 		sh.accounts[key] = e
 	}
 	return m, nil
@@ -164,11 +176,20 @@ func (m *Memory) shard(key string) *shard {
 	return &m.shards[h%shardCount]
 }
 
+// newBucket returns a bucket for p at now: full, or empty during the cold
+// start after Open (see Options.ColdStart).
+func (m *Memory) newBucket(p pacing.Policy, now time.Time) *pacing.Bucket {
+	if now.Before(m.coldUntil) {
+		return pacing.Restore(p, pacing.State{Tokens: 0, Updated: now})
+	}
+	return pacing.NewBucket(p, now)
+}
+
 // entryLocked returns key's entry, creating it with the default policy.
-func (sh *shard) entryLocked(key string, defaults pacing.Policy, now time.Time) *entry {
+func (m *Memory) entryLocked(sh *shard, key string, now time.Time) *entry {
 	e := sh.accounts[key]
 	if e == nil {
-		e = &entry{bucket: pacing.NewBucket(defaults, now), policy: defaults}
+		e = &entry{bucket: m.newBucket(m.defaults, now), policy: m.defaults}
 		sh.accounts[key] = e
 	}
 	return e
@@ -179,7 +200,7 @@ func (sh *shard) entryLocked(key string, defaults pacing.Policy, now time.Time) 
 func (m *Memory) Admit(_ context.Context, key string, now time.Time) (Admission, error) {
 	sh := m.shard(key)
 	sh.mu.Lock()
-	e := sh.entryLocked(key, m.defaults, now)
+	e := m.entryLocked(sh, key, now)
 	e.prunePendingLocked(now)
 	e.advanceLocked(now)
 	d := e.bucket.Take(now)
@@ -292,7 +313,7 @@ func (m *Memory) updateStored(_ context.Context, key string, now time.Time, upda
 	}
 	e.policy = p
 	if e.bucket == nil {
-		e.bucket = pacing.NewBucket(e.bucketPolicy(), now)
+		e.bucket = m.newBucket(e.bucketPolicy(), now)
 	} else {
 		e.bucket.SetPolicy(now, e.bucketPolicy())
 	}

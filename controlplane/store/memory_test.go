@@ -447,3 +447,28 @@ func TestRunSweeps(t *testing.T) {
 		}
 	})
 }
+
+// During the cold start after Open a new bucket starts empty: at the default
+// 60/min the first four requests wait 1..4 s for the refill and the fifth
+// would wait 5 s > the 4833 ms bound, so it is refused. After the cold start a new
+// account's bucket starts full again.
+func TestColdStartBucketsStartEmpty(t *testing.T) {
+	m, err := Open(Options{ColdStart: time.Minute, Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 4; i++ {
+		a := admit(t, m, key, t0)
+		if a.Decision.Kind != pacing.KindWait || a.Decision.Wait != time.Duration(i)*time.Second {
+			t.Fatalf("cold admission %d = %+v, want wait %ds", i, a, i)
+		}
+	}
+	if a := admit(t, m, key, t0); a.Decision.Kind != pacing.KindRefuse {
+		t.Fatalf("cold admission 5 = %+v, want refuse (5 s > 4833 ms bound)", a)
+	}
+	later := t0.Add(time.Minute)
+	other := "acct_00000000000000ff"
+	if a := admit(t, m, other, later); a.Decision.Kind != pacing.KindAdmit {
+		t.Fatalf("admission after the cold start = %+v, want admit from a full bucket", a)
+	}
+}
