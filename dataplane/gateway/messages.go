@@ -60,17 +60,24 @@ func (s *Server) serveMessages(w *record, r *http.Request) {
 		return
 	}
 	defer s.untrack(h)
-	ctx, span := s.tracer.Start(ctx, "Gateway.Messages", trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		attribute.String("clodex.model.requested", turn.RequestedModel),
-		attribute.String("clodex.model.upstream", turn.Model),
-		attribute.Bool("clodex.stream", turn.Stream),
-	))
+	ctx, span := s.tracer.Start(ctx, "Gateway.Messages", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
+	recording := span.IsRecording() // no attribute work for a no-op tracer
+	if recording {
+		span.SetAttributes(
+			attribute.String("clodex.model.requested", turn.RequestedModel),
+			attribute.String("clodex.model.upstream", turn.Model),
+			attribute.Bool("clodex.stream", turn.Stream),
+		)
+	}
 
 	start := time.Now()
 	t := &turnRun{s: s, w: w, turn: turn, span: span, msgID: newID("msg_")}
 	outcome := t.run(ctx)
 	s.metrics.turns.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	if !recording {
+		return
+	}
 	span.SetAttributes(attribute.String("clodex.outcome", outcome), attribute.Int("http.response.status_code", w.status),
 		attribute.Int("clodex.attempts", t.attempts))
 	if w.err != nil && outcome != outcomeCompleted {
@@ -147,7 +154,7 @@ func (t *turnRun) run(ctx context.Context) string {
 	}
 	t.token = cred.AccessToken
 	t.part = pool.Partition{Account: cred.AccountID, Model: t.turn.Model, Effort: t.turn.Effort, PromptCacheKey: t.turn.PromptCacheKey}
-	if cred.AccountID != "" {
+	if cred.AccountID != "" && t.span.IsRecording() {
 		t.span.SetAttributes(attribute.String("clodex.account.key", account.Key(cred.AccountID)))
 	}
 	t.items = make([][]byte, len(t.turn.Input))
@@ -227,14 +234,18 @@ func (e *loginError) Unwrap() error { return e.err }
 // replacement), send the turn, stream the response.
 func (t *turnRun) attempt(ctx context.Context, a retry.Attempt) error {
 	t.attempts++
-	ctx, span := t.s.tracer.Start(ctx, "Gateway.Attempt", trace.WithAttributes(
-		attribute.Int("clodex.attempt", a.N),
-		attribute.Bool("clodex.attempt.replacement", a.Replacement),
-		attribute.Int64("clodex.attempt.waited_ms", a.Waited.Milliseconds()),
-	))
+	ctx, span := t.s.tracer.Start(ctx, "Gateway.Attempt")
 	defer span.End()
-	if t.part.Account != "" {
-		span.SetAttributes(attribute.String("clodex.account.key", account.Key(t.part.Account)))
+	recording := span.IsRecording() // no attribute work for a no-op tracer
+	if recording {
+		span.SetAttributes(
+			attribute.Int("clodex.attempt", a.N),
+			attribute.Bool("clodex.attempt.replacement", a.Replacement),
+			attribute.Int64("clodex.attempt.waited_ms", a.Waited.Milliseconds()),
+		)
+		if t.part.Account != "" {
+			span.SetAttributes(attribute.String("clodex.account.key", account.Key(t.part.Account)))
+		}
 	}
 	lease, err := t.obtain(ctx, a)
 	if err != nil {
@@ -242,12 +253,14 @@ func (t *turnRun) attempt(ctx context.Context, a retry.Attempt) error {
 		span.SetStatus(codes.Error, "no socket")
 		return err
 	}
-	span.SetAttributes(
-		attribute.Bool("clodex.socket.reused", lease.Reused),
-		attribute.String("clodex.pool.decision", lease.Decision),
-		attribute.String("clodex.pool.generation", lease.Generation),
-		attribute.Int("clodex.pool.delta", lease.Delta),
-	)
+	if recording {
+		span.SetAttributes(
+			attribute.Bool("clodex.socket.reused", lease.Reused),
+			attribute.String("clodex.pool.decision", lease.Decision),
+			attribute.String("clodex.pool.generation", lease.Generation),
+			attribute.Int("clodex.pool.delta", lease.Delta),
+		)
+	}
 	err = t.drive(ctx, a, lease)
 	if err != nil {
 		span.RecordError(err)
@@ -415,7 +428,16 @@ func (t *turnRun) drive(ctx context.Context, a retry.Attempt, l *pool.Lease) err
 			if tick != nil {
 				lastUpstream = time.Now()
 			}
+			if t.sse != nil {
+				t.sse.beginBatch()
+			}
 			state, err := t.stream.Handle(fr.data)
+			if t.sse != nil {
+				// One flush for all the events this upstream frame became.
+				if ferr := t.sse.endBatch(); err == nil {
+					err = ferr
+				}
+			}
 			if err != nil {
 				// The response goes on upstream; the socket cannot be
 				// reused mid-response.
@@ -534,7 +556,16 @@ func (r *reader) stop() {
 
 // complete ends a completed response downstream.
 func (t *turnRun) complete() string {
-	if err := t.stream.Finish(); err != nil {
+	if t.sse != nil {
+		t.sse.beginBatch() // the closing events go out in one flush
+	}
+	err := t.stream.Finish()
+	if t.sse != nil {
+		if ferr := t.sse.endBatch(); err == nil {
+			err = ferr
+		}
+	}
+	if err != nil {
 		t.w.err = fmt.Errorf("write downstream: %w", err)
 		return outcomeClientGone
 	}
@@ -548,7 +579,9 @@ func (t *turnRun) complete() string {
 		}
 		writeJSON(t.w, http.StatusOK, msg)
 	}
-	t.span.SetAttributes(attribute.String("clodex.upstream.response_id", t.stream.ResponseID()))
+	if t.span.IsRecording() {
+		t.span.SetAttributes(attribute.String("clodex.upstream.response_id", t.stream.ResponseID()))
+	}
 	return outcomeCompleted
 }
 
