@@ -595,9 +595,8 @@ func TestShutdownEndsStalledTurn(t *testing.T) {
 		}
 		respc <- resp
 	}()
-	for s.Stats().Responses == 0 { // the turn is in flight upstream
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, func() bool { return s.Stats().Responses > 0 }, // the turn is in flight upstream
+		func() string { return "the turn never reached the emulator" })
 	r.cancel()
 	if resp := <-respc; resp != nil {
 		body, _ := io.ReadAll(resp.Body)
@@ -609,9 +608,8 @@ func TestShutdownEndsStalledTurn(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Errorf("run = %v, want nil", err)
 	}
-	for s.Stats().OpenSockets != 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, func() bool { return s.Stats().OpenSockets == 0 },
+		func() string { return fmt.Sprintf("%d upstream sockets still open after shutdown", s.Stats().OpenSockets) })
 }
 
 // buildBinary builds clodex-dataplane into a temporary directory.
