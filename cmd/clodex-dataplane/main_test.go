@@ -609,7 +609,9 @@ func TestShutdownEndsStalledTurn(t *testing.T) {
 		t.Errorf("run = %v, want nil", err)
 	}
 	waitFor(t, func() bool { return s.Stats().OpenSockets == 0 },
-		func() string { return fmt.Sprintf("%d upstream sockets still open after shutdown", s.Stats().OpenSockets) })
+		func() string {
+			return fmt.Sprintf("%d upstream sockets still open after shutdown", s.Stats().OpenSockets)
+		})
 }
 
 // buildBinary builds clodex-dataplane into a temporary directory.
