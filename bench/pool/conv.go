@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/clodex/clodex/internal/captures"
+
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/dataplane/upstream"
@@ -87,10 +89,23 @@ func expandSchema(tool map[string]any) {
 	tool["input_schema"] = schema
 }
 
+// defaultCapture is the Claude Code 2.1.332 first turn the cc shape is
+// built from when --fixture is not given (package captures).
+const defaultCapture = "claude-code/cc-2.1.332-messages-request-custom-model.json"
+
 // loadTemplate reads a Claude Code capture file (an object with "body",
-// the Messages request) into a template.
+// the Messages request) into a template; path "" is defaultCapture.
 func loadTemplate(path string) (*template, error) {
-	raw, err := os.ReadFile(path)
+	var (
+		raw []byte
+		err error
+	)
+	if path == "" {
+		path = "captures:" + defaultCapture
+		raw, err = captures.ReadFile(defaultCapture)
+	} else {
+		raw, err = os.ReadFile(path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load fixture: %w", err)
 	}

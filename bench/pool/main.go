@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,7 +110,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.url, "url", "", "clodex-sim WebSocket URL, as it prints it (Required)")
 	fs.StringVar(&o.token, "token", "tok", "bearer token the emulator accepts (--accept-token TOKEN=ACCOUNT)")
 	fs.StringVar(&o.account, "account", "acct-bench", "account id the token belongs to")
-	fs.StringVar(&o.fixture, "fixture", "/work/shared/fixtures/claude-code/cc-2.1.332-messages-request-custom-model.json", "Claude Code 2.1.332 capture (Messages request under \"body\")")
+	fs.StringVar(&o.fixture, "fixture", "", "Claude Code capture file with the Messages request under \"body\" (Optional; default the embedded Claude Code 2.1.332 first turn)")
 	fs.StringVar(&runs, "runs", "one-message:1000:1,one-message:10000:1,cc:1000:20,cc:10000:20", "memory runs, shape:N:turns comma-separated (shapes: one-message, cc)")
 	fs.IntVar(&o.workers, "workers", 4, "conversations driven concurrently while building a run")
 	fs.DurationVar(&o.timeout, "timeout", 45*time.Minute, "bound on the whole benchmark")
@@ -197,7 +198,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintf(stdout, "poolbench: %s, GOMAXPROCS=%d, %d workers, fixture %s\n\n", runtime.Version(), runtime.GOMAXPROCS(0), o.workers, o.fixture)
+	fmt.Fprintf(stdout, "poolbench: %s, GOMAXPROCS=%d, %d workers, fixture %s\n\n", runtime.Version(), runtime.GOMAXPROCS(0), o.workers, cmp.Or(o.fixture, "captures:"+defaultCapture))
 	var rows []memRow
 	for _, r := range o.runs {
 		row, err := b.memRun(ctx, r)

@@ -20,9 +20,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fixture is the shared Claude Code 2.1.332 capture, relative to this
-// package in /work/main.
-const fixture = "../../../shared/fixtures/claude-code/cc-2.1.332-messages-request-custom-model.json"
+// fixture selects the embedded Claude Code 2.1.332 capture (defaultCapture).
+const fixture = ""
 
 func TestParseRuns(t *testing.T) {
 	tests := []struct {

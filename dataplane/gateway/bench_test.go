@@ -9,13 +9,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/clodex/clodex/internal/captures"
 
 	"github.com/coder/websocket"
 
@@ -25,7 +26,8 @@ import (
 	"github.com/clodex/clodex/internal/codexsim"
 )
 
-const ccFixture = "../../../shared/fixtures/claude-code/cc-2.1.332-messages-request-custom-model.json"
+// ccFixture is the captured Claude Code 2.1.332 first turn (package captures).
+const ccFixture = "claude-code/cc-2.1.332-messages-request-custom-model.json"
 
 // BenchmarkOverhead measures what the data plane adds to a turn, in one
 // run: each iteration runs the same turn once by a client talking to
@@ -60,9 +62,9 @@ func BenchmarkOverhead(b *testing.B) {
 // properties, and the main system prompt is padded so the body reaches padTo
 // bytes (the real request is about 88 KB).
 func fixtureBody(b *testing.B, padTo int) []byte {
-	raw, err := os.ReadFile(ccFixture)
+	raw, err := captures.ReadFile(ccFixture)
 	if err != nil {
-		b.Skipf("fixture: %v", err)
+		b.Fatal(err)
 	}
 	var capture struct {
 		Body map[string]any `json:"body"`

@@ -2,22 +2,24 @@ package translate
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
+	"path"
 	"testing"
+
+	"github.com/clodex/clodex/internal/captures"
 )
 
-// fixtureDir holds the captured Claude Code traffic (read-only, shared).
-const fixtureDir = "../../../shared/fixtures/claude-code"
+// fixtureDir is the folder of the captured Claude Code traffic in package
+// captures.
+const fixtureDir = "claude-code"
 
 // fixtureBody extracts the request body from a capture file: either the
 // top-level "body", or the body under the given path of keys. Tools whose
 // input_schema was summarised in the capture ("input_schema.properties" and
 // "input_schema.required") get an equivalent schema back, so the body is a
 // valid Messages request again.
-func fixtureBody(t testing.TB, name string, path ...string) []byte {
+func fixtureBody(t testing.TB, name string, keys ...string) []byte {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(fixtureDir, name))
+	raw, err := captures.ReadFile(path.Join(fixtureDir, name))
 	if err != nil {
 		t.Fatalf("read fixture: %v", err)
 	}
@@ -25,11 +27,11 @@ func fixtureBody(t testing.TB, name string, path ...string) []byte {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatalf("parse fixture %s: %v", name, err)
 	}
-	if len(path) == 0 {
-		path = []string{"body"}
+	if len(keys) == 0 {
+		keys = []string{"body"}
 	}
 	var cur any = doc
-	for _, k := range path {
+	for _, k := range keys {
 		m, ok := cur.(map[string]any)
 		if !ok {
 			t.Fatalf("fixture %s: %q is not under an object", name, k)
@@ -38,7 +40,7 @@ func fixtureBody(t testing.TB, name string, path ...string) []byte {
 	}
 	body, ok := cur.(map[string]any)
 	if !ok {
-		t.Fatalf("fixture %s: no body at %v", name, path)
+		t.Fatalf("fixture %s: no body at %v", name, keys)
 	}
 	if tools, ok := body["tools"].([]any); ok {
 		for _, tl := range tools {
@@ -73,9 +75,9 @@ func expandSummarisedSchema(tool map[string]any) {
 }
 
 // fixtureJSON reads a value from a capture file by key path.
-func fixtureJSON(t testing.TB, name string, path ...string) json.RawMessage {
+func fixtureJSON(t testing.TB, name string, keys ...string) json.RawMessage {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(fixtureDir, name))
+	raw, err := captures.ReadFile(path.Join(fixtureDir, name))
 	if err != nil {
 		t.Fatalf("read fixture: %v", err)
 	}
@@ -83,7 +85,7 @@ func fixtureJSON(t testing.TB, name string, path ...string) json.RawMessage {
 	if err := json.Unmarshal(raw, &cur); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range path {
+	for _, k := range keys {
 		cur = cur.(map[string]any)[k]
 	}
 	out, err := json.Marshal(cur)

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/clodex/clodex/internal/captures"
 )
 
 // paddedFirstTurn returns the captured Claude Code 2.1.332 first turn (12
@@ -21,7 +24,7 @@ import (
 // 88 KB). The result is deterministic (json.Marshal sorts map keys).
 func paddedFirstTurn(tb testing.TB, padTo int) []byte {
 	tb.Helper()
-	raw, err := os.ReadFile(filepath.Join(fixtureDir, "cc-2.1.332-messages-request-custom-model.json"))
+	raw, err := captures.ReadFile(path.Join(fixtureDir, "cc-2.1.332-messages-request-custom-model.json"))
 	if err != nil {
 		tb.Fatalf("read fixture: %v", err)
 	}
@@ -185,18 +188,18 @@ func TestGoldenFrames(t *testing.T) {
 			fmt.Fprintf(&estimates, "%s bytes=%d estimate=%d count_tokens=%d\n", g.golden, len(body), turn.EstimatedInputTokens, n)
 		})
 	}
-	path := filepath.Join("testdata", "estimates.golden")
+	goldenPath := filepath.Join("testdata", "estimates.golden")
 	if *update {
-		if err := os.WriteFile(path, []byte(estimates.String()), 0o644); err != nil {
+		if err := os.WriteFile(goldenPath, []byte(estimates.String()), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	want, err := os.ReadFile(path)
+	want, err := os.ReadFile(goldenPath)
 	if err != nil {
 		t.Fatalf("read golden (run with -update to create): %v", err)
 	}
 	if estimates.String() != string(want) {
-		t.Errorf("estimates differ from %s:\n got %s\nwant %s", path, estimates.String(), want)
+		t.Errorf("estimates differ from %s:\n got %s\nwant %s", goldenPath, estimates.String(), want)
 	}
 }

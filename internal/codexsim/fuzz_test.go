@@ -3,17 +3,20 @@ package codexsim
 import (
 	"encoding/json"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/clodex/clodex/internal/captures"
 )
 
 // FuzzDecodeFrame: the frame decoder never panics, and every frame it
 // refuses gets a well-formed error frame naming a code and a message.
 func FuzzDecodeFrame(f *testing.F) {
 	for _, name := range []string{"codex-0.171.0-apikey-websocket-session.json", "codex-0.171.0-chatgpt-websocket-session.json"} {
-		b, err := os.ReadFile(filepath.Join(fixtureDir, name))
+		b, err := captures.ReadFile(path.Join(fixtureDir, name))
 		if err != nil {
 			f.Fatal(err)
 		}

@@ -4,18 +4,21 @@ import (
 	"bufio"
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
+	"path"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/clodex/clodex/internal/captures"
 )
 
-const fixtureDir = "../../../shared/fixtures/codex"
+// fixtureDir is the folder of the captured Codex CLI traffic in package
+// captures.
+const fixtureDir = "codex"
 
 func readFixture(t *testing.T, name string) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(fixtureDir, name))
+	b, err := captures.ReadFile(path.Join(fixtureDir, name))
 	if err != nil {
 		t.Fatalf("read fixture: %v", err)
 	}
@@ -29,7 +32,7 @@ func readFixture(t *testing.T, name string) map[string]any {
 // capturedTypes reads the event types of a captured SSE answer.
 func capturedTypes(t *testing.T, name string) []string {
 	t.Helper()
-	f, err := os.Open(filepath.Join(fixtureDir, name))
+	f, err := captures.FS.Open(path.Join(fixtureDir, name))
 	if err != nil {
 		t.Fatalf("open fixture: %v", err)
 	}
