@@ -14,7 +14,11 @@
 // are never verified, the claims are only read. Errors name the file and
 // what is wrong with it, never a token.
 //
-// Refreshing (a later part) will be another Source that wraps the same
-// [AuthFile] parsing, rewrites the file atomically under a lock and hands
-// out the new token; callers keep depending on [Source] only.
+// [NewFileSource] returns a [RefreshingFile], the Source that keeps the
+// token fresh. In [RefreshAuto] mode it refreshes under an exclusive lock on
+// "<auth.json>.lock" shared with other processes: it re-reads the file and
+// adopts a newer token another program wrote there, or else redeems the
+// refresh token and writes the rotated tokens back atomically with mode
+// 0600. In [RefreshNever] mode it only re-reads the file. Callers keep
+// depending on [Source] only.
 package credentials

@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/clodex/clodex/internal/atomicfile"
+	"github.com/clodex/clodex/internal/filelock"
 )
 
 // RefreshMode says whether a [RefreshingFile] refreshes the access token
@@ -420,11 +423,11 @@ func (s *RefreshingFile) refreshShared(ctx context.Context, rejected Secret) (Cr
 		}
 	}
 
-	unlock, err := lockFile(ctx, s.lockPath, s.lockWait)
+	lock, err := s.lockFile(ctx)
 	if err != nil {
-		return s.fallback(ctx, rejected, fmt.Errorf("refresh codex auth file %s: %w", s.path, err))
+		return s.fallback(ctx, rejected, err)
 	}
-	defer unlock()
+	defer lock.Close()
 	data, f, err := s.readFile()
 	if err != nil {
 		return s.fallback(ctx, rejected, err)
@@ -481,7 +484,7 @@ func (s *RefreshingFile) refreshShared(ctx context.Context, rejected Secret) (Cr
 	}
 	out, werr := updateAuthJSON(data, rotatedTokens{access: tr.AccessToken, refresh: newRT, id: tr.IDToken}, now)
 	if werr == nil {
-		werr = writeFileAtomic(s.path, out)
+		werr = atomicfile.WriteFile(s.path, out, 0o600)
 	}
 	s.mu.Lock()
 	s.refresh = newRT
@@ -505,6 +508,21 @@ func (s *RefreshingFile) refreshShared(ctx context.Context, rejected Secret) (Cr
 		return Credential{}, fmt.Errorf("codex auth file %s: the token endpoint answered with the same access token: %w", s.path, ErrTokenUnchanged)
 	}
 	return cred, nil
+}
+
+// lockFile takes the auth.json lock, waiting at most the lock wait.
+func (s *RefreshingFile) lockFile(ctx context.Context) (*filelock.Lock, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, s.lockWait,
+		fmt.Errorf("another process has held it for more than %v", s.lockWait))
+	defer cancel()
+	l, err := filelock.Acquire(ctx, s.lockPath)
+	if errors.Is(err, errors.ErrUnsupported) {
+		err = fmt.Errorf("%w; use refresh mode never", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("refresh codex auth file %s: %w", s.path, err)
+	}
+	return l, nil
 }
 
 // loginRequired records rt as dead, tells the user once and fails (or keeps

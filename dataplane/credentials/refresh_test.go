@@ -2,7 +2,6 @@ package credentials
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/clodex/clodex/internal/codexsim/simauth"
+	"github.com/clodex/clodex/internal/filelock"
 )
 
 func TestCredentialRefreshesAheadOfExpiry(t *testing.T) {
@@ -492,6 +492,43 @@ func rfJWT(t *testing.T, claims map[string]any, marker string) string {
 	return enc([]byte(`{"alg":"none"}`)) + "." + enc(payload) + "." + marker
 }
 
+// TestWriteBackThroughSymlink: an auth.json that is a symlink (a dotfiles
+// repository, a mounted secret) stays a link; the file it points to gets
+// the rotated tokens, mode 0600.
+func TestWriteBackThroughSymlink(t *testing.T) {
+	h := newHarness(t, simauth.Config{})
+	target := filepath.Join(t.TempDir(), "real-auth.json")
+	if err := os.Rename(h.path, target); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(target, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, h.path); err != nil {
+		t.Fatalf("symlink: %v", err)
+	}
+	old := h.fileTokens(t)
+	s := h.source(t, nil)
+	h.clock.Set(30 * time.Minute)
+	c, err := s.Rejected(t.Context(), Secret(old["access_token"]))
+	if err != nil {
+		t.Fatalf("Rejected: %v", err)
+	}
+	h.remember(c.AccessToken.Reveal())
+
+	if fi, err := os.Lstat(h.path); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("auth.json is no longer a symlink (%v)", err)
+	}
+	if got := h.fileTokens(t)["access_token"]; got != c.AccessToken.Reveal() || got == old["access_token"] {
+		t.Errorf("the linked file does not hold the refreshed access token")
+	}
+	if fi, err := os.Stat(target); err != nil {
+		t.Error(err)
+	} else if mode := fi.Mode().Perm(); mode != 0o600 {
+		t.Errorf("linked file mode = %o, want 600", mode)
+	}
+}
+
 func TestRefreshAnswers(t *testing.T) {
 	const marker = "LEAKED-TOKEN-MARKER"
 	oldAccess := rfJWT(t, map[string]any{"chatgpt_account_id": "acct-old", "iat": rfStart.Unix(), "exp": rfStart.Add(time.Hour).Unix()}, marker+"-old")
@@ -697,9 +734,9 @@ func TestLockHeldByAnotherProcess(t *testing.T) {
 	h := newHarness(t, simauth.Config{})
 	s := h.source(t, func(c *FileConfig) { c.LockWait = 50 * time.Millisecond })
 	t1 := credOK(t, h, s)
-	unlock, err := lockFile(t.Context(), h.path+".lock", time.Second)
+	held, err := filelock.Acquire(t.Context(), h.path+".lock")
 	if err != nil {
-		t.Fatalf("lockFile: %v", err)
+		t.Fatalf("filelock.Acquire: %v", err)
 	}
 	_, err = s.Rejected(t.Context(), t1.AccessToken)
 	if err == nil || !strings.Contains(err.Error(), "another process has held it") {
@@ -711,12 +748,9 @@ func TestLockHeldByAnotherProcess(t *testing.T) {
 	if c := credOK(t, h, s2); c.AccessToken != t1.AccessToken {
 		t.Errorf("Credential with the lock held did not keep the still-valid token")
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	if _, err := lockFile(ctx, h.path+".lock", time.Minute); !errors.Is(err, context.Canceled) {
-		t.Errorf("lockFile(cancelled) = %v, want context.Canceled", err)
+	if err := held.Close(); err != nil {
+		t.Fatal(err)
 	}
-	unlock()
 	if n := h.calls.Load(); n != 0 {
 		t.Errorf("token endpoint requests while the lock was held = %d, want 0", n)
 	}

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 )
 
@@ -130,46 +128,4 @@ func updateAuthJSON(data []byte, t rotatedTokens, now time.Time) ([]byte, error)
 	}
 	out.WriteByte('\n')
 	return out.Bytes(), nil
-}
-
-// writeFileAtomic replaces path with data, mode 0600: a temporary file in
-// the same directory is written, synced and renamed over path, and the
-// directory is synced, so a reader (or a crash) never sees a partial file.
-// A symlinked path has its target replaced, keeping the link.
-func writeFileAtomic(path string, data []byte) (err error) {
-	if target, err := filepath.EvalSymlinks(path); err == nil {
-		path = target
-	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("create temporary file: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil {
-		return fmt.Errorf("chmod temporary file: %w", err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write temporary file: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync temporary file: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close temporary file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename into place: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync() // make the rename durable; not every file system supports it
-		_ = d.Close()
-	}
-	return nil
 }

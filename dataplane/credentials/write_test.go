@@ -51,47 +51,6 @@ func FuzzUpdateAuthJSON(f *testing.F) {
 	})
 }
 
-func TestWriteFileAtomicFollowsSymlink(t *testing.T) {
-	dir := t.TempDir()
-	target := filepath.Join(dir, "real-auth.json")
-	link := filepath.Join(dir, "auth.json")
-	if err := os.WriteFile(target, []byte("old"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(target, link); err != nil {
-		t.Skipf("symlink: %v", err)
-	}
-	if err := writeFileAtomic(link, []byte("new")); err != nil {
-		t.Fatalf("writeFileAtomic: %v", err)
-	}
-	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
-		t.Errorf("auth.json is no longer a symlink (%v)", err)
-	}
-	got, err := os.ReadFile(target)
-	if err != nil || string(got) != "new" {
-		t.Errorf("target = %q, %v; want \"new\"", got, err)
-	}
-	if fi, err := os.Stat(target); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Errorf("target mode = %v, %v; want 0600", fi.Mode().Perm(), err)
-	}
-}
-
-func TestWriteFileAtomicFailureLeavesNoTempFile(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "auth.json")
-	// Renaming a file over a non-empty directory fails.
-	if err := os.MkdirAll(filepath.Join(path, "x"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeFileAtomic(path, []byte("new")); err == nil {
-		t.Fatal("writeFileAtomic over a directory: no error")
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("directory holds %d entries after a failed write, want 1 (no temporary file)", len(entries))
-	}
-}
-
 func BenchmarkCredential(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "auth.json")
 	doc := `{"auth_mode":"chatgpt","tokens":{"access_token":"opaque","refresh_token":"r"}}`
