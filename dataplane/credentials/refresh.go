@@ -404,23 +404,14 @@ func (s *RefreshingFile) adoptableLocked(fc Credential, lifetime time.Duration, 
 	return s.fresh(fc, lifetime, now)
 }
 
-// refreshShared refreshes under the auth.json lock (RefreshAuto).
+// refreshShared renews the token in RefreshAuto mode. In order: take the
+// auth.json lock; re-read the file and adopt a newer token another program
+// wrote there; otherwise redeem the refresh token; write the rotated tokens
+// back; release the lock.
 func (s *RefreshingFile) refreshShared(ctx context.Context, rejected Secret) (Credential, error) {
 	forced := rejected != ""
-	// A dead refresh token stays dead: look for a new sign-in without
-	// taking the lock, and never present the dead token again.
-	s.mu.Lock()
-	dead := s.dead != "" && s.refresh == s.dead
-	s.mu.Unlock()
-	if dead {
-		if _, f, err := s.readFile(); err == nil {
-			s.mu.Lock()
-			dead = !s.fileChangedLocked(f)
-			s.mu.Unlock()
-		}
-		if dead {
-			return s.afterDead(rejected)
-		}
+	if s.deadAndUnchanged() {
+		return s.afterDead(rejected)
 	}
 
 	lock, err := s.lockFile(ctx)
@@ -428,25 +419,18 @@ func (s *RefreshingFile) refreshShared(ctx context.Context, rejected Secret) (Cr
 		return s.fallback(ctx, rejected, err)
 	}
 	defer lock.Close()
+
 	data, f, err := s.readFile()
 	if err != nil {
 		return s.fallback(ctx, rejected, err)
 	}
-	now := s.clock()
-	s.mu.Lock()
-	if s.fileChangedLocked(f) {
-		// Codex CLI, another data plane or a new sign-in wrote the file:
-		// its refresh token is now the newest, ours is probably used.
-		s.takeFileLocked(f)
-		fc, lt := f.Credential(), tokenLifetime(f.Tokens.AccessToken)
-		if s.adoptableLocked(fc, lt, now, forced) {
-			s.setCurLocked(fc, lt)
-			s.mu.Unlock()
-			s.logger.InfoContext(ctx, "adopted the access token another process wrote", "expires_at", fc.Expiry, "forced", forced)
-			return fc, nil
-		}
+	if fc, ok := s.adoptFromFile(f, s.clock(), forced); ok {
+		s.logger.InfoContext(ctx, "adopted the access token another process wrote", "expires_at", fc.Expiry, "forced", forced)
+		return fc, nil
 	}
-	rt, old := s.refresh, s.cur
+
+	s.mu.Lock()
+	rt := s.refresh
 	isDead := rt != "" && rt == s.dead
 	s.mu.Unlock()
 	if rt == "" {
@@ -455,25 +439,101 @@ func (s *RefreshingFile) refreshShared(ctx context.Context, rejected Secret) (Cr
 	if isDead {
 		return s.afterDead(rejected)
 	}
-
 	tr, err := s.postRefresh(ctx, rt)
 	if err != nil {
-		var re *refreshError
-		if errors.As(err, &re) && re.permanent {
-			reason := re.code
-			if reason == "" {
-				reason = fmt.Sprintf("HTTP %d", re.status)
-			}
-			return s.loginRequired(ctx, rejected, rt, reason)
-		}
-		return s.fallback(ctx, rejected, fmt.Errorf("codex auth file %s: %w", s.path, err))
+		return s.refreshFailed(ctx, rejected, rt, err)
 	}
 
-	now = s.clock()
+	cred := s.takeRefreshed(ctx, data, rt, tr, forced)
+	if forced && cred.AccessToken == rejected {
+		return Credential{}, fmt.Errorf("codex auth file %s: the token endpoint answered with the same access token: %w", s.path, ErrTokenUnchanged)
+	}
+	return cred, nil
+}
+
+// deadAndUnchanged reports whether the refresh token is one refused for
+// good and the file holds no new sign-in. A dead token stays dead: the file
+// is checked without taking the lock, and the token is never presented
+// again.
+func (s *RefreshingFile) deadAndUnchanged() bool {
+	s.mu.Lock()
+	dead := s.dead != "" && s.refresh == s.dead
+	s.mu.Unlock()
+	if !dead {
+		return false
+	}
+	_, f, err := s.readFile()
+	if err != nil {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.fileChangedLocked(f)
+}
+
+// lockFile takes the auth.json lock, waiting at most the lock wait.
+func (s *RefreshingFile) lockFile(ctx context.Context) (*filelock.Lock, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, s.lockWait,
+		fmt.Errorf("another process has held it for more than %v", s.lockWait))
+	defer cancel()
+	l, err := filelock.Acquire(ctx, s.lockPath)
+	if errors.Is(err, errors.ErrUnsupported) {
+		err = fmt.Errorf("%w; use refresh mode never", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("refresh codex auth file %s: %w", s.path, err)
+	}
+	return l, nil
+}
+
+// adoptFromFile takes f, just read from the file, as the file's content if
+// someone else (Codex CLI, another data plane, a new sign-in) wrote it
+// since this source last read or wrote it: its refresh token becomes the
+// newest known, ours probably having been used. Its access token becomes
+// the current one, and is returned, if it is adoptable.
+func (s *RefreshingFile) adoptFromFile(f *AuthFile, now time.Time, forced bool) (Credential, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.fileChangedLocked(f) {
+		return Credential{}, false
+	}
+	s.takeFileLocked(f)
+	fc, lt := f.Credential(), tokenLifetime(f.Tokens.AccessToken)
+	if !s.adoptableLocked(fc, lt, now, forced) {
+		return Credential{}, false
+	}
+	s.setCurLocked(fc, lt)
+	return fc, true
+}
+
+// refreshFailed answers a failed redemption of rt: a refresh token refused
+// for good needs a new sign-in (loginRequired); any other failure is
+// transient (fallback).
+func (s *RefreshingFile) refreshFailed(ctx context.Context, rejected, rt Secret, err error) (Credential, error) {
+	var re *refreshError
+	if errors.As(err, &re) && re.permanent {
+		reason := re.code
+		if reason == "" {
+			reason = fmt.Sprintf("HTTP %d", re.status)
+		}
+		return s.loginRequired(ctx, rejected, rt, reason)
+	}
+	return s.fallback(ctx, rejected, fmt.Errorf("codex auth file %s: %w", s.path, err))
+}
+
+// takeRefreshed makes the tokens of tr, redeemed with rt, the current ones
+// and writes them back into the file, whose content was data. A failed
+// write is logged and otherwise ignored: the rotated refresh token then
+// lives only in memory.
+func (s *RefreshingFile) takeRefreshed(ctx context.Context, data []byte, rt Secret, tr tokenResponse, forced bool) Credential {
+	now := s.clock()
 	newRT := tr.RefreshToken
 	if newRT == "" {
 		newRT = rt // the identity provider did not rotate it
 	}
+	s.mu.Lock()
+	old := s.cur
+	s.mu.Unlock()
 	cred := Credential{AccessToken: tr.AccessToken, AccountID: old.AccountID, Expiry: tr.expiresAt(now)}
 	if c, err := ParseClaims(tr.AccessToken); err == nil && c.AccountID != "" {
 		cred.AccountID = c.AccountID
@@ -482,6 +542,7 @@ func (s *RefreshingFile) refreshShared(ctx context.Context, rejected Secret) (Cr
 	if lt == 0 && tr.ExpiresIn != nil {
 		lt = time.Duration(*tr.ExpiresIn) * time.Second
 	}
+
 	out, werr := updateAuthJSON(data, rotatedTokens{access: tr.AccessToken, refresh: newRT, id: tr.IDToken}, now)
 	if werr == nil {
 		werr = atomicfile.WriteFile(s.path, out, 0o600)
@@ -500,29 +561,11 @@ func (s *RefreshingFile) refreshShared(ctx context.Context, rejected Secret) (Cr
 	}
 	s.logger.InfoContext(ctx, "access token refreshed", attrs...)
 	if werr != nil {
-		// The rotated refresh token lives only in memory now; keep using it,
-		// but say loudly that other users of the file will be refused.
+		// Keep using the rotated refresh token, but say loudly that other
+		// users of the file will be refused.
 		s.logger.ErrorContext(ctx, "rotated tokens not written back; other programs sharing the file must sign in again", "err", werr)
 	}
-	if forced && cred.AccessToken == rejected {
-		return Credential{}, fmt.Errorf("codex auth file %s: the token endpoint answered with the same access token: %w", s.path, ErrTokenUnchanged)
-	}
-	return cred, nil
-}
-
-// lockFile takes the auth.json lock, waiting at most the lock wait.
-func (s *RefreshingFile) lockFile(ctx context.Context) (*filelock.Lock, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, s.lockWait,
-		fmt.Errorf("another process has held it for more than %v", s.lockWait))
-	defer cancel()
-	l, err := filelock.Acquire(ctx, s.lockPath)
-	if errors.Is(err, errors.ErrUnsupported) {
-		err = fmt.Errorf("%w; use refresh mode never", err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("refresh codex auth file %s: %w", s.path, err)
-	}
-	return l, nil
+	return cred
 }
 
 // loginRequired records rt as dead, tells the user once and fails (or keeps
@@ -582,19 +625,12 @@ func (s *RefreshingFile) reread(ctx context.Context, rejected Secret) (Credentia
 		_, f, err := s.readFile()
 		s.mu.Lock()
 		s.lastRead = now
-		if err == nil && s.fileChangedLocked(f) {
-			s.takeFileLocked(f)
-			fc, lt := f.Credential(), tokenLifetime(f.Tokens.AccessToken)
-			if s.adoptableLocked(fc, lt, now, true) {
-				s.setCurLocked(fc, lt)
-				s.mu.Unlock()
-				s.logger.InfoContext(ctx, "adopted the access token found in the file", "expires_at", fc.Expiry)
-				return fc, nil
-			}
-		}
 		s.mu.Unlock()
 		if err != nil {
 			s.logger.WarnContext(ctx, "re-read codex auth file", "err", err)
+		} else if fc, ok := s.adoptFromFile(f, now, true); ok {
+			s.logger.InfoContext(ctx, "adopted the access token found in the file", "expires_at", fc.Expiry)
+			return fc, nil
 		}
 	}
 	s.mu.Lock()
