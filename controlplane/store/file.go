@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/clodex/clodex/internal/atomicfile"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -120,49 +121,16 @@ func loadPolicyFile(path string) (policyFile, error) {
 	return f, nil
 }
 
-// writePolicyFile writes f to path atomically: a temporary file in the same
-// directory, fsync, rename, then fsync of the directory. The file has mode
-// 0600.
+// writePolicyFile writes f to path atomically (see atomicfile.WriteFile),
+// with mode 0600.
 func writePolicyFile(path string, f policyFile) error {
 	f.Format = fileFormat
 	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode policy file: %w", err)
 	}
-	b = append(b, '\n')
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".policy-*.json.tmp")
-	if err != nil {
+	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write policy file: %w", err)
-	}
-	tmpName := tmp.Name()
-	defer func() {
-		if tmpName != "" {
-			_ = os.Remove(tmpName)
-		}
-	}()
-	if err := tmp.Chmod(0o600); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write policy file: %w", err)
-	}
-	if _, err := tmp.Write(b); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write policy file: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write policy file: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write policy file: %w", err)
-	}
-	if err := os.Rename(tmpName, path); err != nil {
-		return fmt.Errorf("write policy file: %w", err)
-	}
-	tmpName = ""
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync() // best effort: the rename is already visible
-		_ = d.Close()
 	}
 	return nil
 }
