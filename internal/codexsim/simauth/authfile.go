@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/clodex/clodex/internal/atomicfile"
 )
 
 // authFile is Codex CLI's auth.json in ChatGPT sign-in mode.
@@ -26,8 +28,8 @@ type authFileTokens struct {
 // WriteAuthFile issues a new token family for accountID and writes it to
 // path as a Codex CLI auth.json (auth_mode "chatgpt", OPENAI_API_KEY null,
 // last_refresh now). Missing parent directories are created with mode 0700;
-// the file is written to a temporary file in the same directory with mode
-// 0600, synced and renamed over path, so readers never see a partial file.
+// the file is replaced atomically (see atomicfile.WriteFile) with mode
+// 0600, so readers never see a partial file.
 func (a *Authority) WriteAuthFile(path, accountID string) error {
 	t, err := a.Issue(accountID)
 	if err != nil {
@@ -46,48 +48,12 @@ func (a *Authority) WriteAuthFile(path, accountID string) error {
 	if err != nil {
 		return fmt.Errorf("write auth file: encode: %w", err)
 	}
-	if err := writeFileAtomic(path, append(data, '\n')); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("write auth file: create directory: %w", err)
+	}
+	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write auth file: %w", err)
 	}
 	a.logger.Info("auth file written", "path", path, "account_id", accountID)
-	return nil
-}
-
-// writeFileAtomic replaces path with data, mode 0600.
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create directory: %w", err)
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("create temporary file: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil {
-		return fmt.Errorf("chmod temporary file: %w", err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write temporary file: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync temporary file: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close temporary file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename into place: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync() // make the rename durable; best effort
-		_ = d.Close()
-	}
 	return nil
 }

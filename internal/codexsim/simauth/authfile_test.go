@@ -137,7 +137,7 @@ func TestWriteAuthFileErrors(t *testing.T) {
 		name, path, account, wantInErr string
 	}{
 		{"parent is a file", filepath.Join(blocker, "auth.json"), "acct-x", "create directory"},
-		{"path is a directory", dir, "acct-x", "rename into place"},
+		{"path is a directory", dir, "acct-x", "rename "},
 		{"bad account", filepath.Join(dir, "auth.json"), "bad account", "account id"},
 	}
 	for _, tt := range tests {
