@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/clodex/clodex/internal/atomicfile"
 	"github.com/clodex/clodex/internal/codexsim"
 )
 
@@ -284,7 +285,7 @@ func (f *Fleet) startControlPlane(ctx context.Context) error {
 		}
 	}
 	for _, path := range []string{cp.adminToken, cp.agentToken} {
-		if err := writeFileAtomic(path, []byte(randomToken()+"\n")); err != nil {
+		if err := atomicfile.WriteFile(path, []byte(randomToken()+"\n"), 0o600); err != nil {
 			return fmt.Errorf("start control plane: %w", err)
 		}
 	}
@@ -479,7 +480,7 @@ func (f *Fleet) startDataPlane(ctx context.Context, i int) (*DataPlane, error) {
 		return nil, fmt.Errorf("start data plane %d: %w", i, err)
 	}
 	authPath := filepath.Join(home, "auth.json")
-	if err := writeFileAtomic(authPath, AuthJSON(Token, Account)); err != nil {
+	if err := atomicfile.WriteFile(authPath, AuthJSON(Token, Account), 0o600); err != nil {
 		return nil, fmt.Errorf("start data plane %d: %w", i, err)
 	}
 	args := []string{
@@ -588,31 +589,6 @@ func (f *Fleet) Close() {
 func (f *Fleet) Logs() []string {
 	m, _ := filepath.Glob(filepath.Join(f.opts.Dir, "*.log"))
 	return m
-}
-
-// writeFileAtomic writes a credential-bearing file with mode 0600 through
-// a temporary file and a rename.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 func randomToken() string {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -372,24 +370,6 @@ func TestDataPlaneReadyLine(t *testing.T) {
 	m := dataPlaneReady.FindStringSubmatch(line)
 	if m == nil || m[1] != "http://127.0.0.1:36411" {
 		t.Errorf("dataPlaneReady on %q = %v, want http://127.0.0.1:36411", line, m)
-	}
-}
-
-func TestWriteFileAtomicIsPrivate(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "agent.token")
-	if err := writeFileAtomic(path, []byte("secret\n")); err != nil {
-		t.Fatal(err)
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Mode().Perm() != 0o600 {
-		t.Errorf("mode = %v, want 0600", st.Mode().Perm())
-	}
-	entries, _ := os.ReadDir(filepath.Dir(path))
-	if len(entries) != 1 {
-		t.Errorf("directory holds %d entries, want only the file (no temp left)", len(entries))
 	}
 }
 
