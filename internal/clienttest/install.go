@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/clodex/clodex/internal/filelock"
 )
 
 // Pinned client versions. A plain `npm install` of Claude Code resolves an
@@ -29,7 +31,6 @@ const (
 	probeTimeout   = 60 * time.Second
 	installTimeout = 15 * time.Minute
 	versionTimeout = 60 * time.Second
-	lockPoll       = 100 * time.Millisecond
 )
 
 // client is one pinned npm client.
@@ -141,11 +142,11 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 	if err := os.MkdirAll(in.cache, 0o755); err != nil {
 		return "", fmt.Errorf("create client cache: %w", err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(in.cache, ".install.lock"))
+	lock, err := filelock.Acquire(ctx, filepath.Join(in.cache, ".install.lock"))
 	if err != nil {
 		return "", err
 	}
-	defer unlock()
+	defer lock.Close()
 	// Another process may have installed it while we waited for the lock.
 	if verifyVersion(ctx, bin, c.version) == nil {
 		return bin, nil

@@ -1,7 +1,6 @@
 package clienttest
 
 import (
-	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -247,26 +246,4 @@ func TestIsNetworkError(t *testing.T) {
 			t.Errorf("isNetworkError(%q) = %v, want %v", tt.out, got, tt.want)
 		}
 	}
-}
-
-func TestLockFileExcludes(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "x.lock")
-	unlock, err := lockFile(t.Context(), path)
-	if err != nil {
-		t.Fatalf("lockFile() error = %v", err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-	defer cancel()
-	if u2, err := lockFile(ctx, path); err == nil {
-		u2()
-		t.Fatal("second lockFile() while the first is held = nil error, want the context's error")
-	} else if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("second lockFile() error = %v, want context.DeadlineExceeded", err)
-	}
-	unlock()
-	u3, err := lockFile(t.Context(), path)
-	if err != nil {
-		t.Fatalf("lockFile() after unlock error = %v", err)
-	}
-	u3()
 }
