@@ -93,8 +93,10 @@ func appendJSON(b []byte, v any) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendString appends s as a JSON string, escaping like encoding/json
-// without HTML escaping; invalid UTF-8 becomes U+FFFD.
+// appendString appends s as a JSON string, byte for byte as encoding/json
+// writes it with HTML escaping off: ", \\, \b, \f, \n, \r and \t get their
+// short escapes, the other control characters and U+2028, U+2029 are
+// written \u00XX and \u202X, and each byte of invalid UTF-8 becomes \ufffd.
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
@@ -115,6 +117,10 @@ func appendString(b []byte, s string) []byte {
 				b = append(b, '\\', 'r')
 			case '\t':
 				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
 			default:
 				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			}

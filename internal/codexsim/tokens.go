@@ -47,7 +47,7 @@ func jsonStringLen(s string) int64 {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			switch {
-			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f':
 				n += 2
 			case c < 0x20:
 				n += 6
