@@ -106,6 +106,14 @@ func helper(t *testing.T, mode, path string, env ...string) *exec.Cmd {
 // returns the function that makes it release the lock and waits for it.
 func holdInOtherProcess(t *testing.T, path string) (release func()) {
 	t.Helper()
+	release, _ = startHolder(t, path)
+	return release
+}
+
+// startHolder is holdInOtherProcess that also returns the function that
+// kills the holder (without releasing the lock) and waits for it.
+func startHolder(t *testing.T, path string) (release, kill func()) {
+	t.Helper()
 	cmd := helper(t, "hold", path)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -136,8 +144,16 @@ func holdInOtherProcess(t *testing.T, path string) (release func()) {
 			}
 		})
 	}
+	kill = func() {
+		once.Do(func() {
+			if err := cmd.Process.Kill(); err != nil {
+				t.Errorf("kill helper: %v", err)
+			}
+			_ = cmd.Wait() // "signal: killed"
+		})
+	}
 	t.Cleanup(release)
-	return release
+	return release, kill
 }
 
 var errHeld = errors.New("the lock is held elsewhere")
@@ -169,6 +185,21 @@ func TestAcquireWaitsForOtherProcess(t *testing.T) {
 	if err := <-acquired; err != nil {
 		t.Errorf("Acquire after the other process released the lock: %v", err)
 	}
+}
+
+func TestCrashedHolderReleases(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	_, kill := startHolder(t, path)
+	kill()
+	// The holder is gone, so the lock is free at once; the deadline only
+	// keeps a broken lock from hanging the test.
+	ctx, cancel := context.WithTimeoutCause(t.Context(), time.Minute, errHeld)
+	defer cancel()
+	l, err := Acquire(ctx, path)
+	if err != nil {
+		t.Fatalf("Acquire after the holder was killed: %v", err)
+	}
+	l.Close()
 }
 
 func TestAcquireSerialisesProcesses(t *testing.T) {
