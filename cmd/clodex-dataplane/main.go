@@ -39,6 +39,9 @@
 // turns finish within --shutdown-grace, close the remaining upstream
 // sockets with 1001, deregister from the control plane and stop the
 // embedded one. Bad flags exit 2 with one message naming every problem.
+//
+// The data plane itself is assembled by package internal/node; this
+// command parses flags and the environment into its Config.
 package main
 
 import (
@@ -48,6 +51,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/clodex/clodex/internal/node"
 )
 
 func main() {
@@ -56,7 +61,7 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "clodex-dataplane:", err)
-		if errors.As(err, new(*usageError)) {
+		if errors.As(err, new(*usageError)) || errors.As(err, new(*node.ConfigError)) {
 			os.Exit(2)
 		}
 		os.Exit(1)

@@ -749,31 +749,34 @@ func freeAddr(t *testing.T) string {
 }
 
 // The data plane's packages never import the control plane's (embedded
-// mode is wired here, in cmd), and the binary links no test code.
+// mode is wired in internal/node, outside dataplane/), and neither the
+// assembly nor the binary links test code.
 func TestDependencies(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "../../dataplane/...").Output()
 	if err != nil {
 		t.Fatalf("go list dataplane: %v", err)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		if strings.HasPrefix(dep, "github.com/clodex/clodex/controlplane") {
+		if strings.HasPrefix(dep, "github.com/clodex/clodex/controlplane") || strings.HasPrefix(dep, "github.com/clodex/clodex/internal/node") {
 			t.Errorf("a package under dataplane/ imports %s", dep)
 		}
 	}
-	out, err = exec.Command("go", "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	deps := strings.Fields(string(out))
-	for _, dep := range deps {
-		if dep == "testing" || strings.HasPrefix(dep, "github.com/clodex/clodex/internal/codexsim") ||
-			strings.HasPrefix(dep, "github.com/clodex/clodex/controlplane/controlplanetest") {
-			t.Errorf("clodex-dataplane imports %s", dep)
+	for _, pkg := range []string{".", "../../internal/node"} {
+		out, err = exec.Command("go", "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
 		}
-	}
-	for _, want := range []string{"github.com/clodex/clodex/controlplane", "google.golang.org/grpc/test/bufconn"} {
-		if !strings.Contains(" "+strings.Join(deps, " ")+" ", " "+want+" ") {
-			t.Errorf("clodex-dataplane does not import %s; the embedded control plane is missing", want)
+		deps := strings.Fields(string(out))
+		for _, dep := range deps {
+			if dep == "testing" || strings.HasPrefix(dep, "github.com/clodex/clodex/internal/codexsim") ||
+				strings.HasPrefix(dep, "github.com/clodex/clodex/controlplane/controlplanetest") {
+				t.Errorf("%s imports %s", pkg, dep)
+			}
+		}
+		for _, want := range []string{"github.com/clodex/clodex/controlplane", "google.golang.org/grpc/test/bufconn"} {
+			if !strings.Contains(" "+strings.Join(deps, " ")+" ", " "+want+" ") {
+				t.Errorf("%s does not import %s; the embedded control plane is missing", pkg, want)
+			}
 		}
 	}
 }

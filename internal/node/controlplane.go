@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	grpccreds "google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -44,11 +45,11 @@ type controlPlaneConn struct {
 // dialOptions are the client options of both paths: the agent token on
 // every RPC, otelgrpc client spans, and the admission client's reconnect
 // backoff.
-func dialOptions(tok bearer.Token, creds grpccreds.TransportCredentials) []grpc.DialOption {
+func dialOptions(tok bearer.Token, creds grpccreds.TransportCredentials, tp trace.TracerProvider) []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(bearer.Credentials(tok)),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
 		admission.DialOption(),
 	}
 }
@@ -56,7 +57,7 @@ func dialOptions(tok bearer.Token, creds grpccreds.TransportCredentials) []grpc.
 // dialRemote connects to --control-plane with the agent token and the TLS
 // flags. The connection is lazy: an unreachable control plane is not an
 // error here (admission falls back to its local bucket).
-func dialRemote(cfg *config, notify func(string)) (*controlPlaneConn, error) {
+func dialRemote(cfg *Config, notify func(string), tp trace.TracerProvider) (*controlPlaneConn, error) {
 	var tok bearer.Token
 	if cfg.AgentTokenFile != "" {
 		t, warning, err := bearer.ReadFile(cfg.AgentTokenFile)
@@ -68,23 +69,23 @@ func dialRemote(cfg *config, notify func(string)) (*controlPlaneConn, error) {
 		}
 		tok = t
 	} else {
-		t, err := bearer.Parse(cfg.AgentTokenEnv)
+		t, err := bearer.Parse(cfg.AgentToken)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", envAgentToken, err)
+			return nil, fmt.Errorf("%s: %w", EnvAgentToken, err)
 		}
 		tok = t
 	}
 	tlsCfg, err := tlsconfig.Client(cfg.TLSCA, cfg.TLSCert, cfg.TLSKey)
 	if err != nil {
-		return nil, &usageError{msg: err.Error()}
+		return nil, &ConfigError{Err: err}
 	}
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
 		creds = grpccreds.NewTLS(tlsCfg)
 	}
-	conn, err := grpc.NewClient(cfg.ControlPlane, dialOptions(tok, creds)...)
+	conn, err := grpc.NewClient(cfg.ControlPlane, dialOptions(tok, creds, tp)...)
 	if err != nil {
-		return nil, &usageError{msg: fmt.Sprintf("--control-plane %q: %v", cfg.ControlPlane, err)}
+		return nil, &ConfigError{Err: fmt.Errorf("--control-plane %q: %w", cfg.ControlPlane, err)}
 	}
 	return &controlPlaneConn{conn: conn}, nil
 }
@@ -94,7 +95,7 @@ func dialRemote(cfg *config, notify func(string)) (*controlPlaneConn, error) {
 // given), serves it on an in-process listener with random tokens, and dials
 // it like a remote one. ctx only bounds the start; the server runs until
 // stop.
-func startEmbedded(ctx context.Context, cfg *config, logger *slog.Logger, reg prometheus.Registerer) (*controlPlaneConn, error) {
+func startEmbedded(ctx context.Context, cfg *Config, logger *slog.Logger, reg prometheus.Registerer, tp trace.TracerProvider) (*controlPlaneConn, error) {
 	if cfg.DataDir != "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create --data-dir: %w", err)
@@ -114,20 +115,21 @@ func startEmbedded(ctx context.Context, cfg *config, logger *slog.Logger, reg pr
 		return nil, fmt.Errorf("embedded control plane: agent token: %w", err)
 	}
 	srv, err := controlplane.New(controlplane.Options{
-		Admissions:    st,
-		Policies:      st,
-		AdminToken:    adminTok,
-		AgentToken:    agentTok,
-		Logger:        logger.With("embedded", true),
-		Registerer:    reg,
-		ShutdownGrace: controlplane.DefaultShutdownGrace,
+		Admissions:     st,
+		Policies:       st,
+		AdminToken:     adminTok,
+		AgentToken:     agentTok,
+		Logger:         logger.With("embedded", true),
+		Registerer:     reg,
+		TracerProvider: tp,
+		ShutdownGrace:  controlplane.DefaultShutdownGrace,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded control plane: %w", err)
 	}
 	lis := bufconn.Listen(bufconnSize)
 	dial := func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }
-	opts := append(dialOptions(agentTok, insecure.NewCredentials()), grpc.WithContextDialer(dial))
+	opts := append(dialOptions(agentTok, insecure.NewCredentials(), tp), grpc.WithContextDialer(dial))
 	conn, err := grpc.NewClient(embeddedTarget, opts...)
 	if err != nil {
 		lis.Close()

@@ -1,0 +1,260 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/dataplane/retry"
+	"github.com/clodex/clodex/dataplane/translate"
+	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/pacing"
+)
+
+// Defaults of Config.
+const (
+	DefaultListen        = "127.0.0.1:17645"
+	DefaultShutdownGrace = 30 * time.Second
+	DefaultVersion       = "dev"
+)
+
+// Values of Config.Refresh.
+const (
+	RefreshAuto  = "auto"
+	RefreshNever = "never"
+)
+
+// EnvAgentToken is the environment variable clodex-dataplane reads
+// Config.AgentToken from; errors about a missing token name it.
+const EnvAgentToken = "CLODEX_AGENT_TOKEN"
+
+// Config is a data plane's configuration. Its fields are the flags of
+// clodex-dataplane, and errors name the flag (--listen, --data-dir, …);
+// the zero value of an optional field means the flag's default. Start
+// copies it and never modifies the caller's value.
+type Config struct {
+	// Listen is the API listen address. (Optional; default
+	// 127.0.0.1:17645) A non-loopback address requires APIKeyFile.
+	Listen string
+	// UpstreamURL is the Codex Responses WebSocket. (Optional; default
+	// wss://chatgpt.com/backend-api/codex/responses)
+	UpstreamURL string
+	// CodexAuth is the Codex CLI auth.json holding the ChatGPT sign-in.
+	// (Required; clodex-dataplane defaults it to $CODEX_HOME/auth.json,
+	// else ~/.codex/auth.json)
+	CodexAuth string
+	// TokenEndpoint is the OAuth token endpoint used to refresh CodexAuth.
+	// (Optional; default https://auth.openai.com/oauth/token)
+	TokenEndpoint string
+	// Refresh is "auto" (refresh CodexAuth before it expires) or "never"
+	// (re-read it; another host or the operator refreshes it). (Optional;
+	// default auto standalone, never with ControlPlane)
+	Refresh string
+	// AdminListen serves /metrics and /debug/pprof. (Optional; default off)
+	AdminListen string
+	// APIKeyFile holds the key clients must send on a non-loopback
+	// listener, first line. (Optional on loopback)
+	APIKeyFile string
+	// AllowedOrigins are browser origins allowed to call the API.
+	// (Optional; default none)
+	AllowedOrigins []string
+	// ModelAliases is "pattern=model,..." added before the default aliases.
+	// (Optional)
+	ModelAliases string
+
+	// ControlPlane is the fleet's control plane, host:port. (Optional;
+	// default none: an embedded control plane runs in-process)
+	ControlPlane string
+	// AgentTokenFile holds the fleet's agent token. (Required with
+	// ControlPlane unless AgentToken is set)
+	AgentTokenFile string
+	// AgentToken is the fleet's agent token itself (CLODEX_AGENT_TOKEN),
+	// used when no file is given.
+	AgentToken string
+	// TLSCA verifies the control plane; TLSCert and TLSKey present a
+	// client certificate. (Optional, only with ControlPlane; default
+	// plaintext)
+	TLSCA, TLSCert, TLSKey string
+	// DataDir keeps the embedded control plane's policies in
+	// DataDir/policy.json. (Optional, only without ControlPlane; default
+	// policies live in memory)
+	DataDir string
+	// WSDiagnostics receives one ws_head_decision JSON line per request;
+	// "-" is stderr. (Optional; default off)
+	WSDiagnostics string
+
+	// ShutdownGrace bounds how long in-flight turns may finish on shutdown
+	// before their sockets are closed. (Optional; default 30s)
+	ShutdownGrace time.Duration
+	// LogLevel is debug, info, warn or error. (Optional; default info)
+	LogLevel string
+	// Version is reported to the control plane, the backend and the
+	// traces. (Optional; default "dev")
+	Version string
+
+	// Policy is the default pacing policy (clodex-dataplane reads it with
+	// pacing.PolicyFromEnv): the embedded control plane's default and the
+	// local fallback's. Policy.Budget bounds every turn until the control
+	// plane pushes an account's own. (Optional; the zero Policy means
+	// pacing.DefaultPolicy())
+	Policy pacing.Policy
+	// Notices are printed once each at start (malformed or clamped
+	// environment values, pacing off). (Optional)
+	Notices []pacing.Notice
+	// MaxConnections and MaxNurseryConnections cap the pool's heads
+	// (CLODEX_WS_MAX_CONNECTIONS, CLODEX_WS_MAX_NURSERY_CONNECTIONS).
+	// (Optional; default 0, unbounded)
+	MaxConnections, MaxNurseryConnections int
+
+	// LookupEnv reads the OTEL_EXPORTER_OTLP_* variables that turn on
+	// trace export. (Optional; nil means none is set)
+	LookupEnv func(string) (string, bool)
+	// TracerProvider traces turns, their attempts and the control-plane
+	// RPCs. (Optional; default the global provider, which exports when
+	// LookupEnv sets an OTLP endpoint)
+	TracerProvider trace.TracerProvider
+	// RetryClock is the time source of every turn's retry schedule and
+	// deadlines, and RetryRand the source of their jitter, uniform in
+	// [0, 1). (Optional; default the system clock and math/rand/v2) Tests
+	// inject them to run retries without waiting.
+	RetryClock retry.Clock
+	RetryRand  func() float64
+}
+
+// ConfigError is a configuration value the data plane cannot use;
+// clodex-dataplane exits 2 on it.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// fleet reports whether the data plane joins a remote control plane.
+func (c *Config) fleet() bool { return c.ControlPlane != "" }
+
+// withDefaults returns a copy of c with every zero optional field filled.
+func (c Config) withDefaults() Config {
+	def := func(v *string, d string) {
+		if *v == "" {
+			*v = d
+		}
+	}
+	def(&c.Listen, DefaultListen)
+	def(&c.UpstreamURL, upstream.DefaultURL)
+	def(&c.TokenEndpoint, credentials.DefaultTokenEndpoint)
+	if c.fleet() {
+		def(&c.Refresh, RefreshNever)
+	} else {
+		def(&c.Refresh, RefreshAuto)
+	}
+	def(&c.LogLevel, "info")
+	def(&c.Version, DefaultVersion)
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	if c.Policy == (pacing.Policy{}) {
+		c.Policy = pacing.DefaultPolicy()
+	}
+	return c
+}
+
+// refreshMode is the parsed Refresh; Validate has checked it.
+func (c *Config) refreshMode() credentials.RefreshMode {
+	m, _ := credentials.ParseRefreshMode(c.Refresh)
+	return m
+}
+
+// Validate reports every problem at once, naming the flag and the allowed
+// values. Zero optional fields stand for their defaults.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if strings.TrimSpace(c.CodexAuth) == "" {
+		errs = append(errs, errors.New("--codex-auth is empty; want the Codex auth.json (default ~/.codex/auth.json)"))
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("--listen %q is not host:port (e.g. 127.0.0.1:17645)", c.Listen))
+	}
+	if c.AdminListen != "" {
+		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
+			errs = append(errs, fmt.Errorf("--admin-listen %q is not host:port (e.g. 127.0.0.1:17646)", c.AdminListen))
+		}
+	}
+	if u, err := url.Parse(c.UpstreamURL); err != nil || u.Host == "" ||
+		(u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https") {
+		errs = append(errs, fmt.Errorf("--upstream-url %q is not a ws://, wss://, http:// or https:// URL with a host", c.UpstreamURL))
+	}
+	if u, err := url.Parse(c.TokenEndpoint); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		errs = append(errs, fmt.Errorf("--token-endpoint %q is not an http:// or https:// URL with a host", c.TokenEndpoint))
+	}
+	if _, err := credentials.ParseRefreshMode(c.Refresh); err != nil {
+		errs = append(errs, fmt.Errorf("--refresh %q is invalid; choices are auto, never", c.Refresh))
+	}
+	if !isLoopbackListen(c.Listen) && c.APIKeyFile == "" {
+		errs = append(errs, fmt.Errorf("--listen %s is not a loopback address: --api-key-file is required (or listen on 127.0.0.1)", c.Listen))
+	}
+	if _, err := translate.ParseModelAliases(c.ModelAliases); err != nil {
+		errs = append(errs, fmt.Errorf("--model-aliases: %w", err))
+	}
+	if c.fleet() {
+		if _, _, err := net.SplitHostPort(c.ControlPlane); err != nil {
+			errs = append(errs, fmt.Errorf("--control-plane %q is not host:port (e.g. controlplane.internal:17700)", c.ControlPlane))
+		}
+		if c.AgentTokenFile == "" && c.AgentToken == "" {
+			errs = append(errs, fmt.Errorf("--control-plane needs the agent token: pass --agent-token-file FILE or set %s", EnvAgentToken))
+		}
+		if c.DataDir != "" {
+			errs = append(errs, errors.New("--data-dir applies only to the embedded control plane; drop it or drop --control-plane"))
+		}
+		if (c.TLSCert == "") != (c.TLSKey == "") {
+			errs = append(errs, errors.New("--tls-cert and --tls-key must be given together"))
+		}
+	} else {
+		for _, f := range []struct{ name, v string }{
+			{"--agent-token-file", c.AgentTokenFile}, {"--tls-ca", c.TLSCA}, {"--tls-cert", c.TLSCert}, {"--tls-key", c.TLSKey},
+		} {
+			if f.v != "" {
+				errs = append(errs, fmt.Errorf("%s applies only with --control-plane ADDR (without it the control plane is embedded)", f.name))
+			}
+		}
+	}
+	if c.ShutdownGrace < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-grace %v must be positive", c.ShutdownGrace))
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func isLoopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info", "":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("--log-level %q is invalid; choices are debug, info, warn, error", s)
+}
