@@ -59,6 +59,11 @@ type Config struct {
 	// Logger receives connection-level records, never tokens. (Optional)
 	// Default: discard.
 	Logger *slog.Logger
+	// RecordFrames keeps every frame of every socket, both directions, and
+	// how the client closed it, for Server.Sockets: what the backend's
+	// peer really did, for in-process tests. The log grows without bound.
+	// (Optional) Default off.
+	RecordFrames bool
 }
 
 // Faults are failures injected on demand. The zero value injects none.

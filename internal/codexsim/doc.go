@@ -64,6 +64,8 @@
 //	#sim delay <DURATION>                   wait DURATION (Go syntax, e.g. 250ms, at most 1h) before the first event
 //	#sim context-length                     response.failed with code context_length_exceeded
 //	#sim stall                              send response.created, then nothing
+//	#sim forget                             complete, but do not keep the response: continuing it gets
+//	                                        previous_response_not_found (the backend lost the socket's state)
 //
 // Directives combine (reasoning, then reply text, then calls). Without reply,
 // call or incomplete directives the reply is "Hello from clodex-sim. You said: "
@@ -99,6 +101,13 @@
 // delay, an inter-event delay, dropping a socket after N events (no close
 // frame), a deterministic share of upgrades answered 5xx, and stalling every
 // response. Short Config.Auth token lifetimes exercise 401s for expired tokens.
+//
+// # Recording
+//
+// With Config.RecordFrames, Server.Sockets returns every socket's frames in
+// both directions (one sequence across sockets) and the close status the
+// client sent: what the backend's peer really did, for in-process tests
+// that assert on the wire rather than on their own instrumentation.
 //
 // # Shutdown
 //

@@ -19,6 +19,7 @@ type plan struct {
 	failCode      string // #sim fail
 	contextLength bool   // #sim context-length
 	stall         bool   // #sim stall
+	forget        bool   // #sim forget
 	reasoning     [][]string
 	calls         []plannedCall
 	reply         *string
@@ -171,8 +172,10 @@ func parsePlan(text string, toolOutput bool) (*plan, *wireError) {
 			p.contextLength = true
 		case "stall":
 			p.stall = true
+		case "forget":
+			p.forget = true
 		default:
-			return nil, bad("one of reply, call, reasoning, fail, incomplete, error, delay, context-length, stall")
+			return nil, bad("one of reply, call, reasoning, fail, incomplete, error, delay, context-length, stall, forget")
 		}
 	}
 	return p, nil

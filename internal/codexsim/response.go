@@ -115,7 +115,7 @@ func (r *response) finish(held *heldResponse) {
 	ss := r.ss
 	ss.mu.Lock()
 	ss.inFlight = false
-	if held != nil {
+	if held != nil && (r.plan == nil || !r.plan.forget) {
 		ss.held[r.id] = *held
 	}
 	ss.mu.Unlock()

@@ -47,6 +47,10 @@ type Server struct {
 
 	statsMu sync.Mutex // guards stats
 	stats   Stats
+
+	recMu   sync.Mutex // guards records, recSeq and the logs records points to
+	records []*SocketLog
+	recSeq  uint64
 }
 
 // New validates cfg (every bad value is named) and returns a Server.
@@ -309,6 +313,7 @@ func (s *Server) serveUpgrade(w http.ResponseWriter, r *http.Request, chatgpt bo
 	s.mu.Lock()
 	s.nextID++
 	sess := newSession(s, conn, s.nextID, account, now)
+	sess.rec = s.newRecord(sess.id, account, cfg.RecordFrames)
 	if s.closed {
 		s.mu.Unlock()
 		s.throttle.release(account)

@@ -20,6 +20,8 @@ type session struct {
 	account string
 	created time.Time
 
+	rec *SocketLog // nil unless Config.RecordFrames; guarded by s.recMu
+
 	wg sync.WaitGroup // running response goroutines
 
 	sendMu sync.Mutex // serialises writes; held across a response's terminal event
@@ -67,17 +69,20 @@ func (ss *session) readLoop(ctx context.Context) {
 	for {
 		typ, r, err := ss.conn.Reader(ctx)
 		if err != nil {
+			ss.recordClose(err)
 			return
 		}
 		limit := ss.s.config().MaxFrameBytes
 		data, over, err := readLimited(r, limit)
 		if err != nil {
+			ss.recordClose(err)
 			return
 		}
 		if over {
 			ss.sendError(rctx, invalidRequest("request_too_large", "", "frame exceeds the maximum of %d bytes; send a smaller response.create", limit))
 			continue
 		}
+		ss.record(true, data)
 		if typ != websocket.MessageText {
 			ss.sendError(rctx, invalidRequest("invalid_json", "", "binary frames are not accepted; send response.create as a JSON text frame"))
 			continue
@@ -179,6 +184,7 @@ func (ss *session) sendLocked(ctx context.Context, ev obj) error {
 		return errDropped
 	}
 	ss.mu.Unlock()
+	ss.record(false, b) // before the write: a client that read it finds it logged
 	if err := ss.conn.Write(ctx, websocket.MessageText, b); err != nil {
 		return fmt.Errorf("write event: %w", err)
 	}
