@@ -1,7 +1,9 @@
 // Package e2e holds clodex's end-to-end tests: the real Claude Code
 // (npm @anthropic-ai/claude-code, pinned by package internal/clienttest)
-// runs `claude -p` against the data plane (package dataplane/gateway),
-// which talks over a real loopback WebSocket to clodex-sim (package
+// runs `claude -p` against the data plane, assembled exactly as
+// clodex-dataplane runs it (package internal/node: gateway, connection
+// pool, admission through the embedded control plane's gRPC path), which
+// talks over a real loopback WebSocket to clodex-sim (package
 // internal/codexsim), the emulator of the ChatGPT Codex Responses backend.
 // Nothing leaves 127.0.0.1.
 //
@@ -10,17 +12,18 @@
 // # The stack
 //
 // Each test starts its own stack: the emulator on an httptest server, the
-// data plane on a loopback listener it owns, a static credential the
-// emulator accepts, and the gateway's upstream dialer aimed at the
-// emulator's ChatGPT path. Two seams record what happened, so a test can
-// assert every hop and not only what Claude Code printed:
+// data plane on a loopback listener with a Codex auth.json holding a token
+// the emulator accepts, its upstream URL aimed at the emulator's ChatGPT
+// path. Two records show what happened, so a test can assert every hop
+// and not only what Claude Code printed:
 //
-//   - an http.Handler around the data plane records every request Claude
-//     Code sent (method, path, body);
-//   - a gateway.Dialer around the upstream dialer (the gateway's private
-//     connection pool dials through it) records every response.create
-//     frame the data plane sent and every event the emulator answered,
-//     per socket and per turn.
+//   - Claude Code talks to a recording reverse proxy in front of the data
+//     plane, which records every request (method, path, body, status) and
+//     hands it on unchanged;
+//   - the emulator records every frame of every upstream socket
+//     (codexsim.Config.RecordFrames): each response.create the data plane
+//     sent and every event it answered, per socket and per turn, as the
+//     backend's side of the wire saw them.
 //
 // The emulator's counters are read over HTTP (GET /sim/stats), so the same
 // assertions hold for a stack made of the real binaries (clodex-sim and

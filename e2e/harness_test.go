@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,17 +10,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"strings"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/clodex/clodex/dataplane/credentials"
-	"github.com/clodex/clodex/dataplane/gateway"
-	"github.com/clodex/clodex/dataplane/translate"
-	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/internal/codexsim"
+	"github.com/clodex/clodex/internal/node/nodetest"
+	"github.com/clodex/clodex/internal/pacing"
 )
 
 // The credential the emulator accepts and the data plane presents.
@@ -40,17 +41,17 @@ const (
 // A stack made of the real binaries fills baseURL, simURL and client and
 // leaves the in-process recorders nil.
 type stack struct {
-	// baseURL is the data plane's Anthropic API, http://127.0.0.1:PORT;
-	// Claude Code's ANTHROPIC_BASE_URL.
+	// baseURL is where Claude Code sends its requests,
+	// http://127.0.0.1:PORT; Claude Code's ANTHROPIC_BASE_URL.
 	baseURL string
 	// simURL is the emulator's HTTP base (GET /sim/stats).
 	simURL string
-	// requests records what reached the data plane (nil when not
-	// in-process).
+	// requests records what Claude Code sent to the data plane (nil when
+	// not in-process).
 	requests *requestRecorder
-	// upstream records the data plane's upstream sockets (nil when not
-	// in-process).
-	upstream *recordingDialer
+	// upstream reads what crossed the data plane's upstream sockets from
+	// the emulator's own record of them (nil when not in-process).
+	upstream *upstreamRecord
 	// client is the test's own HTTP client for both servers; its idle
 	// connections are closed at cleanup.
 	client *http.Client
@@ -65,11 +66,15 @@ func newStack(t *testing.T) *stack {
 	return startInProcess(t)
 }
 
-// startInProcess starts clodex-sim on an httptest server and the data plane
-// (gateway.Server) on a loopback listener owned by the stack, wired with a
-// static credential the emulator accepts. Everything is shut down at t's
-// cleanup: the HTTP server first, then the gateway's turns and sockets, then
-// the emulator.
+// startInProcess starts clodex-sim on an httptest server (recording every
+// socket's frames) and the data plane in front of it exactly as
+// clodex-dataplane runs it (package node: the pool, the admission client
+// and the embedded control plane over its gRPC path, the gateway), with a
+// Codex auth.json holding a token the emulator accepts. Claude Code talks
+// to a recording reverse proxy on its own loopback listener, which hands
+// every request on to the data plane unchanged. Everything is shut down at
+// t's cleanup: the proxy, the data plane (in its shutdown order), then the
+// emulator.
 //
 // A variant that execs cmd/clodex-sim and cmd/clodex-dataplane only has to
 // return a stack with baseURL, simURL and client set (clodex-sim
@@ -82,73 +87,65 @@ func startInProcess(t *testing.T) *stack {
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("data plane and emulator logs:\n%s", logs.String())
+			t.Logf("emulator and proxy logs:\n%s", logs.String())
 		}
 	})
 
-	sim, err := codexsim.New(codexsim.Config{
+	sim := nodetest.StartSim(t, codexsim.Config{
 		AcceptTokens: map[string]string{simToken: simAccount},
 		Logger:       logger, // it adds component=codexsim itself
+		RecordFrames: true,
 	})
+	cfg := sim.Config(nodetest.WriteAuth(t, simToken, simAccount, ""))
+	cfg.Version = "e2e"
+	cfg.LogLevel = "debug"
+	cfg.Policy, cfg.Notices = pacing.PolicyFromEnv(func(k string) (string, bool) {
+		switch k {
+		case pacing.EnvIdleTimeout:
+			return strconv.Itoa(int(turnIdleTimeout / time.Millisecond)), true
+		case pacing.EnvTotalTimeout:
+			return strconv.Itoa(int(turnTotalTimeout / time.Millisecond)), true
+		}
+		return "", false
+	})
+	dp := nodetest.Start(t, cfg)
+	target, err := url.Parse(dp.URL)
 	if err != nil {
-		t.Fatalf("codexsim.New: %v", err)
+		t.Fatalf("data plane URL %q: %v", dp.URL, err)
 	}
-	simTS := httptest.NewServer(sim.Handler())
-	wsURL := "ws" + strings.TrimPrefix(simTS.URL, "http") + codexsim.ChatGPTPath
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		sim.Close()
-		simTS.Close()
-		t.Fatalf("listen for the data plane: %v", err)
+		t.Fatalf("listen for the recording proxy: %v", err)
 	}
-	dialer := &recordingDialer{inner: gateway.UpstreamDialer(upstream.DialOptions{
-		URL:     wsURL,
-		Version: "e2e",
-		Logger:  logger.With("component", "dataplane/upstream"),
-	})}
-	gw, err := gateway.New(gateway.Config{
-		Credentials:  gateway.NoRefresh(credentials.Static{AccessToken: simToken, AccountID: simAccount}),
-		Dialer:       dialer,
-		ListenAddr:   ln.Addr().String(),
-		IdleTimeout:  turnIdleTimeout,
-		TotalTimeout: turnTotalTimeout,
-		Logger:       logger.With("component", "dataplane/gateway"),
-	})
-	if err != nil {
-		ln.Close()
-		sim.Close()
-		simTS.Close()
-		t.Fatalf("gateway.New: %v", err)
+	proxyTransport := &http.Transport{}
+	proxy := &httputil.ReverseProxy{
+		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target) }, // Host becomes the data plane's loopback address
+		Transport:     proxyTransport,
+		FlushInterval: -1, // SSE events go out one by one
+		ErrorLog:      slog.NewLogLogger(logger.With("component", "e2e/proxy").Handler(), slog.LevelWarn),
 	}
-	reqs := &requestRecorder{next: gw.Handler()}
+	reqs := &requestRecorder{next: proxy}
 	hs := &http.Server{Handler: reqs, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
 		if err := hs.Shutdown(ctx); err != nil {
-			t.Errorf("data plane http.Server.Shutdown: %v", err)
+			t.Errorf("recording proxy http.Server.Shutdown: %v", err)
 			hs.Close() // connections still open after the grace period
 		}
 		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("data plane Serve: %v", err)
+			t.Errorf("recording proxy Serve: %v", err)
 		}
-		if err := gw.Close(); err != nil {
-			t.Errorf("gateway Close: %v", err)
-		}
-		if err := sim.Close(); err != nil {
-			t.Errorf("codexsim Close: %v", err)
-		}
-		simTS.Close()
+		proxyTransport.CloseIdleConnections()
 	})
 	return &stack{
 		baseURL:  "http://" + ln.Addr().String(),
-		simURL:   simTS.URL,
+		simURL:   sim.URL,
 		requests: reqs,
-		upstream: dialer,
+		upstream: &upstreamRecord{sim: sim.Server},
 		client:   newClient(t),
 	}
 }
@@ -185,8 +182,8 @@ func (s *stack) simStats(t *testing.T) codexsim.Stats {
 	return st
 }
 
-// recordedRequest is one HTTP request that reached the data plane and
-// the status it was answered with.
+// recordedRequest is one HTTP request Claude Code sent to the data plane
+// and the status it was answered with.
 type recordedRequest struct {
 	Method   string
 	Path     string
@@ -196,7 +193,7 @@ type recordedRequest struct {
 }
 
 // requestRecorder is an http.Handler that records every request, then
-// hands it, body intact, to next.
+// hands it, body intact, to next (the proxy to the data plane).
 type requestRecorder struct {
 	next http.Handler
 
@@ -275,92 +272,62 @@ func (rr *requestRecorder) all() []recordedRequest {
 	return append([]recordedRequest(nil), rr.reqs...)
 }
 
-// socketLog is what crossed one upstream socket.
+// socketLog is what crossed one upstream socket, or one exchange on it.
 type socketLog struct {
 	// sent are the frames the data plane sent (response.create).
 	sent [][]byte
 	// events are the frames the emulator answered, in order.
 	events [][]byte
-	// socket is the index of the socket (turns only).
+	// socket is the index of the socket.
 	socket int
 }
 
-// recordingDialer wraps the data plane's upstream dialer and records every
-// frame on every socket it opens. WebSocket frames are invisible to HTTP
-// middleware; this seam is how the tests see them.
-type recordingDialer struct {
-	inner gateway.Dialer
-
-	mu        sync.Mutex // guards sockets, exchanges and the logs they point to
-	sockets   []*socketLog
-	exchanges []*socketLog // one per response.create, in send order
-}
-
-func (d *recordingDialer) Dial(ctx context.Context, cred credentials.Credential, turn *translate.Turn) (gateway.Conn, error) {
-	c, err := d.inner.Dial(ctx, cred, turn)
-	if err != nil {
-		return nil, err
-	}
-	log := &socketLog{}
-	d.mu.Lock()
-	d.sockets = append(d.sockets, log)
-	d.mu.Unlock()
-	return &recordingConn{Conn: c, d: d, log: log, socket: len(d.sockets) - 1}, nil
-}
+// upstreamRecord reads what crossed the data plane's upstream sockets from
+// the emulator's record of them (codexsim.Config.RecordFrames): what the
+// backend's peer really sent and received. WebSocket frames are invisible
+// to HTTP middleware; the emulator is where the tests see them.
+type upstreamRecord struct{ sim *codexsim.Server }
 
 // turns returns one log per response.create the data plane sent, in
 // order: its frame (sent[0]), the events that answered it, and the index
 // of the socket it went out on. With the connection pool, one socket
 // carries many of them.
-func (d *recordingDialer) turns() []socketLog {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make([]socketLog, len(d.exchanges))
-	for i, s := range d.exchanges {
-		out[i] = socketLog{sent: append([][]byte(nil), s.sent...), events: append([][]byte(nil), s.events...), socket: s.socket}
+func (u *upstreamRecord) turns() []socketLog {
+	type exchange struct {
+		seq uint64
+		log socketLog
 	}
-	return out
-}
-
-// snapshot returns a copy of every socket's log.
-func (d *recordingDialer) snapshot() []socketLog {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make([]socketLog, len(d.sockets))
-	for i, s := range d.sockets {
-		out[i] = socketLog{sent: append([][]byte(nil), s.sent...), events: append([][]byte(nil), s.events...)}
-	}
-	return out
-}
-
-type recordingConn struct {
-	gateway.Conn
-	d      *recordingDialer
-	log    *socketLog
-	socket int
-	cur    *socketLog // the exchange of the last frame sent; guarded by d.mu
-}
-
-func (c *recordingConn) Send(ctx context.Context, frame []byte) error {
-	c.d.mu.Lock()
-	c.log.sent = append(c.log.sent, bytes.Clone(frame))
-	c.cur = &socketLog{sent: [][]byte{bytes.Clone(frame)}, socket: c.socket}
-	c.d.exchanges = append(c.d.exchanges, c.cur)
-	c.d.mu.Unlock()
-	return c.Conn.Send(ctx, frame)
-}
-
-func (c *recordingConn) Next(ctx context.Context) ([]byte, error) {
-	data, err := c.Conn.Next(ctx)
-	if err == nil {
-		c.d.mu.Lock()
-		c.log.events = append(c.log.events, bytes.Clone(data))
-		if c.cur != nil {
-			c.cur.events = append(c.cur.events, bytes.Clone(data))
+	var all []exchange
+	for i, s := range u.sim.Sockets() {
+		cur := -1 // the exchange of the socket's last client frame
+		for _, f := range s.Frames {
+			if f.FromClient {
+				all = append(all, exchange{seq: f.Seq, log: socketLog{sent: [][]byte{f.Data}, socket: i}})
+				cur = len(all) - 1
+				continue
+			}
+			if cur >= 0 { // a socket runs one response at a time
+				all[cur].log.events = append(all[cur].log.events, f.Data)
+			}
 		}
-		c.d.mu.Unlock()
 	}
-	return data, err
+	slices.SortFunc(all, func(a, b exchange) int { return cmp.Compare(a.seq, b.seq) })
+	out := make([]socketLog, len(all))
+	for i, e := range all {
+		out[i] = e.log
+	}
+	return out
+}
+
+// snapshot returns every socket's log, in the order the sockets were
+// opened.
+func (u *upstreamRecord) snapshot() []socketLog {
+	socks := u.sim.Sockets()
+	out := make([]socketLog, len(socks))
+	for i, s := range socks {
+		out[i] = socketLog{sent: s.Sent(), events: s.Events(), socket: i}
+	}
+	return out
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers (log handlers

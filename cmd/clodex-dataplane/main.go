@@ -36,9 +36,9 @@
 // host. When ready it prints one line for the shell,
 // "export ANTHROPIC_BASE_URL=http://ADDR  # …"; on loopback any
 // ANTHROPIC_API_KEY works. SIGINT/SIGTERM stop accepting, let in-flight
-// turns finish within --shutdown-grace, close the remaining upstream
-// sockets with 1001, deregister from the control plane and stop the
-// embedded one. Bad flags exit 2 with one message naming every problem.
+// turns finish within --shutdown-grace (then end the rest with 503 and drop
+// their sockets), close the idle upstream sockets with 1001, deregister
+// from the control plane and stop the embedded one. Bad flags exit 2 with one message naming every problem.
 //
 // The data plane itself is assembled by package internal/node; this
 // command parses flags and the environment into its Config.

@@ -1,31 +1,38 @@
-package gateway
+package gateway_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/clodex/clodex/dataplane/gateway"
+	"github.com/clodex/clodex/internal/node"
 )
 
+// The gateway's metrics are served on the data plane's admin listener, and
+// each turn is one span with a child span per attempt, carrying account
+// keys, never the raw account id or the prompt.
 func TestMetricsAndSpans(t *testing.T) {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	defer tp.Shutdown(t.Context())
-	e := newEnv(t, envOptions{mutate: func(c *Config) { c.TracerProvider = tp }})
-	readAll(t, e.post(t, "/v1/messages", messagesBody(false, "#sim reply metered"), nil))
-	readAll(t, e.post(t, "/v1/messages", `{"model":`, nil))
+	e := newEnv(t, envOptions{mutate: func(c *node.Config) {
+		c.TracerProvider = tp
+		c.AdminListen = "127.0.0.1:0"
+	}})
+	gateway.ReadAll(t, e.post(t, "/v1/messages", gateway.MessagesBody(false, "#sim reply metered"), nil))
+	gateway.ReadAll(t, e.post(t, "/v1/messages", `{"model":`, nil))
 
-	admin := httptest.NewServer(e.gw.AdminHandler())
-	defer admin.Close()
-	resp, err := e.client.Get(admin.URL + "/metrics")
+	admin := "http://" + e.dp.AdminAddr()
+	resp, err := e.client.Get(admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	metrics := string(readAll(t, resp))
+	metrics := string(gateway.ReadAll(t, resp))
 	for _, want := range []string{
 		`clodex_dataplane_requests_total{status="200"} 1`,
 		`clodex_dataplane_requests_total{status="400"} 1`,
@@ -36,11 +43,11 @@ func TestMetricsAndSpans(t *testing.T) {
 			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
 		}
 	}
-	resp, err = e.client.Get(admin.URL + "/debug/pprof/")
+	resp, err = e.client.Get(admin + "/debug/pprof/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readAll(t, resp)
+	gateway.ReadAll(t, resp)
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("/debug/pprof/ status %d, want 200", resp.StatusCode)
 	}

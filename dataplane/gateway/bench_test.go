@@ -1,4 +1,4 @@
-package gateway
+package gateway_test
 
 import (
 	"bufio"
@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,14 +15,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clodex/clodex/internal/captures"
-
 	"github.com/coder/websocket"
 
 	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/dataplane/gateway"
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/captures"
 	"github.com/clodex/clodex/internal/codexsim"
+	"github.com/clodex/clodex/internal/node/nodetest"
+	"github.com/clodex/clodex/internal/pacing"
 )
 
 // ccFixture is the captured Claude Code 2.1.332 first turn (package captures).
@@ -33,13 +34,26 @@ const ccFixture = "claude-code/cc-2.1.332-messages-request-custom-model.json"
 // run: each iteration runs the same turn once by a client talking to
 // clodex-sim directly over WebSocket (dial, send the translated
 // response.create, read to response.completed) and once through the data
-// plane (HTTP POST, SSE to the end), alternating so both see the same
-// machine load. Reported: time to first output byte (first text delta) and
-// total, p50 and p99, for each path and the difference, and the time the
-// request translation alone takes (DecodeRequest, ToResponses,
-// CreateFrame), measured in the same loop, to split the added time.
-// Between turns, untimed, the head the data plane kept is closed (see
-// endConversation), as the direct client closes its socket.
+// plane as clodex-dataplane runs it (package node: HTTP POST, gateway,
+// pool, an Admit RPC to the embedded control plane for the new socket,
+// SSE to the end), alternating so both see the same machine load.
+// Reported: time to first output byte (first text delta) and total, p50
+// and p99, for each path and the difference, and the time the request
+// translation alone takes (DecodeRequest, ToResponses, CreateFrame),
+// measured in the same loop, to split the added time.
+//
+// Both paths dial a socket per turn. The data plane runs with pacing off
+// (CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=0: the benchmark opens sockets far
+// faster than the real edge allows; the Admit RPC is still made) and keeps
+// at most one idle nursery head (CLODEX_WS_MAX_NURSERY_CONNECTIONS=1): a
+// replayed turn does not continue the previous replay's head (its history
+// is not a prefix), so without the cap every iteration would leave one
+// more open socket and idle head behind, a load no real client makes
+// (Claude Code continues its conversation on its head, so a data plane
+// holds about one head per live conversation). With the cap, each turn's
+// Acquire evicts the previous turn's head: a hard close inside the timed
+// span, as it happens in production. The sim runs in this process, so its
+// sessions share the heap and the garbage collector with both paths.
 //
 //	go test -run '^$' -bench BenchmarkOverhead -benchtime 2000x ./dataplane/gateway
 func BenchmarkOverhead(b *testing.B) {
@@ -47,7 +61,7 @@ func BenchmarkOverhead(b *testing.B) {
 		name string
 		body func(b *testing.B) []byte
 	}{
-		{"short", func(*testing.B) []byte { return []byte(messagesBody(true, "#sim reply Hello there")) }},
+		{"short", func(*testing.B) []byte { return []byte(gateway.MessagesBody(true, "#sim reply Hello there")) }},
 		{"cc-first-turn-88KB", func(b *testing.B) []byte { return fixtureBody(b, 88<<10) }},
 	}
 	for _, p := range payloads {
@@ -128,28 +142,25 @@ func restore(v any) any {
 }
 
 func benchOverhead(b *testing.B, body []byte) {
-	sim, err := codexsim.New(codexsim.Config{
-		AcceptTokens: map[string]string{simToken: simAccount},
+	const (
+		token   = "tok-bench"
+		account = "acct-bench"
+	)
+	sim := nodetest.StartSim(b, codexsim.Config{
+		AcceptTokens: map[string]string{token: account},
 		UpgradeLimit: 1 << 30, // the benchmark dials far faster than the real edge allows
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	simTS := httptest.NewServer(sim.Handler())
-	defer simTS.Close()
-	defer sim.Close()
-	simURL := "ws" + strings.TrimPrefix(simTS.URL, "http") + codexsim.ChatGPTPath
-	cred := credentials.Credential{AccessToken: simToken, AccountID: simAccount}
-	gw, err := New(Config{
-		Credentials: NoRefresh(credentials.Static(cred)),
-		Dialer:      UpstreamDialer(upstream.DialOptions{URL: simURL}),
+	simURL := sim.ResponsesURL()
+	cred := credentials.Credential{AccessToken: token, AccountID: account}
+	cfg := sim.Config(nodetest.WriteAuth(b, token, account, ""))
+	cfg.Policy, cfg.Notices = pacing.PolicyFromEnv(func(k string) (string, bool) {
+		if k == pacing.EnvRate {
+			return "0", true
+		}
+		return "", false
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer gw.Close()
-	gwTS := httptest.NewServer(gw.Handler())
-	defer gwTS.Close()
+	cfg.MaxNurseryConnections = 1
+	dp := nodetest.Start(b, cfg)
 	tr := &http.Transport{MaxIdleConnsPerHost: 4}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
@@ -175,10 +186,9 @@ func benchOverhead(b *testing.B, body []byte) {
 		if _, _, err := directTurn(ctx, simURL, cred, frame); err != nil {
 			b.Fatal(err)
 		}
-		if _, _, err := proxiedTurn(ctx, client, gwTS.URL, body); err != nil {
+		if _, _, err := proxiedTurn(ctx, client, dp.URL, body); err != nil {
 			b.Fatal(err)
 		}
-		endConversation(gw)
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -187,12 +197,11 @@ func benchOverhead(b *testing.B, body []byte) {
 			b.Fatal(err)
 		}
 		direct.add(ttfb, total)
-		ttfb, total, err = proxiedTurn(ctx, client, gwTS.URL, body)
+		ttfb, total, err = proxiedTurn(ctx, client, dp.URL, body)
 		if err != nil {
 			b.Fatal(err)
 		}
 		proxied.add(ttfb, total)
-		endConversation(gw)
 		start := time.Now()
 		if r, err := translate.DecodeRequest(body); err == nil {
 			if tt, err := translate.ToResponses(r, translate.Options{}); err == nil {
@@ -217,22 +226,6 @@ func benchOverhead(b *testing.B, body []byte) {
 	report("translate-only", xlate)
 	b.ReportMetric(float64(len(body)), "body-bytes")
 }
-
-// endConversation closes the head the data plane kept after a proxied
-// turn, outside the timed span, as directTurn closes its socket after its
-// timed span. Without it every replayed turn (a history mismatch against
-// the previous replay's head) would leave one more open socket and idle
-// head behind: about a thousand by the end, all in one partition, which
-// Acquire scans and the process keeps open, a load no real client makes
-// (Claude Code continues its conversation on its head, so a data plane
-// holds about one head per live conversation). Both paths still dial a
-// socket per turn inside the timed span. Note for the 88 KB payload: the
-// sim runs in this process, and the thousand open sessions it kept (88 KB
-// of history each) made the live heap large and garbage collection rare
-// for both paths; with the heads closed the collector runs at the pace a
-// small live heap sets, so both paths, and the 88 KB difference, measure
-// higher than with the accumulated heads (GOGC=400 brings them back down).
-func endConversation(gw *Server) { gw.pool.DropAccount(simAccount) }
 
 type timings struct{ ttfb, total []time.Duration }
 

@@ -8,12 +8,13 @@ import (
 	"github.com/clodex/clodex/dataplane/retry"
 )
 
-// epoch is the fake clock's start.
-var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+// Epoch is the fake clock's start.
+var Epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// fakeClock is a manual Clock: time moves only in Advance and Sleep, and due timers run
+// FakeClock is a manual retry.Clock, for this package's tests and
+// gateway_test's: time moves only in Advance and Sleep, and due timers run
 // synchronously, in order, on the goroutine that moves it.
-type fakeClock struct {
+type FakeClock struct {
 	mu      sync.Mutex // guards the following fields
 	now     time.Time
 	timers  []*fakeTimer
@@ -22,25 +23,30 @@ type fakeClock struct {
 }
 
 type fakeTimer struct {
-	c       *fakeClock
+	c       *FakeClock
 	at      time.Time
 	f       func()
 	stopped bool
 	fired   bool
 }
 
-func newFakeClock() *fakeClock { return &fakeClock{now: epoch} }
+// NewFakeClock returns a FakeClock at Epoch.
+func NewFakeClock() *FakeClock { return &FakeClock{now: Epoch} }
 
-func (c *fakeClock) Now() time.Time {
+func (c *FakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-// since returns the time elapsed since epoch.
-func (c *fakeClock) since() time.Duration { return c.Now().Sub(epoch) }
+// OnSleep sets a function Sleep calls first, before time moves.
+func (c *FakeClock) OnSleep(f func(d time.Duration)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onSleep = f
+}
 
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) retry.Timer {
+func (c *FakeClock) AfterFunc(d time.Duration, f func()) retry.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
@@ -59,7 +65,7 @@ func (t *fakeTimer) Stop() bool {
 }
 
 // Advance moves time forward by d, running every timer that falls due on the way.
-func (c *fakeClock) Advance(d time.Duration) {
+func (c *FakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	target := c.now.Add(d)
 	c.mu.Unlock()
@@ -85,7 +91,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 	}
 }
 
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+func (c *FakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.mu.Lock()
 	c.sleeps = append(c.sleeps, d)
 	hook := c.onSleep
@@ -100,7 +106,8 @@ func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-func (c *fakeClock) Sleeps() []time.Duration {
+// Sleeps returns the waits Sleep was asked for, in order.
+func (c *FakeClock) Sleeps() []time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]time.Duration(nil), c.sleeps...)

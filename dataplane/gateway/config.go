@@ -49,8 +49,6 @@ func (noRefresh) Rejected(context.Context, credentials.Secret) (credentials.Cred
 // Defaults for Config.
 const (
 	DefaultListenAddr   = "127.0.0.1:17645"
-	DefaultIdleTimeout  = 120 * time.Second
-	DefaultTotalTimeout = 600 * time.Second
 	DefaultPingInterval = 20 * time.Second
 	DefaultMaxBodyBytes = 50 << 20
 )
@@ -64,17 +62,13 @@ type Config struct {
 	// with NoRefresh.
 	Credentials CredentialsSource
 	// Pool hands out upstream sockets (continuation heads) and paces new
-	// ones through its Admitter (Optional; when nil the gateway builds a
-	// private pool from Dialer, which is then Required). Build its Dialer
-	// with PoolDialer. The gateway does not close a Pool it was given.
+	// ones through its Admitter (Required). Build its Dialer with
+	// PoolDialer. The gateway does not close it: its owner closes it after
+	// Server.Close.
 	Pool *pool.Pool
-	// Dialer opens the upstream sockets of the private pool used when Pool
-	// is nil (Required then; ignored otherwise). See UpstreamDialer.
-	Dialer Dialer
 	// Budget bounds every request's attempts: the shared no-data deadline
 	// (IdleTimeout), the total deadline (TotalTimeout) and MaxRetries
-	// (Optional; the zero value means pacing.DefaultBudget()). When set it
-	// replaces IdleTimeout and TotalTimeout below.
+	// (Optional; the zero value means pacing.DefaultBudget()).
 	Budget pacing.Budget
 	// BudgetFor returns the budget of a turn on the given upstream account
 	// (the credential's AccountID, "" when it has none); it is called once
@@ -104,13 +98,6 @@ type Config struct {
 	// Models maps requested model names to upstream models (Optional;
 	// default translate.DefaultModels()).
 	Models *translate.ModelTable
-	// IdleTimeout aborts a turn when the backend sends nothing for this long,
-	// counted across all its attempts (Optional; default 120 s; ignored when
-	// Budget is set).
-	IdleTimeout time.Duration
-	// TotalTimeout bounds a whole turn, retries included (Optional; default
-	// 600 s; ignored when Budget is set).
-	TotalTimeout time.Duration
 	// PingInterval is how often a committed stream gets a ping event while
 	// the backend works without downstream output (Optional; default 20 s).
 	PingInterval time.Duration
@@ -119,8 +106,8 @@ type Config struct {
 	MaxBodyBytes int64
 	// Logger receives one line per request (Optional; default discards).
 	Logger *slog.Logger
-	// Registry receives the gateway's metrics and is served by AdminHandler
-	// (Optional; default a new private registry).
+	// Registry receives the gateway's metrics (Optional; default a new
+	// private registry). The data plane serves it on its admin listener.
 	Registry *prometheus.Registry
 	// TracerProvider creates one span per turn (Optional; default no-op).
 	TracerProvider trace.TracerProvider
@@ -151,8 +138,8 @@ func (c *Config) validate() error {
 	if c.Credentials == nil {
 		errs = append(errs, errors.New("Credentials is required"))
 	}
-	if c.Dialer == nil && c.Pool == nil {
-		errs = append(errs, errors.New("Dialer is required when Pool is nil"))
+	if c.Pool == nil {
+		errs = append(errs, errors.New("Pool is required"))
 	}
 	if c.Budget != (pacing.Budget{}) {
 		if err := checkBudget(c.Budget); err != nil {
@@ -171,22 +158,11 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("AllowedOrigins[%d] %q: %w", i, o, err))
 		}
 	}
-	durations := []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"IdleTimeout", &c.IdleTimeout, DefaultIdleTimeout},
-		{"TotalTimeout", &c.TotalTimeout, DefaultTotalTimeout},
-		{"PingInterval", &c.PingInterval, DefaultPingInterval},
-	}
-	for _, d := range durations {
-		switch {
-		case *d.v == 0:
-			*d.v = d.def
-		case *d.v < 0:
-			errs = append(errs, fmt.Errorf("%s is %v; want a positive duration", d.name, *d.v))
-		}
+	switch {
+	case c.PingInterval == 0:
+		c.PingInterval = DefaultPingInterval
+	case c.PingInterval < 0:
+		errs = append(errs, fmt.Errorf("PingInterval is %v; want a positive duration", c.PingInterval))
 	}
 	switch {
 	case c.MaxBodyBytes == 0:

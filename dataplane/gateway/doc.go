@@ -1,15 +1,18 @@
 // Package gateway serves the Anthropic Messages API on the data plane's
-// listener and drives each turn over an upstream Responses socket.
+// listener and drives each turn over an upstream Responses socket leased
+// from the connection pool. Package internal/node assembles it as
+// clodex-dataplane runs it:
 //
+//	p, err := pool.New(pool.Config{Dialer: gateway.PoolDialer(opts, src), Admitter: a, Registerer: reg})
 //	srv, err := gateway.New(gateway.Config{
-//		Credentials: src,  // *credentials.RefreshingFile, or gateway.NoRefresh(static)
-//		Pool:        p,    // pool.New(pool.Config{Dialer: gateway.PoolDialer(opts, src), Admitter: a})
+//		Credentials: src, // *credentials.RefreshingFile, or gateway.NoRefresh(static)
+//		Pool:        p,
 //		Budget:      budget,
 //		ListenAddr:  "127.0.0.1:17645",
 //		Logger:      logger,
+//		Registry:    reg, // served with the pool's metrics on the admin listener
 //	})
 //	http.Serve(ln, srv.Handler())
-//	http.Serve(adminLn, srv.AdminHandler()) // /metrics, /debug/pprof
 //
 // Routes: POST /v1/messages (any query, e.g. ?beta=true; streaming and
 // non-streaming), POST /v1/messages/count_tokens (local estimate),
@@ -33,8 +36,8 @@
 // credential's account, else Config.Budget: one no-data deadline shared by
 // every attempt, reset only by upstream events, a total deadline and the
 // retry count). Each attempt takes a lease from the connection pool
-// (package pool; Config.Pool, or a private pool over Config.Dialer): a
-// continuation head sends previous_response_id and only the new items
+// (package pool, Config.Pool): a continuation head sends
+// previous_response_id and only the new items
 // (instructions and tools are resent), a new socket the full context. A
 // completed response makes the socket the conversation's head
 // (Lease.Complete with Stream.OutputItems and the usage); a failure or a
@@ -62,11 +65,13 @@
 // is closed at once. While the backend works without producing output, a
 // committed stream gets a ping event every Config.PingInterval.
 //
-// Shutdown: Server.Close cancels the turns in flight (their sockets close
-// with 1001); closing the pool (Pool.Close, or Server.Close for a private
-// pool) closes every idle socket with 1001 "pool closed", waiting about
+// Shutdown: Server.Close cancels the turns in flight (the client is told
+// the data plane is shutting down; their sockets are discarded, which
+// closes them at once); closing the pool afterwards (Pool.Close, by its
+// owner) closes every idle socket with 1001 "pool closed", waiting about
 // GoingAwayTimeout for the backend's answer. Every other close of a
-// PoolDialer socket is a hard close that frees the descriptor at once.
+// PoolDialer socket is a hard close that frees the descriptor at once,
+// with no close frame.
 //
 // Tracing: one span per turn (Gateway.Messages) and a child span per
 // upstream attempt (Gateway.Attempt) with the attempt number, whether it

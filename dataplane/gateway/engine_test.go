@@ -1,22 +1,24 @@
-package gateway
+package gateway_test
 
 import (
-	"context"
+	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/clodex/clodex/dataplane/admission"
-	"github.com/clodex/clodex/dataplane/credentials"
-	"github.com/clodex/clodex/dataplane/pool"
-	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/coder/websocket"
+
+	"github.com/clodex/clodex/dataplane/gateway"
 	"github.com/clodex/clodex/internal/codexsim"
+	"github.com/clodex/clodex/internal/codexsim/simauth"
+	"github.com/clodex/clodex/internal/node"
+	"github.com/clodex/clodex/internal/node/nodetest"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -28,8 +30,6 @@ type conversation struct {
 	messages []any
 }
 
-var sessionHeader = map[string]string{"X-Claude-Code-Session-Id": "0f7e1c2a-1111-4222-8333-944455556666"}
-
 // turn sends user text and returns the assistant's text; the reply is
 // appended to the history as Claude Code echoes it.
 func (c *conversation) turn(text string) string {
@@ -37,7 +37,7 @@ func (c *conversation) turn(text string) string {
 	c.messages = append(c.messages, map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": text}}})
 	body, _ := json.Marshal(map[string]any{"model": "gpt-5.5", "max_tokens": 1024, "messages": c.messages})
 	resp := c.e.post(c.t, "/v1/messages?beta=true", string(body), sessionHeader)
-	b := readAll(c.t, resp)
+	b := gateway.ReadAll(c.t, resp)
 	if resp.StatusCode != http.StatusOK {
 		c.t.Fatalf("turn %q: status %d: %s", text, resp.StatusCode, b)
 	}
@@ -81,22 +81,8 @@ func TestConversationRunsOnOneSocket(t *testing.T) {
 // the full context on a new socket; the client never notices.
 func TestPreviousResponseNotFoundIsInvisible(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	var once sync.Once
-	e.rec.setSendHook(func(frame []byte) []byte {
-		if !strings.Contains(string(frame), `"previous_response_id":"resp_`) {
-			return frame
-		}
-		out := frame
-		once.Do(func() {
-			var m map[string]any
-			json.Unmarshal(frame, &m)
-			m["previous_response_id"] = "resp_forgotten"
-			out, _ = json.Marshal(m)
-		})
-		return out
-	})
 	c := &conversation{t: t, e: e}
-	if got := c.turn("#sim reply first"); got != "first" {
+	if got := c.turn("#sim reply first\n#sim forget"); got != "first" { // the backend will not find it
 		t.Fatalf("turn 1 reply %q", got)
 	}
 	if got := c.turn("#sim reply second"); got != "second" {
@@ -110,6 +96,17 @@ func TestPreviousResponseNotFoundIsInvisible(t *testing.T) {
 		t.Errorf("sim not_found=%d upgrades=%d continued=%d, want 1, 2 (the replacement) and 1 (turn 3 on the replacement)",
 			st.PreviousResponseNotFound, st.Upgrades, st.ContinuedResponses)
 	}
+	// The replacement carried the whole conversation, without
+	// previous_response_id.
+	socks := e.sim.Sockets()
+	if len(socks) != 2 {
+		t.Fatalf("sim saw %d sockets, want 2", len(socks))
+	}
+	sent := socks[1].Sent()
+	if len(sent) != 2 || strings.Contains(string(sent[0]), `"previous_response_id"`) ||
+		!strings.Contains(string(sent[0]), "#sim reply first") || !strings.Contains(string(sent[0]), "#sim reply second") {
+		t.Errorf("the replacement socket's first frame %.400s, want the full context without previous_response_id", sent[0])
+	}
 	if sleeps := e.clock.Sleeps(); len(sleeps) != 0 {
 		t.Errorf("waits %v, want none: a replacement runs at once", sleeps)
 	}
@@ -120,14 +117,14 @@ func TestPreviousResponseNotFoundIsInvisible(t *testing.T) {
 func TestTransportDropBeforeOutputRecovers(t *testing.T) {
 	e := newEnv(t, envOptions{sim: codexsim.Config{Faults: codexsim.Faults{CloseAfterEvents: 1}}})
 	healthy := 0
-	e.clock.onSleep = func(time.Duration) {
+	e.clock.OnSleep(func(time.Duration) {
 		if err := e.sim.SetConfig(codexsim.ConfigPatch{CloseAfterEvents: &healthy}); err != nil {
 			t.Errorf("SetConfig: %v", err)
 		}
-	}
-	resp := e.post(t, "/v1/messages", messagesBody(true, "#sim reply recovered"), nil)
-	body := string(readAll(t, resp))
-	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"text":"recovered"`) && !strings.Contains(body, "recovered") || !strings.Contains(body, "event: message_stop") || strings.Contains(body, "event: error") {
+	})
+	resp := e.post(t, "/v1/messages", gateway.MessagesBody(true, "#sim reply recovered"), nil)
+	body := string(gateway.ReadAll(t, resp))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "recovered") || !strings.Contains(body, "event: message_stop") || strings.Contains(body, "event: error") {
 		t.Fatalf("status %d body %s, want a complete stream with the reply and no error", resp.StatusCode, body)
 	}
 	if got, want := e.clock.Sleeps(), []time.Duration{2 * time.Second}; !slices.Equal(got, want) {
@@ -142,8 +139,8 @@ func TestTransportDropBeforeOutputRecovers(t *testing.T) {
 // retried.
 func TestTransportDropAfterOutputIsSSEError(t *testing.T) {
 	e := newEnv(t, envOptions{sim: codexsim.Config{Faults: codexsim.Faults{CloseAfterEvents: 8}}})
-	resp := e.post(t, "/v1/messages", messagesBody(true, "#sim reply "+strings.Repeat("word ", 100)), nil)
-	body := string(readAll(t, resp))
+	resp := e.post(t, "/v1/messages", gateway.MessagesBody(true, "#sim reply "+strings.Repeat("word ", 100)), nil)
+	body := string(gateway.ReadAll(t, resp))
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "event: content_block_delta") ||
 		!strings.Contains(body, "event: error") || strings.Contains(body, "event: message_stop") {
 		t.Fatalf("status %d body %s, want output then an SSE error event and no message_stop", resp.StatusCode, body)
@@ -156,156 +153,106 @@ func TestTransportDropAfterOutputIsSSEError(t *testing.T) {
 	}
 }
 
-// refreshingSource hands out old until Rejected is called with it.
-type refreshingSource struct {
-	mu       sync.Mutex
-	current  credentials.Credential
-	next     credentials.Credential
-	err      error // returned by Rejected when set
-	rejected []credentials.Secret
-}
-
-func (s *refreshingSource) Credential(context.Context) (credentials.Credential, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.current, nil
-}
-
-func (s *refreshingSource) Rejected(_ context.Context, tok credentials.Secret) (credentials.Credential, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.rejected = append(s.rejected, tok)
-	if s.err != nil {
-		return credentials.Credential{}, s.err
+// startAuthSim starts an emulator with its OAuth authority: it accepts
+// the access tokens it issues and refreshes them at /oauth/token.
+func startAuthSim(t *testing.T) (codexsim.Config, *simauth.Authority) {
+	t.Helper()
+	auth, err := simauth.New(simauth.Config{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	s.current = s.next
-	return s.current, nil
+	return codexsim.Config{Auth: auth}, auth
 }
 
+// An upgrade refused with 401 makes the data plane refresh the sign-in
+// once, at the token endpoint, and retry at once with the new token.
 func TestRejectedTokenIsRefreshedOnce(t *testing.T) {
-	src := &refreshingSource{
-		current: credentials.Credential{AccessToken: "tok-expired", AccountID: simAccount},
-		next:    credentials.Credential{AccessToken: simToken, AccountID: simAccount},
+	simCfg, auth := startAuthSim(t)
+	issued, err := auth.Issue(simAccount)
+	if err != nil {
+		t.Fatal(err)
 	}
-	e := newEnv(t, envOptions{mutate: func(c *Config) { c.Credentials = src }})
-	resp := e.post(t, "/v1/messages", messagesBody(false, "#sim reply fresh"), nil)
-	body := readAll(t, resp)
+	authFile := nodetest.WriteAuth(t, "tok-expired", simAccount, issued.RefreshToken)
+	e := newEnv(t, envOptions{sim: simCfg, mutate: func(c *node.Config) { c.CodexAuth = authFile }})
+	resp := e.post(t, "/v1/messages", gateway.MessagesBody(false, "#sim reply fresh"), nil)
+	body := gateway.ReadAll(t, resp)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "fresh") {
 		t.Fatalf("status %d body %s, want 200 with the reply", resp.StatusCode, body)
 	}
-	if !slices.Equal(src.rejected, []credentials.Secret{"tok-expired"}) {
-		t.Errorf("Rejected calls %v, want one with the expired token", src.rejected)
-	}
-	if st := e.sim.Stats(); st.Upgrade401s != 1 || st.Upgrades != 1 {
-		t.Errorf("sim 401s=%d upgrades=%d, want 1 and 1", st.Upgrade401s, st.Upgrades)
+	if st := e.sim.Stats(); st.Upgrade401s != 1 || st.Upgrades != 1 || st.TokenRefreshes != 1 {
+		t.Errorf("sim 401s=%d upgrades=%d refreshes=%d, want 1, 1 and 1", st.Upgrade401s, st.Upgrades, st.TokenRefreshes)
 	}
 	if len(e.clock.Sleeps()) != 0 {
 		t.Errorf("waits %v, want none before the refreshed retry", e.clock.Sleeps())
 	}
+	if b, err := os.ReadFile(authFile); err != nil || strings.Contains(string(b), "tok-expired") {
+		t.Errorf("auth.json after the refresh: %v, still holds the rejected token: %t", err, strings.Contains(string(b), "tok-expired"))
+	}
 }
 
+// A rejected token that cannot be refreshed is a 401 the client must not
+// retry, and the upgrade is not tried again.
 func TestLoginRequiredIs401WithoutRetry(t *testing.T) {
 	for _, tt := range []struct {
-		name string
-		err  error
-		want string
+		name    string
+		refresh string // --refresh
+		want    string
 	}{
-		{"refresh token dead", fmt.Errorf("refresh: %w", credentials.ErrLoginRequired), "codex login"},
-		{"refresh impossible", errors.New("token unchanged"), "could not be refreshed"},
+		{"refresh token dead", node.RefreshAuto, "codex login"},
+		{"refresh impossible", node.RefreshNever, "could not be refreshed"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			src := &refreshingSource{current: credentials.Credential{AccessToken: "tok-expired", AccountID: simAccount}, err: tt.err}
-			e := newEnv(t, envOptions{mutate: func(c *Config) { c.Credentials = src }})
-			resp := e.post(t, "/v1/messages", messagesBody(true, "#sim reply x"), nil)
+			simCfg, _ := startAuthSim(t)
+			authFile := nodetest.WriteAuth(t, "tok-expired", simAccount, "rt-unknown-to-the-sim")
+			e := newEnv(t, envOptions{sim: simCfg, mutate: func(c *node.Config) {
+				c.CodexAuth = authFile
+				c.Refresh = tt.refresh
+			}})
+			resp := e.post(t, "/v1/messages", gateway.MessagesBody(true, "#sim reply x"), nil)
 			if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("X-Should-Retry") != "false" {
 				t.Errorf("status %d x-should-retry %q, want 401 and false", resp.StatusCode, resp.Header.Get("X-Should-Retry"))
 			}
-			eb := readError(t, resp)
+			eb := gateway.ReadError(t, resp)
 			if eb.Error.Type != "authentication_error" || !strings.Contains(eb.Error.Message, tt.want) {
 				t.Errorf("error %+v, want authentication_error mentioning %q", eb.Error, tt.want)
 			}
-			if strings.Contains(eb.Error.Message, "tok-expired") {
-				t.Errorf("error message %q leaks the token", eb.Error.Message)
+			if strings.Contains(eb.Error.Message, "tok-expired") || strings.Contains(e.dp.Logs.String(), "tok-expired") {
+				t.Errorf("the token reached the error %q or the log", eb.Error.Message)
 			}
-			if len(src.rejected) != 1 {
-				t.Errorf("Rejected called %d times, want 1", len(src.rejected))
-			}
-			if st := e.sim.Stats(); st.Upgrade401s != 1 {
-				t.Errorf("sim 401s = %d, want 1 (no retry after a failed refresh)", st.Upgrade401s)
+			if st := e.sim.Stats(); st.Upgrade401s != 1 || st.Upgrades != 0 {
+				t.Errorf("sim 401s = %d upgrades = %d, want 1 and 0 (no retry after a failed refresh)", st.Upgrade401s, st.Upgrades)
 			}
 		})
 	}
 }
 
-// A pacer refusal makes the next attempt wait exactly its hint.
-func TestAdmissionRefusalWaitsExactlyTheHint(t *testing.T) {
-	clk := newFakeClock()
-	var mu sync.Mutex
-	var asked []time.Duration
-	admit := pool.AdmitterFunc(func(ctx context.Context, acct string) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if acct != simAccount {
-			t.Errorf("Admit account %q, want %q", acct, simAccount)
-		}
-		asked = append(asked, clk.Now().Sub(epoch))
-		if len(asked) <= 2 {
-			return &admission.RefusedError{RetryAfter: 4 * time.Second, RequiredWait: 9 * time.Second}
-		}
-		return nil
-	})
-	var p *pool.Pool
-	e := newEnv(t, envOptions{mutate: func(c *Config) {
-		var err error
-		p, err = pool.New(pool.Config{Dialer: PoolDialer(upstream.DialOptions{URL: c.Dialer.(*recordingDialer).url}, c.Credentials), Admitter: admit})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Pool = p
-		c.RetryClock = clk
-		c.Budget = pacing.Budget{IdleTimeout: 120 * time.Second, TotalTimeout: 600 * time.Second, MaxRetries: 5}
-	}})
-	t.Cleanup(func() { p.Close() })
-	resp := e.post(t, "/v1/messages", messagesBody(false, "#sim reply admitted"), sessionHeader)
-	body := readAll(t, resp)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d body %s, want 200", resp.StatusCode, body)
-	}
-	if want := []time.Duration{0, 4 * time.Second, 8 * time.Second}; !slices.Equal(asked, want) {
-		t.Errorf("admission asked at %v, want %v", asked, want)
-	}
+// jwt returns an unsigned JWT whose payload is claims (the data plane
+// reads claims, never signatures).
+func jwt(claims map[string]any) string {
+	b, _ := json.Marshal(claims)
+	enc := base64.RawURLEncoding
+	return enc.EncodeToString([]byte(`{"alg":"none"}`)) + "." + enc.EncodeToString(b) + ".sig"
 }
 
-// Refusals until the retries run out: 429 rate_limit_error with a
-// retry-after in [h, ceil(1.25 h)].
-func TestAdmissionRefusalsExhausted(t *testing.T) {
-	clk := newFakeClock()
-	admit := pool.AdmitterFunc(func(context.Context, string) error {
-		return &admission.RefusedError{RetryAfter: 4 * time.Second}
-	})
-	var p *pool.Pool
-	e := newEnv(t, envOptions{mutate: func(c *Config) {
-		p, _ = pool.New(pool.Config{Dialer: PoolDialer(upstream.DialOptions{URL: c.Dialer.(*recordingDialer).url}, c.Credentials), Admitter: admit})
-		c.Pool = p
-		c.RetryClock = clk
-		c.Budget = pacing.Budget{IdleTimeout: 120 * time.Second, TotalTimeout: 600 * time.Second, MaxRetries: 2}
+// A credential that cannot be had at all (expired, and the token endpoint
+// unreachable) is a 401 that names no token.
+func TestCredentialUnavailableIs401(t *testing.T) {
+	expired := jwt(map[string]any{"exp": time.Now().Add(-time.Hour).Unix(), "chatgpt_account_id": simAccount})
+	authFile := nodetest.WriteAuth(t, expired, simAccount, "rt-SECRET")
+	e := newEnv(t, envOptions{mutate: func(c *node.Config) {
+		c.CodexAuth = authFile
+		c.TokenEndpoint = "http://127.0.0.1:1/oauth/token"
 	}})
-	t.Cleanup(func() { p.Close() })
-	resp := e.post(t, "/v1/messages", messagesBody(true, "#sim reply x"), sessionHeader)
-	if resp.StatusCode != http.StatusTooManyRequests {
-		t.Fatalf("status %d, want 429", resp.StatusCode)
+	resp := e.post(t, "/v1/messages", gateway.MessagesBody(true, "hi"), nil)
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("status %d, want 401", resp.StatusCode)
 	}
-	if ra := resp.Header.Get("Retry-After"); ra != "4" && ra != "5" {
-		t.Errorf("retry-after %q, want 4 or 5", ra)
+	eb := gateway.ReadError(t, resp)
+	if eb.Error.Type != "authentication_error" || strings.Contains(eb.Error.Message, "SECRET") || strings.Contains(eb.Error.Message, expired) {
+		t.Errorf("error = %+v, want authentication_error without a token", eb.Error)
 	}
-	if eb := readError(t, resp); eb.Error.Type != "rate_limit_error" {
-		t.Errorf("error %+v, want rate_limit_error", eb.Error)
-	}
-	if got, want := clk.Sleeps(), []time.Duration{4 * time.Second, 4 * time.Second}; !slices.Equal(got, want) {
-		t.Errorf("waits %v, want %v", got, want)
-	}
-	if st := e.sim.Stats(); st.Upgrades != 0 {
-		t.Errorf("sim upgrades = %d, want 0", st.Upgrades)
+	if st := e.sim.Stats(); st.Upgrades+st.Upgrade401s != 0 {
+		t.Errorf("sim saw %d upgrades and %d 401s, want none without a credential", st.Upgrades, st.Upgrade401s)
 	}
 }
 
@@ -339,35 +286,57 @@ func TestConnectionLimitReplacesSocket(t *testing.T) {
 	}
 }
 
-// PoolDialer reads the credential at each dial (a refreshed token is used
-// for new sockets) and its Close releases the socket at once.
-func TestPoolDialerUsesCurrentCredentialAndHardCloses(t *testing.T) {
-	e := newEnv(t, envOptions{sim: codexsim.Config{AcceptTokens: map[string]string{"tok-a": "acct-a", "tok-b": "acct-b"}}})
-	src := &refreshingSource{current: credentials.Credential{AccessToken: "tok-a", AccountID: "acct-a"},
-		next: credentials.Credential{AccessToken: "tok-b", AccountID: "acct-b"}}
-	d := PoolDialer(upstream.DialOptions{URL: e.simURL}, src)
-	c1, err := d.Dial(t.Context(), pool.Partition{})
-	if err != nil {
-		t.Fatalf("first dial: %v", err)
+// The control plane's pacing reaches the client: with one token a minute
+// of burst spent, a turn that needs a new socket is refused by the
+// embedded control plane on every attempt, waits each refusal's hint, and
+// is answered 429 rate_limit_error with a retry-after; it never dials.
+func TestPacingRefusalIs429(t *testing.T) {
+	e := newEnv(t, envOptions{mutate: func(c *node.Config) {
+		c.Policy = pacing.Policy{RatePerMinute: 3, Burst: 1, Budget: pacing.DefaultBudget()}
+	}})
+	resp := e.post(t, "/v1/messages", gateway.MessagesBody(false, "#sim reply admitted"), nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("first turn: status %d, want 200: %s", resp.StatusCode, gateway.ReadAll(t, resp))
 	}
-	if _, err := src.Rejected(t.Context(), "tok-a"); err != nil {
-		t.Fatal(err)
+	gateway.ReadAll(t, resp)
+	resp = e.post(t, "/v1/messages", gateway.MessagesBody(false, "#sim reply refused"), nil) // a new socket: no session
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("second turn: status %d retry-after %q, want 429 with a retry-after", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-	c2, err := d.Dial(t.Context(), pool.Partition{})
-	if err != nil {
-		t.Fatalf("second dial: %v", err)
+	if eb := gateway.ReadError(t, resp); eb.Error.Type != "rate_limit_error" || !strings.Contains(eb.Error.Message, "pacing") {
+		t.Errorf("error %+v, want rate_limit_error naming the pacing", eb.Error)
 	}
-	if st := e.sim.Stats(); st.UpgradesByAccount["acct-a"] != 1 || st.UpgradesByAccount["acct-b"] != 1 || st.OpenSockets != 2 {
-		t.Errorf("sim upgrades by account %v open %d, want one each and 2 open", st.UpgradesByAccount, st.OpenSockets)
+	// One token every 20 s: each refusal's hint is at most that, and the
+	// turn waited it before each of its 5 retries.
+	sleeps := e.clock.Sleeps()
+	if len(sleeps) != pacing.DefaultMaxRetries {
+		t.Errorf("waits %v, want %d (one per retry)", sleeps, pacing.DefaultMaxRetries)
 	}
-	c1.Close("test")
-	c2.Close("test")
-	waitFor(t, "the sim to see both sockets closed", func() bool { return e.sim.Stats().OpenSockets == 0 })
+	for _, d := range sleeps {
+		if d <= 0 || d > 20*time.Second {
+			t.Errorf("wait %v, want a refusal hint in (0, 20s]", d)
+		}
+	}
+	if st := e.sim.Stats(); st.Upgrades != 1 {
+		t.Errorf("sim upgrades = %d, want 1 (the refused turn never dialed)", st.Upgrades)
+	}
+}
 
-	src.current = credentials.Credential{AccessToken: "tok-unknown", AccountID: "acct-a"}
-	_, err = d.Dial(t.Context(), pool.Partition{})
-	var rej *rejectedError
-	if !errors.As(err, &rej) || rej.token != "tok-unknown" || strings.Contains(err.Error(), "tok-unknown") {
-		t.Errorf("dial with a refused token: %v, want a 401 rejection carrying (but not printing) the token", err)
+// On shutdown the pool tells the backend: every idle socket gets a close
+// frame with 1001 "pool closed".
+func TestShutdownClosesIdleSocketsWithGoingAway(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	resp := e.post(t, "/v1/messages", gateway.MessagesBody(false, "#sim reply hello"), sessionHeader)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, want 200: %s", resp.StatusCode, gateway.ReadAll(t, resp))
+	}
+	gateway.ReadAll(t, resp)
+	if socks := e.sim.Sockets(); len(socks) != 1 || socks[0].Closed {
+		t.Fatalf("sim sockets %+v before shutdown, want one open head", socks)
+	}
+	e.dp.Stop(t)
+	gateway.WaitFor(t, "the sim to see the socket closed", func() bool { return e.sim.Sockets()[0].Closed })
+	if s := e.sim.Sockets()[0]; s.CloseStatus != websocket.StatusGoingAway || s.CloseReason != "pool closed" {
+		t.Errorf("the sim saw the head closed with %v %q, want 1001 \"pool closed\"", s.CloseStatus, s.CloseReason)
 	}
 }

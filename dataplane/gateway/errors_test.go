@@ -1,8 +1,6 @@
-package gateway
+package gateway_test
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -10,11 +8,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clodex/clodex/dataplane/credentials"
-	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/dataplane/gateway"
 	"github.com/clodex/clodex/internal/codexsim"
+	"github.com/clodex/clodex/internal/node"
 	"github.com/clodex/clodex/internal/pacing"
 )
+
+// policyWithRetries is the default policy with maxRetries, resolved the
+// way the data plane reads CLODEX_UPSTREAM_MAX_RETRIES.
+func policyWithRetries(t *testing.T, maxRetries int) pacing.Policy {
+	t.Helper()
+	p, notices := pacing.PolicyFromEnv(func(k string) (string, bool) {
+		if k == pacing.EnvMaxRetries {
+			return strconv.Itoa(maxRetries), true
+		}
+		return "", false
+	})
+	if len(notices) != 0 || p.Budget.MaxRetries != maxRetries {
+		t.Fatalf("policy for %d retries: %+v, notices %v", maxRetries, p, notices)
+	}
+	return p
+}
 
 func TestUpgradeThrottleBecomes429(t *testing.T) {
 	tests := []struct {
@@ -32,20 +46,20 @@ func TestUpgradeThrottleBecomes429(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{
 				sim: codexsim.Config{UpgradeLimit: 1, Faults: codexsim.Faults{RetryAfter403: tt.retryAfter403}},
-				mutate: func(c *Config) {
-					c.Budget = pacing.Budget{IdleTimeout: 120 * time.Second, TotalTimeout: 600 * time.Second, MaxRetries: 2}
+				mutate: func(c *node.Config) {
+					c.Policy = policyWithRetries(t, 2)
 					c.RetryRand = func() float64 { return 0.5 }
 				},
 			})
-			first := e.post(t, "/v1/messages", messagesBody(false, "#sim reply ok"), nil)
+			first := e.post(t, "/v1/messages", gateway.MessagesBody(false, "#sim reply ok"), nil)
 			if first.StatusCode != http.StatusOK {
-				t.Fatalf("first request: status %d, want 200: %s", first.StatusCode, readAll(t, first))
+				t.Fatalf("first request: status %d, want 200: %s", first.StatusCode, gateway.ReadAll(t, first))
 			}
-			readAll(t, first)
+			gateway.ReadAll(t, first)
 			for _, stream := range []bool{true, false} {
-				resp := e.post(t, "/v1/messages?beta=true", messagesBody(stream, "#sim reply ok"), nil)
+				resp := e.post(t, "/v1/messages?beta=true", gateway.MessagesBody(stream, "#sim reply ok"), nil)
 				if resp.StatusCode != http.StatusTooManyRequests {
-					t.Fatalf("stream=%v: status %d, want 429: %s", stream, resp.StatusCode, readAll(t, resp))
+					t.Fatalf("stream=%v: status %d, want 429: %s", stream, resp.StatusCode, gateway.ReadAll(t, resp))
 				}
 				got, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 				if err != nil || got < tt.minRetryAfter || got > tt.maxRetryAfter {
@@ -54,7 +68,7 @@ func TestUpgradeThrottleBecomes429(t *testing.T) {
 				if v := resp.Header.Get("X-Should-Retry"); v != "" {
 					t.Errorf("stream=%v: x-should-retry = %q, want none for a throttle", stream, v)
 				}
-				eb := readError(t, resp)
+				eb := gateway.ReadError(t, resp)
 				if eb.Error.Type != "rate_limit_error" || !strings.Contains(eb.Error.Message, "403") {
 					t.Errorf("stream=%v: error = %+v, want rate_limit_error mentioning the 403", stream, eb.Error)
 				}
@@ -89,39 +103,19 @@ func TestOutputlessFailureIsAnError(t *testing.T) {
 			name := tt.name + map[bool]string{true: "/stream", false: "/json"}[stream]
 			t.Run(name, func(t *testing.T) {
 				e := newEnv(t, envOptions{})
-				resp := e.post(t, "/v1/messages", messagesBody(stream, tt.text), nil)
+				resp := e.post(t, "/v1/messages", gateway.MessagesBody(stream, tt.text), nil)
 				if resp.StatusCode != tt.wantStatus {
-					t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.wantStatus, readAll(t, resp))
+					t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.wantStatus, gateway.ReadAll(t, resp))
 				}
 				if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 					t.Errorf("content-type %q, want application/json", ct)
 				}
-				eb := readError(t, resp)
+				eb := gateway.ReadError(t, resp)
 				if eb.Error.Type != tt.wantType || !strings.Contains(eb.Error.Message, tt.wantMsg) {
 					t.Errorf("error = %+v, want type %s mentioning %q", eb.Error, tt.wantType, tt.wantMsg)
 				}
 			})
 		}
-	}
-}
-
-// After output, a failure ends the SSE stream with an error event and no
-// message_stop.
-func TestFailureAfterOutputIsSSEError(t *testing.T) {
-	e := newEnv(t, envOptions{sim: codexsim.Config{Faults: codexsim.Faults{CloseAfterEvents: 8}}})
-	resp := e.post(t, "/v1/messages", messagesBody(true, "#sim reply "+strings.Repeat("word ", 100)), nil)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d, want 200", resp.StatusCode)
-	}
-	body := string(readAll(t, resp))
-	if !strings.Contains(body, "event: content_block_delta") {
-		t.Fatalf("body has no content before the failure:\n%s", body)
-	}
-	if !strings.Contains(body, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\"") {
-		t.Errorf("body does not end with an api_error event:\n%s", body)
-	}
-	if strings.Contains(body, "message_stop") {
-		t.Errorf("body has message_stop after a failure:\n%s", body)
 	}
 }
 
@@ -138,11 +132,11 @@ func TestUpgradeFailureStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(http.StatusText(tt.upgradeStatus), func(t *testing.T) {
 			e := newEnv(t, envOptions{sim: codexsim.Config{Faults: codexsim.Faults{Upgrade5xxShare: 1, Upgrade5xxStatus: tt.upgradeStatus}}})
-			resp := e.post(t, "/v1/messages", messagesBody(true, "hi"), nil)
+			resp := e.post(t, "/v1/messages", gateway.MessagesBody(true, "hi"), nil)
 			if resp.StatusCode != tt.wantStatus {
 				t.Fatalf("status %d, want %d", resp.StatusCode, tt.wantStatus)
 			}
-			eb := readError(t, resp)
+			eb := gateway.ReadError(t, resp)
 			if eb.Error.Type != tt.wantType || !strings.Contains(eb.Error.Message, strconv.Itoa(tt.upgradeStatus)) {
 				t.Errorf("error = %+v, want type %s naming the upstream %d", eb.Error, tt.wantType, tt.upgradeStatus)
 			}
@@ -151,32 +145,87 @@ func TestUpgradeFailureStatus(t *testing.T) {
 }
 
 func TestUnreachableUpstreamIs502(t *testing.T) {
-	e := newEnv(t, envOptions{mutate: func(c *Config) {
-		c.Dialer = UpstreamDialer(upstream.DialOptions{URL: "ws://127.0.0.1:1/backend-api/codex/responses"})
+	e := newEnv(t, envOptions{mutate: func(c *node.Config) {
+		c.UpstreamURL = "ws://127.0.0.1:1/backend-api/codex/responses"
 	}})
-	resp := e.post(t, "/v1/messages", messagesBody(true, "hi"), nil)
+	resp := e.post(t, "/v1/messages", gateway.MessagesBody(true, "hi"), nil)
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("status %d, want 502", resp.StatusCode)
 	}
-	if eb := readError(t, resp); eb.Error.Type != "api_error" {
+	if eb := gateway.ReadError(t, resp); eb.Error.Type != "api_error" {
 		t.Errorf("error type %q, want api_error", eb.Error.Type)
 	}
 }
 
-func TestCredentialUnavailableIs401(t *testing.T) {
-	e := newEnv(t, envOptions{mutate: func(c *Config) { c.Credentials = NoRefresh(failingSource{}) }})
-	resp := e.post(t, "/v1/messages", messagesBody(true, "hi"), nil)
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("status %d, want 401", resp.StatusCode)
+// A usage limit that resets later than 60 s is final (x-should-retry:
+// false, no retry); one that resets sooner is retried with the reset as
+// the wait and, when the retries run out, is a plain 429.
+func TestUsageLimitReset(t *testing.T) {
+	tests := []struct {
+		name            string
+		resetSecs       int
+		wantCreates     int
+		wantShouldRetry string
+		minSleep        time.Duration // every wait between attempts is within [min, max]
+		maxSleep        time.Duration
+	}{
+		{"resets in 4 h", 4 * 3600, 1, "false", 0, 0},
+		{"resets in 30 s", 30, 3, "", 30 * time.Second, 37500 * time.Millisecond},
 	}
-	eb := readError(t, resp)
-	if eb.Error.Type != "authentication_error" || strings.Contains(eb.Error.Message, "SECRET") {
-		t.Errorf("error = %+v, want authentication_error without the cause's text", eb.Error)
+	for _, tt := range tests {
+		for _, stream := range []bool{false, true} {
+			name := tt.name + map[bool]string{true: "/stream", false: "/json"}[stream]
+			t.Run(name, func(t *testing.T) {
+				up := newWSUpstream(t, func(int) []string { return []string{usageLimitFrame(tt.resetSecs)} })
+				e := newEnv(t, envOptions{mutate: func(c *node.Config) {
+					c.UpstreamURL = up.url
+					c.Policy = policyWithRetries(t, 2)
+					c.RetryRand = func() float64 { return 0.5 }
+				}})
+				resp := e.post(t, "/v1/messages", gateway.MessagesBody(stream, "hello"), nil)
+				if resp.StatusCode != http.StatusTooManyRequests {
+					t.Fatalf("status %d, want 429: %s", resp.StatusCode, gateway.ReadAll(t, resp))
+				}
+				if got := resp.Header.Get("X-Should-Retry"); got != tt.wantShouldRetry {
+					t.Errorf("x-should-retry = %q, want %q", got, tt.wantShouldRetry)
+				}
+				eb := gateway.ReadError(t, resp)
+				if eb.Error.Type != "rate_limit_error" || !strings.Contains(eb.Error.Message, "usage_limit_reached") {
+					t.Errorf("error = %+v, want rate_limit_error naming usage_limit_reached", eb.Error)
+				}
+				if creates, _ := up.stats(); creates != tt.wantCreates {
+					t.Errorf("upstream got %d response.create, want %d", creates, tt.wantCreates)
+				}
+				sleeps := e.clock.Sleeps()
+				if len(sleeps) != tt.wantCreates-1 {
+					t.Errorf("waits between attempts = %v, want %d", sleeps, tt.wantCreates-1)
+				}
+				for _, d := range sleeps {
+					if d < tt.minSleep || d > tt.maxSleep {
+						t.Errorf("wait %v, want within [%v, %v] (the reset is the hint)", d, tt.minSleep, tt.maxSleep)
+					}
+				}
+			})
+		}
 	}
 }
 
-type failingSource struct{}
-
-func (failingSource) Credential(context.Context) (credentials.Credential, error) {
-	return credentials.Credential{}, errors.New("refresh rejected for SECRET-token")
+// After output, a failure ends the SSE stream with an error event and no
+// message_stop.
+func TestFailureAfterOutputIsSSEError(t *testing.T) {
+	e := newEnv(t, envOptions{sim: codexsim.Config{Faults: codexsim.Faults{CloseAfterEvents: 8}}})
+	resp := e.post(t, "/v1/messages", gateway.MessagesBody(true, "#sim reply "+strings.Repeat("word ", 100)), nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, want 200", resp.StatusCode)
+	}
+	body := string(gateway.ReadAll(t, resp))
+	if !strings.Contains(body, "event: content_block_delta") {
+		t.Fatalf("body has no content before the failure:\n%s", body)
+	}
+	if !strings.Contains(body, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\"") {
+		t.Errorf("body does not end with an api_error event:\n%s", body)
+	}
+	if strings.Contains(body, "message_stop") {
+		t.Errorf("body has message_stop after a failure:\n%s", body)
+	}
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/clodex/clodex/dataplane/credentials"
-	"github.com/clodex/clodex/dataplane/translate"
+	"github.com/clodex/clodex/dataplane/pool"
 )
 
 // FuzzMessages posts arbitrary bodies, encodings and paths: every answer is
@@ -25,13 +25,18 @@ func FuzzMessages(f *testing.F) {
 	f.Add([]byte("\x1f\x8b\x08\x00"), "gzip", "/v1/messages")
 	f.Add([]byte(`{}`), "br", "/v1/messages")
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","data":"AA"}}]}]}`), "", "/v1/messages/count_tokens")
+	p, err := pool.New(pool.Config{Dialer: pool.DialerFunc(func(context.Context, pool.Partition) (pool.Conn, error) {
+		return nil, errors.New("no upstream in the fuzzer")
+	})})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer p.Close()
 	srv, err := New(Config{
-		Credentials: NoRefresh(credentials.Static{AccessToken: "tok"}),
-		Dialer: DialFunc(func(context.Context, credentials.Credential, *translate.Turn) (Conn, error) {
-			return nil, errors.New("no upstream in the fuzzer")
-		}),
+		Credentials:  NoRefresh(credentials.Static{AccessToken: "tok"}),
+		Pool:         p,
 		MaxBodyBytes: 1 << 20,
-		RetryClock:   newFakeClock(),
+		RetryClock:   NewFakeClock(),
 	})
 	if err != nil {
 		f.Fatal(err)
@@ -58,7 +63,7 @@ func FuzzMessages(f *testing.F) {
 			}
 			return
 		}
-		var eb errorBody
+		var eb ErrorBody
 		if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil || eb.Type != "error" || eb.Error.Type == "" || eb.Error.Message == "" {
 			t.Fatalf("status %d with body %q: not an Anthropic error", rec.Code, rec.Body)
 		}

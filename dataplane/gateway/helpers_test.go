@@ -1,25 +1,24 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"go.uber.org/goleak"
 
 	"github.com/clodex/clodex/dataplane/credentials"
-	"github.com/clodex/clodex/dataplane/translate"
+	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/internal/codexsim"
 )
 
+// TestMain checks for leaked goroutines after the tests of both packages,
+// gateway and gateway_test.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const (
@@ -27,23 +26,27 @@ const (
 	simAccount = "acct-test"
 )
 
-// env is a data plane (httptest server) in front of a clodex-sim.
-type env struct {
+// unitEnv is the gateway alone over a pool of PoolDialer sockets to a
+// clodex-sim: for tests of the gateway's own options (BudgetFor,
+// MaxBodyBytes, a non-loopback ListenAddr, a pool's Admitter) that the
+// assembly does not expose. Tests of the data plane as it runs build it
+// with package node, in gateway_test.
+type unitEnv struct {
 	sim    *codexsim.Server
-	simURL string // ws URL of the Responses endpoint
+	simURL string // the sim's Responses WebSocket
 	gw     *Server
-	url    string // data plane base URL
+	url    string // the gateway's base URL
 	client *http.Client
-	rec    *recordingDialer
-	clock  *fakeClock // the retry clock unless the test set its own
+	clock  *FakeClock // the retry clock
 }
 
-type envOptions struct {
-	sim    codexsim.Config
-	mutate func(*Config)
+type unitOptions struct {
+	sim      codexsim.Config
+	admitter pool.Admitter // the pool's (Optional; nil admits every dial)
+	mutate   func(*Config)
 }
 
-func newEnv(t *testing.T, o envOptions) *env {
+func newUnitEnv(t *testing.T, o unitOptions) *unitEnv {
 	t.Helper()
 	simCfg := o.sim
 	if simCfg.AcceptTokens == nil {
@@ -54,15 +57,14 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatalf("codexsim.New: %v", err)
 	}
 	simTS := httptest.NewServer(sim.Handler())
-	e := &env{sim: sim, simURL: "ws" + strings.TrimPrefix(simTS.URL, "http") + codexsim.ChatGPTPath}
-	e.rec = &recordingDialer{inner: UpstreamDialer(upstream.DialOptions{URL: e.simURL, Version: "test"}), url: e.simURL}
-	cfg := Config{
-		Credentials: NoRefresh(credentials.Static{AccessToken: simToken, AccountID: simAccount}),
-		Dialer:      e.rec,
-		ListenAddr:  "127.0.0.1:0",
+	simURL := "ws" + strings.TrimPrefix(simTS.URL, "http") + codexsim.ChatGPTPath
+	creds := NoRefresh(credentials.Static{AccessToken: simToken, AccountID: simAccount})
+	p, err := pool.New(pool.Config{Dialer: PoolDialer(upstream.DialOptions{URL: simURL}, creds), Admitter: o.admitter})
+	if err != nil {
+		t.Fatalf("pool.New: %v", err)
 	}
-	e.clock = newFakeClock()
-	cfg.RetryClock = e.clock
+	e := &unitEnv{sim: sim, simURL: simURL, clock: NewFakeClock()}
+	cfg := Config{Credentials: creds, Pool: p, ListenAddr: "127.0.0.1:0", RetryClock: e.clock}
 	if o.mutate != nil {
 		o.mutate(&cfg)
 	}
@@ -79,97 +81,26 @@ func newEnv(t *testing.T, o envOptions) *env {
 		tr.CloseIdleConnections()
 		gwTS.Close()
 		gw.Close()
+		p.Close()
 		sim.Close()
 		simTS.Close()
 	})
 	return e
 }
 
-// recordingDialer wraps the real dialer and records every upstream frame
-// and close, so tests can compare what the client saw with what the sim
-// sent.
-type recordingDialer struct {
-	inner Dialer
-	url   string // the sim's Responses URL
-
-	mu     sync.Mutex // guards the following fields
-	frames [][]byte
-	closes []closeRecord
-	onNext func([]byte)
-	onSend func([]byte) []byte // may rewrite an outgoing frame
-}
-
-type closeRecord struct {
-	code   websocket.StatusCode
-	reason string
-}
-
-func (d *recordingDialer) Dial(ctx context.Context, cred credentials.Credential, turn *translate.Turn) (Conn, error) {
-	c, err := d.inner.Dial(ctx, cred, turn)
-	if err != nil {
-		return nil, err
-	}
-	return &recordingConn{Conn: c, d: d}, nil
-}
-
-func (d *recordingDialer) setOnNext(f func([]byte)) {
-	d.mu.Lock()
-	d.onNext = f
-	d.mu.Unlock()
-}
-
-func (d *recordingDialer) setSendHook(f func([]byte) []byte) {
-	d.mu.Lock()
-	d.onSend = f
-	d.mu.Unlock()
-}
-
-func (c *recordingConn) Send(ctx context.Context, frame []byte) error {
-	c.d.mu.Lock()
-	f := c.d.onSend
-	c.d.mu.Unlock()
-	if f != nil {
-		frame = f(frame)
-	}
-	return c.Conn.Send(ctx, frame)
-}
-
-func (d *recordingDialer) recorded() ([][]byte, []closeRecord) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([][]byte(nil), d.frames...), append([]closeRecord(nil), d.closes...)
-}
-
-type recordingConn struct {
-	Conn
-	d *recordingDialer
-}
-
-func (c *recordingConn) Next(ctx context.Context) ([]byte, error) {
-	b, err := c.Conn.Next(ctx)
-	if err == nil {
-		c.d.mu.Lock()
-		c.d.frames = append(c.d.frames, b)
-		f := c.d.onNext
-		c.d.mu.Unlock()
-		if f != nil {
-			f(b)
-		}
-	}
-	return b, err
-}
-
-func (c *recordingConn) Close(code websocket.StatusCode, reason string) error {
-	c.d.mu.Lock()
-	c.d.closes = append(c.d.closes, closeRecord{code, reason})
-	c.d.mu.Unlock()
-	return c.Conn.Close(code, reason)
-}
-
-// post sends a JSON POST to the data plane with the given extra headers.
-func (e *env) post(t *testing.T, path, body string, hdr map[string]string) *http.Response {
+// post sends a JSON POST to the gateway with the given extra headers ("" deletes one).
+func (e *unitEnv) post(t *testing.T, path, body string, hdr map[string]string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.url+path, strings.NewReader(body))
+	return Post(t, e.client, e.url+path, body, hdr)
+}
+
+// The helpers below are shared with package gateway_test.
+
+// Post sends a JSON POST to url with the given extra headers ("" deletes
+// one).
+func Post(t *testing.T, client *http.Client, url, body string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,15 +112,15 @@ func (e *env) post(t *testing.T, path, body string, hdr map[string]string) *http
 		}
 		req.Header.Set(k, v)
 	}
-	resp, err := e.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
+		t.Fatalf("POST %s: %v", url, err)
 	}
 	return resp
 }
 
-// errorBody is Anthropic's error shape.
-type errorBody struct {
+// ErrorBody is Anthropic's error shape.
+type ErrorBody struct {
 	Type  string `json:"type"`
 	Error struct {
 		Type    string `json:"type"`
@@ -197,18 +128,21 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-func readError(t *testing.T, resp *http.Response) errorBody {
+// ReadError reads and closes resp's body, failing t unless it is an
+// Anthropic error body.
+func ReadError(t *testing.T, resp *http.Response) ErrorBody {
 	t.Helper()
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	var eb errorBody
+	var eb ErrorBody
 	if err := json.Unmarshal(b, &eb); err != nil || eb.Type != "error" {
 		t.Fatalf("body %q is not an Anthropic error body (%v)", b, err)
 	}
 	return eb
 }
 
-func readAll(t *testing.T, resp *http.Response) []byte {
+// ReadAll reads and closes resp's body.
+func ReadAll(t testing.TB, resp *http.Response) []byte {
 	t.Helper()
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -218,34 +152,8 @@ func readAll(t *testing.T, resp *http.Response) []byte {
 	return b
 }
 
-// completedUsage returns the usage of the response.completed frame the sim
-// sent, from the recorded upstream frames.
-func completedUsage(t *testing.T, frames [][]byte) (input, cached, output int64) {
-	t.Helper()
-	for _, f := range frames {
-		var ev struct {
-			Type     string `json:"type"`
-			Response struct {
-				Usage struct {
-					InputTokens        int64 `json:"input_tokens"`
-					InputTokensDetails struct {
-						CachedTokens int64 `json:"cached_tokens"`
-					} `json:"input_tokens_details"`
-					OutputTokens int64 `json:"output_tokens"`
-				} `json:"usage"`
-			} `json:"response"`
-		}
-		if json.Unmarshal(f, &ev) == nil && ev.Type == "response.completed" {
-			u := ev.Response.Usage
-			return u.InputTokens, u.InputTokensDetails.CachedTokens, u.OutputTokens
-		}
-	}
-	t.Fatalf("no response.completed among %d upstream frames", len(frames))
-	return
-}
-
-// messagesBody is a minimal Messages request with one user text.
-func messagesBody(stream bool, text string) string {
+// MessagesBody is a minimal Messages request with one user text.
+func MessagesBody(stream bool, text string) string {
 	b, _ := json.Marshal(map[string]any{
 		"model":      "gpt-5.5",
 		"max_tokens": 1024,
@@ -255,10 +163,10 @@ func messagesBody(stream bool, text string) string {
 	return string(b)
 }
 
-// waitFor polls cond until it holds or the test's deadline passes. It is
+// WaitFor polls cond until it holds or the test's deadline passes. It is
 // for conditions another goroutine establishes (the sim noticing a closed
 // socket); it asserts nothing about time.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func WaitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline, ok := t.Deadline()
 	if !ok {

@@ -86,8 +86,8 @@ func (s *Server) serveMessages(w *record, r *http.Request) {
 	}
 }
 
-// Close reasons of pooled sockets; reasonClientGone and reasonShutdown
-// close a Config.Dialer socket with 1001.
+// Reasons a turn gives Lease.Discard, which passes them to the socket's
+// Close (PoolDialer's sockets close at once whatever the reason).
 const (
 	reasonClientGone = "client disconnected"
 	reasonShutdown   = "server shutting down"

@@ -55,7 +55,6 @@ type Server struct {
 	tracer   trace.Tracer
 	metrics  *metrics
 	pool     *pool.Pool
-	ownPool  bool // the pool was built from Config.Dialer; Close closes it
 	budget   pacing.Budget
 	rand     func() float64
 
@@ -103,23 +102,12 @@ func New(cfg Config) (*Server, error) {
 	s.budget = cfg.Budget
 	if s.budget == (pacing.Budget{}) {
 		s.budget = pacing.DefaultBudget()
-		s.budget.IdleTimeout, s.budget.TotalTimeout = cfg.IdleTimeout, cfg.TotalTimeout
 	}
 	s.rand = cfg.RetryRand
 	if s.rand == nil {
 		s.rand = rand.Float64
 	}
 	s.pool = cfg.Pool
-	if s.pool == nil {
-		p, err := pool.New(pool.Config{
-			Dialer: configDialer(cfg.Dialer, cfg.Credentials),
-			Logger: cfg.Logger,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("gateway: build private pool: %w", err)
-		}
-		s.pool, s.ownPool = p, true
-	}
 	return s, nil
 }
 
@@ -148,9 +136,11 @@ func accountKey(accountID string) string {
 	return account.Key(accountID)
 }
 
-// Close cancels every in-flight turn (their sockets are closed with 1001,
-// "server shutting down") and waits for the background socket closes.
-// Call it after http.Server.Shutdown has given turns their grace period.
+// Close cancels every in-flight turn (the client is told the data plane is
+// shutting down; the socket is discarded with the reason "server shutting
+// down", which closes it at once) and waits until every turn has released
+// its socket. Call it after http.Server.Shutdown has given turns their
+// grace period, and before closing the pool.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -159,9 +149,6 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.bg.Wait()
-	if s.ownPool {
-		return s.pool.Close()
-	}
 	return nil
 }
 

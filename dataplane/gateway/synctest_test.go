@@ -11,22 +11,22 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/clodex/clodex/dataplane/credentials"
-	"github.com/clodex/clodex/dataplane/translate"
+	"github.com/clodex/clodex/dataplane/pool"
+	"github.com/clodex/clodex/internal/pacing"
 )
 
 // fakeConn is an in-memory upstream socket driven by the test inside a
-// synctest bubble, so deadlines and pings run on the bubble's clock.
+// synctest bubble, so deadlines and pings run on the bubble's clock. The
+// pool dials it through pool.Config.Dialer, the seam the data plane's own
+// dialer (PoolDialer) plugs into.
 type fakeConn struct {
 	frames chan []byte
 	closed chan struct{}
 
 	mu     sync.Mutex // guards the following fields
 	sent   [][]byte
-	code   websocket.StatusCode
-	reason string
+	reason string // the reason the pool closed it with
 	done   bool
 }
 
@@ -52,20 +52,21 @@ func (c *fakeConn) Next(ctx context.Context) ([]byte, error) {
 	}
 }
 
-func (c *fakeConn) Close(code websocket.StatusCode, reason string) error {
+func (c *fakeConn) Close(reason string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.done {
-		c.done, c.code, c.reason = true, code, reason
+		c.done, c.reason = true, reason
 		close(c.closed)
 	}
 	return nil
 }
 
-func (c *fakeConn) closeInfo() (websocket.StatusCode, string) {
+// closeReason is the reason the socket was closed with ("" while open).
+func (c *fakeConn) closeReason() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.code, c.reason
+	return c.reason
 }
 
 // syncWriter is a ResponseWriter safe to read while the handler writes.
@@ -99,27 +100,33 @@ func (w *syncWriter) snapshot() (int, string) {
 	return w.status, w.body.String()
 }
 
-// fakeTurn starts one /v1/messages request against a Server whose Dialer
-// hands out conn. It returns the writer and a channel closed when the
-// handler returns.
-func fakeTurn(t *testing.T, conn *fakeConn, mutate func(*Config), stream bool) (*Server, *syncWriter, chan struct{}, context.CancelFunc) {
+// fakeTurn starts one /v1/messages request against a Server whose pool
+// dials conn. It returns the writer and a channel closed when the handler
+// returns. The server and its pool are closed at t's cleanup (in the
+// data plane's order: turns first, then the pool).
+func fakeTurn(t *testing.T, conn *fakeConn, budget pacing.Budget, stream bool) (*Server, *syncWriter, chan struct{}, context.CancelFunc) {
 	t.Helper()
-	cfg := Config{
-		Credentials: NoRefresh(credentials.Static{AccessToken: "tok", AccountID: "acct"}),
-		Dialer: DialFunc(func(context.Context, credentials.Credential, *translate.Turn) (Conn, error) {
-			return conn, nil
-		}),
-	}
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	srv, err := New(cfg)
+	p, err := pool.New(pool.Config{Dialer: pool.DialerFunc(func(context.Context, pool.Partition) (pool.Conn, error) {
+		return conn, nil
+	})})
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv, err := New(Config{
+		Credentials: NoRefresh(credentials.Static{AccessToken: "tok", AccountID: "acct"}),
+		Pool:        p,
+		Budget:      budget,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Close()
+		p.Close()
+	})
 	ctx, cancel := context.WithCancel(t.Context())
 	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:17645/v1/messages?beta=true",
-		strings.NewReader(messagesBody(stream, "hello")))
+		strings.NewReader(MessagesBody(stream, "hello")))
 	req.Header.Set("Content-Type", "application/json")
 	w := &syncWriter{header: http.Header{}}
 	done := make(chan struct{})
@@ -128,6 +135,19 @@ func fakeTurn(t *testing.T, conn *fakeConn, mutate func(*Config), stream bool) (
 		srv.Handler().ServeHTTP(w, req)
 	}()
 	return srv, w, done, cancel
+}
+
+// budgetWith is the default budget with the given deadlines (0 keeps the
+// default's).
+func budgetWith(idle, total time.Duration) pacing.Budget {
+	b := pacing.DefaultBudget()
+	if idle != 0 {
+		b.IdleTimeout = idle
+	}
+	if total != 0 {
+		b.TotalTimeout = total
+	}
+	return b
 }
 
 const (
@@ -143,9 +163,8 @@ const (
 func TestPingWhileUpstreamWorks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		conn := newFakeConn()
-		srv, w, done, cancel := fakeTurn(t, conn, nil, true)
+		_, w, done, cancel := fakeTurn(t, conn, pacing.Budget{}, true)
 		defer cancel()
-		defer srv.Close()
 		conn.frames <- []byte(evCreated)
 		conn.frames <- []byte(evCallAdded) // commits the stream: content_block_start
 		// The backend streams tool arguments (buffered, nothing goes
@@ -174,9 +193,8 @@ func TestPingWhileUpstreamWorks(t *testing.T) {
 func TestNoPingWhileUpstreamSilentOrUncommitted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		conn := newFakeConn()
-		srv, w, done, cancel := fakeTurn(t, conn, nil, true)
+		_, w, done, cancel := fakeTurn(t, conn, pacing.Budget{}, true)
 		defer cancel()
-		defer srv.Close()
 		conn.frames <- []byte(evCreated)
 		// Upstream keeps working but nothing is committed downstream yet:
 		// no ping, so a later failure can still get a real status.
@@ -202,9 +220,8 @@ func TestNoPingWhileUpstreamSilentOrUncommitted(t *testing.T) {
 func TestIdleTimeoutBeforeOutput(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		conn := newFakeConn()
-		srv, w, done, cancel := fakeTurn(t, conn, func(c *Config) { c.IdleTimeout = 30 * time.Second }, true)
+		_, w, done, cancel := fakeTurn(t, conn, budgetWith(30*time.Second, 0), true)
 		defer cancel()
-		defer srv.Close()
 		start := time.Now()
 		conn.frames <- []byte(evCreated)
 		time.Sleep(20 * time.Second)
@@ -218,8 +235,8 @@ func TestIdleTimeoutBeforeOutput(t *testing.T) {
 			t.Errorf("got %d %s, want 502 api_error naming the idle deadline", status, body)
 		}
 		synctest.Wait()
-		if code, reason := conn.closeInfo(); code != websocket.StatusNormalClosure || reason != "idle timeout" {
-			t.Errorf("socket closed with %v %q, want 1000 \"idle timeout\"", code, reason)
+		if reason := conn.closeReason(); reason != "idle timeout" {
+			t.Errorf("socket closed with reason %q, want \"idle timeout\"", reason)
 		}
 	})
 }
@@ -227,9 +244,8 @@ func TestIdleTimeoutBeforeOutput(t *testing.T) {
 func TestIdleTimeoutAfterOutputIsSSEError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		conn := newFakeConn()
-		srv, w, done, cancel := fakeTurn(t, conn, func(c *Config) { c.IdleTimeout = 30 * time.Second }, true)
+		_, w, done, cancel := fakeTurn(t, conn, budgetWith(30*time.Second, 0), true)
 		defer cancel()
-		defer srv.Close()
 		conn.frames <- []byte(evCreated)
 		conn.frames <- []byte(evCallAdded)
 		<-done
@@ -243,9 +259,8 @@ func TestIdleTimeoutAfterOutputIsSSEError(t *testing.T) {
 func TestTotalTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		conn := newFakeConn()
-		srv, w, done, cancel := fakeTurn(t, conn, func(c *Config) { c.TotalTimeout = 45 * time.Second }, false)
+		_, w, done, cancel := fakeTurn(t, conn, budgetWith(0, 45*time.Second), false)
 		defer cancel()
-		defer srv.Close()
 		start := time.Now()
 		conn.frames <- []byte(evCreated)
 		feeder := make(chan struct{})
@@ -272,16 +287,18 @@ func TestTotalTimeout(t *testing.T) {
 	})
 }
 
-func TestShutdownClosesSocketsWithGoingAway(t *testing.T) {
+// Server.Close ends a turn in flight: the client is told the data plane is
+// shutting down and the pool closes the socket.
+func TestShutdownEndsTurnInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		conn := newFakeConn()
-		srv, w, done, cancel := fakeTurn(t, conn, nil, true)
+		srv, w, done, cancel := fakeTurn(t, conn, pacing.Budget{}, true)
 		defer cancel()
 		conn.frames <- []byte(evCreated)
 		srv.Close() // returns once the socket is released
 		<-done
-		if code, reason := conn.closeInfo(); code != websocket.StatusGoingAway || reason != "server shutting down" {
-			t.Errorf("socket closed with %v %q, want 1001 \"server shutting down\"", code, reason)
+		if reason := conn.closeReason(); reason != "server shutting down" {
+			t.Errorf("socket closed with reason %q, want \"server shutting down\"", reason)
 		}
 		status, body := w.snapshot()
 		if status != http.StatusServiceUnavailable || !strings.Contains(body, "shutting down") {
@@ -293,9 +310,8 @@ func TestShutdownClosesSocketsWithGoingAway(t *testing.T) {
 func TestUpstreamFailedBeforeOutputNonStreaming(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		conn := newFakeConn()
-		srv, w, done, cancel := fakeTurn(t, conn, nil, false)
+		_, w, done, cancel := fakeTurn(t, conn, pacing.Budget{}, false)
 		defer cancel()
-		defer srv.Close()
 		conn.frames <- []byte(evCreated)
 		conn.frames <- []byte(evFailed)
 		<-done
@@ -304,8 +320,8 @@ func TestUpstreamFailedBeforeOutputNonStreaming(t *testing.T) {
 			t.Errorf("got %d %s, want 502 without upstream prose", status, body)
 		}
 		synctest.Wait()
-		if code, reason := conn.closeInfo(); code != websocket.StatusNormalClosure || reason != "turn failed" {
-			t.Errorf("socket closed with %v %q, want 1000 \"turn failed\"", code, reason)
+		if reason := conn.closeReason(); reason != "turn failed" {
+			t.Errorf("socket closed with reason %q, want \"turn failed\"", reason)
 		}
 	})
 }

@@ -4,43 +4,35 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	oteltrace "go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/bearer"
 	"github.com/clodex/clodex/controlplane/store"
-	"github.com/clodex/clodex/dataplane/admission"
-	"github.com/clodex/clodex/dataplane/credentials"
-	"github.com/clodex/clodex/dataplane/gateway"
-	"github.com/clodex/clodex/dataplane/pool"
-	"github.com/clodex/clodex/dataplane/upstream"
-	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/codexsim"
+	"github.com/clodex/clodex/internal/node/nodetest"
 )
 
 const (
 	// The credential the emulator accepts and the data plane presents.
 	simToken   = "tok-trace-e2e-secret"
 	simAccount = "acct-trace-e2e"
+	// agentToken is the fleet's agent token.
+	agentToken = "trace-agent-token-0123456789"
 	// wantKey is account.Key(simAccount), computed outside the code under
 	// test: "acct_" + the first 16 hex digits of
 	// `printf acct-trace-e2e | sha256sum`.
@@ -56,9 +48,10 @@ const (
 	admitSpan   = "clodex.controlplane.v1.AdmissionService/Admit"
 )
 
-// stack is the whole path of one test: control plane, admission client,
-// pool, gateway and emulator, with one exporter per side of the gRPC
-// boundary.
+// stack is the whole path of one test: a control plane on a loopback
+// listener, and the data plane (package node, as clodex-dataplane runs it
+// with --control-plane) in front of the emulator, with one exporter per
+// side of the gRPC boundary.
 type stack struct {
 	baseURL string
 	client  *http.Client
@@ -73,8 +66,8 @@ type stack struct {
 // startStack builds the stack. The control plane's otelgrpc server
 // handler takes its tracer provider from controlplane.Options but its
 // propagator from the global one (controlplane.Options has no
-// propagator), so the test installs the W3C trace-context propagator
-// globally and is not parallel.
+// propagator), and so does the data plane's client handler; the test
+// installs the W3C trace-context propagator globally and is not parallel.
 func startStack(t *testing.T) *stack {
 	t.Helper()
 	prop := propagation.TraceContext{}
@@ -86,13 +79,23 @@ func startStack(t *testing.T) *stack {
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("logs:\n%s", logs.String())
+			t.Logf("control plane and emulator logs:\n%s", logs.String())
 		}
 	})
 
 	cpExp, dpExp := tracetest.NewInMemoryExporter(), tracetest.NewInMemoryExporter()
 	cpTP := sdktrace.NewTracerProvider(sdktrace.WithSyncer(cpExp))
 	dpTP := sdktrace.NewTracerProvider(sdktrace.WithSyncer(dpExp))
+	// The providers are shut down only at cleanup, after everything else:
+	// shutting one down empties its in-memory exporter.
+	t.Cleanup(func() {
+		if err := dpTP.Shutdown(context.Background()); err != nil {
+			t.Errorf("data plane TracerProvider.Shutdown: %v", err)
+		}
+		if err := cpTP.Shutdown(context.Background()); err != nil {
+			t.Errorf("control plane TracerProvider.Shutdown: %v", err)
+		}
+	})
 
 	// The control plane, served on a loopback listener.
 	st, err := store.Open(store.Options{})
@@ -103,7 +106,7 @@ func startStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatalf("bearer.Parse: %v", err)
 	}
-	agentTok, err := bearer.Parse("trace-agent-token-0123456789")
+	agentTok, err := bearer.Parse(agentToken)
 	if err != nil {
 		t.Fatalf("bearer.Parse: %v", err)
 	}
@@ -127,122 +130,36 @@ func startStack(t *testing.T) *stack {
 	cpDone := make(chan error, 1)
 	go func() { cpDone <- cp.Serve(cpCtx, lis) }()
 
-	// The admission client, dialed with the data plane's tracer provider.
-	conn, err := grpc.NewClient(lis.Addr().String(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(bearer.Credentials(agentTok)),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(dpTP), otelgrpc.WithPropagators(prop))),
-		admission.DialOption(),
-	)
-	if err != nil {
-		cpCancel()
-		<-cpDone
-		t.Fatalf("grpc.NewClient: %v", err)
-	}
-	adm, err := admission.New(admission.Config{Conn: conn, AgentID: "trace-e2e", Logger: logger.With("component", "dataplane/admission")})
-	if err != nil {
-		conn.Close()
-		cpCancel()
-		<-cpDone
-		t.Fatalf("admission.New: %v", err)
-	}
-
-	// The emulator.
-	sim, err := codexsim.New(codexsim.Config{AcceptTokens: map[string]string{simToken: simAccount}, Logger: logger})
-	if err != nil {
-		t.Fatalf("codexsim.New: %v", err)
-	}
-	simTS := httptest.NewServer(sim.Handler())
-
-	// The data plane: pool (admitted by the client above) and gateway.
-	creds := gateway.NoRefresh(credentials.Static{AccessToken: simToken, AccountID: simAccount})
-	p, err := pool.New(pool.Config{
-		Dialer: gateway.PoolDialer(upstream.DialOptions{
-			URL:     "ws" + strings.TrimPrefix(simTS.URL, "http") + codexsim.ChatGPTPath,
-			Version: "trace-e2e",
-			Logger:  logger.With("component", "dataplane/upstream"),
-		}, creds),
-		Admitter: pool.AdmitterFunc(func(ctx context.Context, accountID string) error {
-			return adm.Admit(ctx, account.Key(accountID))
-		}),
-		Logger: logger.With("component", "dataplane/pool"),
-	})
-	if err != nil {
-		t.Fatalf("pool.New: %v", err)
-	}
-	gwLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen for the data plane: %v", err)
-	}
-	gw, err := gateway.New(gateway.Config{
-		Credentials:    creds,
-		Pool:           p,
-		ListenAddr:     gwLn.Addr().String(),
-		IdleTimeout:    30 * time.Second,
-		TotalTimeout:   60 * time.Second,
-		Logger:         logger.With("component", "dataplane/gateway"),
-		TracerProvider: dpTP,
-	})
-	if err != nil {
-		t.Fatalf("gateway.New: %v", err)
-	}
-	hs := &http.Server{Handler: gw.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(gwLn) }()
+	// The emulator, and the data plane joining the control plane's fleet.
+	sim := nodetest.StartSim(t, codexsim.Config{AcceptTokens: map[string]string{simToken: simAccount}, Logger: logger})
+	cfg := sim.Config(nodetest.WriteAuth(t, simToken, simAccount, ""))
+	cfg.ControlPlane = lis.Addr().String()
+	cfg.AgentToken = agentToken
+	cfg.Version = "trace-e2e"
+	cfg.LogLevel = "debug"
+	cfg.TracerProvider = dpTP
+	dp := nodetest.Start(t, cfg)
 
 	tr := &http.Transport{}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
 			tr.CloseIdleConnections()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			// HTTP first: Shutdown waits for the handlers, so every
-			// gateway span has ended.
-			if err := hs.Shutdown(ctx); err != nil {
-				t.Errorf("data plane http.Server.Shutdown: %v", err)
-				hs.Close()
-			}
-			if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-				t.Errorf("data plane Serve: %v", err)
-			}
-			if err := gw.Close(); err != nil {
-				t.Errorf("gateway Close: %v", err)
-			}
-			if err := p.Close(); err != nil {
-				t.Errorf("pool Close: %v", err)
-			}
-			if err := adm.Close(); err != nil {
-				t.Errorf("admission Close: %v", err)
-			}
-			if err := conn.Close(); err != nil {
-				t.Errorf("control plane connection Close: %v", err)
-			}
+			// The data plane first: its Close waits for the handlers, so
+			// every gateway span has ended, and says goodbye to the
+			// control plane.
+			dp.Stop(t)
 			// The control plane last: Serve returns after its handlers,
 			// so the server spans have ended too.
 			cpCancel()
 			if err := <-cpDone; err != nil {
 				t.Errorf("control plane Serve: %v", err)
 			}
-			if err := sim.Close(); err != nil {
-				t.Errorf("codexsim Close: %v", err)
-			}
-			simTS.Close()
 		})
 	}
-	// The providers are shut down only at cleanup: shutting one down
-	// empties its in-memory exporter.
-	t.Cleanup(func() {
-		if err := dpTP.Shutdown(context.Background()); err != nil {
-			t.Errorf("data plane TracerProvider.Shutdown: %v", err)
-		}
-		if err := cpTP.Shutdown(context.Background()); err != nil {
-			t.Errorf("control plane TracerProvider.Shutdown: %v", err)
-		}
-	})
 	t.Cleanup(stop)
 	return &stack{
-		baseURL: "http://" + gwLn.Addr().String(),
+		baseURL: dp.URL,
 		client:  &http.Client{Transport: tr, Timeout: 30 * time.Second},
 		dp:      dpExp,
 		cp:      cpExp,

@@ -1,0 +1,375 @@
+package gateway
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/clodex/clodex/dataplane/admission"
+	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/dataplane/pool"
+	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/codexsim"
+	"github.com/clodex/clodex/internal/pacing"
+)
+
+func TestNewRequiresKeyOffLoopback(t *testing.T) {
+	p, err := pool.New(pool.Config{Dialer: pool.DialerFunc(func(context.Context, pool.Partition) (pool.Conn, error) {
+		return nil, errors.New("no upstream")
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	_, err = New(Config{Credentials: NoRefresh(credentials.Static{}), Pool: p, ListenAddr: ":17645"})
+	if err == nil || !strings.Contains(err.Error(), "APIKey is required") || !strings.Contains(err.Error(), ":17645") {
+		t.Errorf("New(non-loopback, no key) = %v, want an error naming APIKey and the address", err)
+	}
+	_, err = New(Config{ListenAddr: "127.0.0.1:1", AllowedOrigins: []string{"not an origin"}, PingInterval: -1,
+		Budget: pacing.Budget{IdleTimeout: -1, TotalTimeout: time.Minute}})
+	for _, want := range []string{"Credentials is required", "Pool is required", "AllowedOrigins[0]", "PingInterval", "Budget has idle timeout"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New(bad config) = %v, want it to mention %q", err, want)
+		}
+	}
+}
+
+// Off loopback a key is required on every route but /healthz and HEAD,
+// and any Host is accepted. (A gateway configured for 0.0.0.0, served on
+// a loopback test listener: the test binds no public interface.)
+func TestListenerSecurityNetwork(t *testing.T) {
+	e := newUnitEnv(t, unitOptions{mutate: func(c *Config) {
+		c.ListenAddr = "0.0.0.0:17645"
+		c.APIKey = "team-key-123"
+	}})
+	tests := []struct {
+		name       string
+		method     string
+		path       string
+		hdr        map[string]string
+		wantStatus int
+	}{
+		{"right x-api-key", "POST", "/v1/messages", map[string]string{"X-Api-Key": "team-key-123"}, 200},
+		{"right bearer", "POST", "/v1/messages", map[string]string{"Authorization": "Bearer team-key-123"}, 200},
+		{"wrong key", "POST", "/v1/messages", map[string]string{"X-Api-Key": "team-key-124"}, 401},
+		{"prefix of key", "POST", "/v1/messages", map[string]string{"X-Api-Key": "team-key"}, 401},
+		{"no key", "POST", "/v1/messages", nil, 401},
+		{"no key for models", "GET", "/v1/models", nil, 401},
+		{"no key for count_tokens", "POST", "/v1/messages/count_tokens", nil, 401},
+		{"any host with key", "POST", "/v1/messages", map[string]string{"X-Api-Key": "team-key-123", "Host": "dataplane.internal:17645"}, 200},
+		{"healthz needs no key", "GET", "/healthz", nil, 200},
+		{"HEAD needs no key", "HEAD", "/", nil, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var body io.Reader
+			if tt.method == "POST" {
+				body = strings.NewReader(MessagesBody(false, "#sim reply ok"))
+			}
+			req, _ := http.NewRequestWithContext(t.Context(), tt.method, e.url+tt.path, body)
+			req.Header.Set("Content-Type", "application/json")
+			for k, v := range tt.hdr {
+				if k == "Host" {
+					req.Host = v
+					continue
+				}
+				req.Header.Set(k, v)
+			}
+			resp, err := e.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tt.wantStatus {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.wantStatus, ReadAll(t, resp))
+			}
+			if tt.wantStatus == 401 {
+				if eb := ReadError(t, resp); eb.Error.Type != "authentication_error" {
+					t.Errorf("error type %q, want authentication_error", eb.Error.Type)
+				}
+				return
+			}
+			ReadAll(t, resp)
+		})
+	}
+}
+
+func compress(t *testing.T, coding string, data []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	var w io.WriteCloser
+	switch coding {
+	case "gzip":
+		w = gzip.NewWriter(&buf)
+	case "deflate":
+		w = zlib.NewWriter(&buf)
+	case "raw-deflate":
+		w, _ = flate.NewWriter(&buf, flate.DefaultCompression)
+	}
+	w.Write(data)
+	w.Close()
+	return buf.Bytes()
+}
+
+// Config.MaxBodyBytes bounds a body as sent and after decoding.
+func TestBodyLimitsAndEncodings(t *testing.T) {
+	const limit = 64 << 10
+	e := newUnitEnv(t, unitOptions{mutate: func(c *Config) { c.MaxBodyBytes = limit }})
+	small := []byte(MessagesBody(false, "#sim reply decoded fine"))
+	// A body that fits compressed but not decompressed.
+	bomb := []byte(MessagesBody(false, strings.Repeat("a", 2*limit)))
+	tests := []struct {
+		name       string
+		body       []byte
+		encoding   string
+		wantStatus int
+		wantType   string
+		wantMsg    string
+	}{
+		{"gzip", compress(t, "gzip", small), "gzip", 200, "", ""},
+		{"deflate (zlib)", compress(t, "deflate", small), "deflate", 200, "", ""},
+		{"deflate (raw)", compress(t, "raw-deflate", small), "deflate", 200, "", ""},
+		{"identity", small, "identity", 200, "", ""},
+		{"too large", bytes.Repeat([]byte(" "), limit+1), "", 413, "request_too_large", "limit"},
+		{"too large after gzip", compress(t, "gzip", bomb), "gzip", 413, "request_too_large", "limit"},
+		{"brotli refused", small, "br", 415, "invalid_request_error", "gzip, deflate"},
+		{"corrupt gzip", []byte("not gzip at all"), "gzip", 400, "invalid_request_error", "gzip"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hdr := map[string]string{}
+			if tt.encoding != "" {
+				hdr["Content-Encoding"] = tt.encoding
+			}
+			resp := e.post(t, "/v1/messages", string(tt.body), hdr)
+			if resp.StatusCode != tt.wantStatus {
+				t.Fatalf("status %d, want %d: %.300s", resp.StatusCode, tt.wantStatus, ReadAll(t, resp))
+			}
+			if tt.wantStatus == 200 {
+				var msg struct{ Content []struct{ Text string } }
+				json.Unmarshal(ReadAll(t, resp), &msg)
+				if len(msg.Content) != 1 || msg.Content[0].Text != "decoded fine" {
+					t.Errorf("content = %+v, want \"decoded fine\"", msg.Content)
+				}
+				return
+			}
+			eb := ReadError(t, resp)
+			if eb.Error.Type != tt.wantType || !strings.Contains(eb.Error.Message, tt.wantMsg) {
+				t.Errorf("error = %+v, want type %s mentioning %q", eb.Error, tt.wantType, tt.wantMsg)
+			}
+		})
+	}
+}
+
+var sessionHeader = map[string]string{"X-Claude-Code-Session-Id": "0f7e1c2a-1111-4222-8333-944455556666"}
+
+// A refusal from the pool's Admitter makes the next attempt wait exactly
+// its hint. (The assembly's admission client and control plane compute
+// the hint from real time; this test fixes it.)
+func TestAdmissionRefusalWaitsExactlyTheHint(t *testing.T) {
+	var clk *FakeClock
+	var mu sync.Mutex
+	var asked []time.Duration
+	admit := pool.AdmitterFunc(func(ctx context.Context, acct string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if acct != simAccount {
+			t.Errorf("Admit account %q, want %q", acct, simAccount)
+		}
+		asked = append(asked, clk.Now().Sub(Epoch))
+		if len(asked) <= 2 {
+			return &admission.RefusedError{RetryAfter: 4 * time.Second, RequiredWait: 9 * time.Second}
+		}
+		return nil
+	})
+	e := newUnitEnv(t, unitOptions{admitter: admit, mutate: func(c *Config) {
+		c.Budget = pacing.Budget{IdleTimeout: 120 * time.Second, TotalTimeout: 600 * time.Second, MaxRetries: 5}
+	}})
+	clk = e.clock
+	resp := e.post(t, "/v1/messages", MessagesBody(false, "#sim reply admitted"), sessionHeader)
+	body := ReadAll(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d body %s, want 200", resp.StatusCode, body)
+	}
+	if want := []time.Duration{0, 4 * time.Second, 8 * time.Second}; !slices.Equal(asked, want) {
+		t.Errorf("admission asked at %v, want %v", asked, want)
+	}
+}
+
+// Refusals until the retries run out: 429 rate_limit_error with a
+// retry-after in [h, ceil(1.25 h)], waits of exactly the hint.
+func TestAdmissionRefusalsExhausted(t *testing.T) {
+	admit := pool.AdmitterFunc(func(context.Context, string) error {
+		return &admission.RefusedError{RetryAfter: 4 * time.Second}
+	})
+	e := newUnitEnv(t, unitOptions{admitter: admit, mutate: func(c *Config) {
+		c.Budget = pacing.Budget{IdleTimeout: 120 * time.Second, TotalTimeout: 600 * time.Second, MaxRetries: 2}
+	}})
+	resp := e.post(t, "/v1/messages", MessagesBody(true, "#sim reply x"), sessionHeader)
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("status %d, want 429", resp.StatusCode)
+	}
+	if ra := resp.Header.Get("Retry-After"); ra != "4" && ra != "5" {
+		t.Errorf("retry-after %q, want 4 or 5", ra)
+	}
+	if eb := ReadError(t, resp); eb.Error.Type != "rate_limit_error" {
+		t.Errorf("error %+v, want rate_limit_error", eb.Error)
+	}
+	if got, want := e.clock.Sleeps(), []time.Duration{4 * time.Second, 4 * time.Second}; !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
+	}
+	if st := e.sim.Stats(); st.Upgrades != 0 {
+		t.Errorf("sim upgrades = %d, want 0", st.Upgrades)
+	}
+}
+
+// Config.BudgetFor is asked for every turn's budget with the credential's
+// account; a zero or invalid answer falls back to Config.Budget.
+func TestBudgetForIsConsulted(t *testing.T) {
+	valid := pacing.Budget{IdleTimeout: 120 * time.Second, TotalTimeout: 600 * time.Second}
+	tests := []struct {
+		name         string
+		budget       pacing.Budget // what BudgetFor returns
+		wantAttempts int
+	}{
+		{"no retries", pacing.Budget{IdleTimeout: valid.IdleTimeout, TotalTimeout: valid.TotalTimeout, MaxRetries: 0}, 1},
+		{"one retry", pacing.Budget{IdleTimeout: valid.IdleTimeout, TotalTimeout: valid.TotalTimeout, MaxRetries: 1}, 2},
+		{"zero falls back to Budget (2 retries)", pacing.Budget{}, 3},
+		{"invalid falls back to Budget (2 retries)", pacing.Budget{IdleTimeout: -1, TotalTimeout: valid.TotalTimeout, MaxRetries: 1}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var asked []string
+			e := newUnitEnv(t, unitOptions{mutate: func(c *Config) {
+				c.Budget = pacing.Budget{IdleTimeout: valid.IdleTimeout, TotalTimeout: valid.TotalTimeout, MaxRetries: 2}
+				c.BudgetFor = func(accountID string) pacing.Budget {
+					mu.Lock()
+					asked = append(asked, accountID)
+					mu.Unlock()
+					return tt.budget
+				}
+			}})
+			resp := e.post(t, "/v1/messages", MessagesBody(false, "#sim fail server_error"), nil)
+			if resp.StatusCode != http.StatusBadGateway {
+				t.Fatalf("status %d, want 502: %s", resp.StatusCode, ReadAll(t, resp))
+			}
+			ReadAll(t, resp)
+			if n := e.sim.Stats().Errors["server_error"]; n != int64(tt.wantAttempts) {
+				t.Errorf("the sim failed %d responses, want %d attempts", n, tt.wantAttempts)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(asked, []string{simAccount}) {
+				t.Errorf("BudgetFor asked for %q, want once for %q", asked, simAccount)
+			}
+		})
+	}
+}
+
+// refreshingSource hands out current until Rejected is called with it.
+type refreshingSource struct {
+	mu       sync.Mutex
+	current  credentials.Credential
+	next     credentials.Credential
+	rejected []credentials.Secret
+}
+
+func (s *refreshingSource) Credential(context.Context) (credentials.Credential, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current, nil
+}
+
+func (s *refreshingSource) Rejected(_ context.Context, tok credentials.Secret) (credentials.Credential, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rejected = append(s.rejected, tok)
+	s.current = s.next
+	return s.current, nil
+}
+
+func (s *refreshingSource) set(c credentials.Credential) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.current = c
+}
+
+// PoolDialer reads the credential at each dial (a refreshed token is used
+// for new sockets), its Close releases the socket at once, and a 401 on
+// the upgrade carries (but never prints) the refused token.
+func TestPoolDialerUsesCurrentCredentialAndHardCloses(t *testing.T) {
+	e := newUnitEnv(t, unitOptions{sim: codexsim.Config{AcceptTokens: map[string]string{"tok-a": "acct-a", "tok-b": "acct-b"}}})
+	src := &refreshingSource{current: credentials.Credential{AccessToken: "tok-a", AccountID: "acct-a"},
+		next: credentials.Credential{AccessToken: "tok-b", AccountID: "acct-b"}}
+	d := PoolDialer(upstream.DialOptions{URL: e.simURL}, src)
+	c1, err := d.Dial(t.Context(), pool.Partition{})
+	if err != nil {
+		t.Fatalf("first dial: %v", err)
+	}
+	if _, err := src.Rejected(t.Context(), "tok-a"); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := d.Dial(t.Context(), pool.Partition{})
+	if err != nil {
+		t.Fatalf("second dial: %v", err)
+	}
+	if st := e.sim.Stats(); st.UpgradesByAccount["acct-a"] != 1 || st.UpgradesByAccount["acct-b"] != 1 || st.OpenSockets != 2 {
+		t.Errorf("sim upgrades by account %v open %d, want one each and 2 open", st.UpgradesByAccount, st.OpenSockets)
+	}
+	c1.Close("test")
+	c2.Close("test")
+	WaitFor(t, "the sim to see both sockets closed", func() bool { return e.sim.Stats().OpenSockets == 0 })
+
+	src.set(credentials.Credential{AccessToken: "tok-unknown", AccountID: "acct-a"})
+	_, err = d.Dial(t.Context(), pool.Partition{})
+	var rej *rejectedError
+	if !errors.As(err, &rej) || rej.token != "tok-unknown" || strings.Contains(err.Error(), "tok-unknown") {
+		t.Errorf("dial with a refused token: %v, want a 401 rejection carrying (but not printing) the token", err)
+	}
+}
+
+// A peer that does not answer the close frame cannot hold a shutdown:
+// closeGoingAway gives up after its timeout and releases the socket; the
+// close frame was still sent.
+func TestCloseGoingAwayIsBounded(t *testing.T) {
+	release := make(chan struct{})
+	got := make(chan websocket.StatusCode, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		<-release // deaf until the client gave up
+		_, _, err = c.Read(context.Background())
+		got <- websocket.CloseStatus(err)
+	}))
+	defer ts.Close()
+	c, err := upstream.Dial(t.Context(), upstream.DialOptions{URL: "ws" + strings.TrimPrefix(ts.URL, "http"),
+		Credential: credentials.Credential{AccessToken: "tok"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = closeGoingAway(c, pool.ReasonPoolClosed, 20*time.Millisecond) // returns: the peer never answered
+	close(release)
+	if code := <-got; code != websocket.StatusGoingAway {
+		t.Errorf("peer read close status %v, want 1001", code)
+	}
+	if err := c.Send(t.Context(), []byte("{}")); err == nil {
+		t.Error("Send after closeGoingAway succeeded; want the socket released")
+	}
+}
