@@ -29,8 +29,8 @@ import (
 )
 
 // ErrClosed is returned by Serve on a Node that was closed before it
-// served.
-var ErrClosed = errors.New("data plane closed")
+// served, or that is serving already.
+var ErrClosed = errors.New("data plane closed or already serving")
 
 // Node is one running data plane: every component it owns, in the order
 // Start builds them. Close tears them down in reverse.
@@ -318,8 +318,8 @@ func (n *Node) runAgent(ctx context.Context) {
 
 // Serve serves the listeners until ctx ends, Close is called or a listener
 // fails, then shuts the data plane down (Close) and returns. It returns nil
-// after a shutdown, and ErrClosed when the Node was closed before it
-// served.
+// after a shutdown, the first listener's error, or ErrClosed when the Node
+// was closed before it served (or is serving already).
 func (n *Node) Serve(ctx context.Context) error {
 	n.mu.Lock()
 	if n.closed || n.serving {
