@@ -369,8 +369,23 @@ func (t *turnRun) clientSawOutput() bool {
 	return t.sse != nil && t.sse.started
 }
 
-// drive sends the turn on the lease's socket and streams the response.
+// drive is one attempt on the lease's socket, in order: start the
+// attempt's translation, send the turn, then stream the response
+// downstream until it ends. However it ends, drive ends the lease: a
+// completed response keeps the socket as the conversation's head; a
+// failure is classified for retry.Do (see the *Failed methods below) and
+// the lease is discarded, or kept for the next attempt to replace.
 func (t *turnRun) drive(ctx context.Context, a retry.Attempt, l *pool.Lease) error {
+	t.startStream()
+	if err := t.send(ctx, l); err != nil {
+		return err
+	}
+	return t.receive(ctx, a, l)
+}
+
+// startStream starts the attempt's translation: SSE straight to the
+// client for a streaming request, else a collector for the JSON answer.
+func (t *turnRun) startStream() {
 	var ew translate.EventWriter
 	if t.sse != nil {
 		ew = t.sse
@@ -379,70 +394,48 @@ func (t *turnRun) drive(ctx context.Context, a retry.Attempt, l *pool.Lease) err
 		ew = t.collector
 	}
 	t.stream = translate.NewStream(t.turn, ew, t.msgID)
+}
 
+// send renders the turn's response.create for the lease (a continuation
+// sends previous_response_id and only the new items) and sends it.
+func (t *turnRun) send(ctx context.Context, l *pool.Lease) error {
 	frame, err := t.turn.CreateFrame(l.PreviousResponseID, t.turn.Input[l.Delta:])
 	if err != nil {
 		l.Discard(reasonFailed)
 		return retry.Final(fmt.Errorf("render response.create: %w", err))
 	}
 	if err := l.Conn.Send(ctx, frame); err != nil {
-		if ctx.Err() != nil {
-			l.Discard(t.cancelReason(ctx))
-			return context.Cause(ctx)
-		}
-		f := retry.Transport(fmt.Errorf("send response.create: %w", err), l.Reused)
-		t.endLease(l, f, reasonFailed, pool.ReplaceTransport)
-		return f
+		// Nothing reached the client yet: an earlier attempt that wrote
+		// output ended the turn.
+		return t.transportFailed(ctx, l, fmt.Errorf("send response.create: %w", err), reasonFailed)
 	}
+	return nil
+}
 
+// receive streams the response: one upstream event at a time is
+// translated and written downstream, and a committed stream is pinged
+// while the backend works without producing output. It returns when the
+// response completes or fails, the socket or the client fails, or the
+// turn's context ends.
+func (t *turnRun) receive(ctx context.Context, a retry.Attempt, l *pool.Lease) error {
 	rd := startReader(ctx, l.Conn)
 	defer rd.stop()
-	cfg := &t.s.cfg
-	var tick <-chan time.Time
-	var lastTick, lastUpstream time.Time
-	if t.sse != nil {
-		ticker := time.NewTicker(cfg.PingInterval)
-		defer ticker.Stop()
-		tick = ticker.C
-		lastTick = time.Now()
-	}
+	p := t.startPinger()
+	defer p.stop()
 	rd.more()
 	for {
 		select {
 		case fr := <-rd.out:
 			if fr.err != nil {
-				if ctx.Err() != nil {
-					l.Discard(t.cancelReason(ctx))
-					return context.Cause(ctx)
-				}
-				err := fmt.Errorf("read upstream: %w", fr.err)
-				if t.clientSawOutput() {
-					l.Discard(reasonReadFailed)
-					return retry.Final(err)
-				}
-				f := retry.Transport(err, l.Reused)
-				t.endLease(l, f, reasonReadFailed, pool.ReplaceTransport)
-				return f
+				return t.transportFailed(ctx, l, fmt.Errorf("read upstream: %w", fr.err), reasonReadFailed)
 			}
 			a.Idle.Reset()
-			if tick != nil {
-				lastUpstream = time.Now()
-			}
-			if t.sse != nil {
-				t.sse.beginBatch()
-			}
-			state, err := t.stream.Handle(fr.data)
-			if t.sse != nil {
-				// One flush for all the events this upstream frame became.
-				if ferr := t.sse.endBatch(); err == nil {
-					err = ferr
-				}
-			}
+			p.sawUpstream()
+			state, err := t.forward(fr.data)
 			if err != nil {
 				// The response goes on upstream; the socket cannot be
 				// reused mid-response.
-				l.Discard(reasonClientGone)
-				return retry.Final(fmt.Errorf("write downstream: %w: %w", errClientGone, err))
+				return t.clientFailed(l, err)
 			}
 			switch state {
 			case translate.StateCompleted:
@@ -450,42 +443,147 @@ func (t *turnRun) drive(ctx context.Context, a retry.Attempt, l *pool.Lease) err
 				t.outcome = t.complete()
 				return nil
 			case translate.StateFailed:
-				uf := t.stream.Failure()
-				trace.SpanFromContext(ctx).SetAttributes(attribute.Int("clodex.upstream.status", uf.Status))
-				if t.clientSawOutput() {
-					l.Discard(reasonFailed)
-					return retry.Final(uf)
-				}
-				f := retry.Classify(t.turn.Overflow(uf), retry.Facts{AuthRefreshed: t.refreshed, UsageLimitReset: uf.ResetsIn})
-				reason := pool.ReplaceTransport
-				switch uf.Code {
-				case translate.CodePreviousResponseNotFound:
-					reason = pool.ReplacePreviousResponseNotFound
-				case translate.CodeConnectionLimit:
-					reason = pool.ReplaceConnectionLimit
-				}
-				if uf.Status == http.StatusUnauthorized {
-					t.s.pool.DropAccount(t.part.Account)
-				}
-				t.endLease(l, f, reasonFailed, reason)
-				return f
+				return t.responseFailed(ctx, l)
 			}
 			rd.more()
-		case now := <-tick:
-			// Ping a committed stream when nothing went downstream since the
-			// last tick while the backend is still sending (e.g. a long tool
-			// call whose arguments are buffered).
-			if !t.sse.lastWrite.After(lastTick) && now.Sub(lastUpstream) < cfg.PingInterval {
+		case now := <-p.c():
+			if p.due(now, t.sse.lastWrite) {
 				if _, err := t.stream.Ping(); err != nil {
-					l.Discard(reasonClientGone)
-					return retry.Final(fmt.Errorf("write downstream: %w: %w", errClientGone, err))
+					return t.clientFailed(l, err)
 				}
 			}
-			lastTick = now
 		case <-ctx.Done():
-			l.Discard(t.cancelReason(ctx))
-			return context.Cause(ctx)
+			return t.cancelled(ctx, l)
 		}
+	}
+}
+
+// forward translates one upstream event and writes what it became
+// downstream, in one flush.
+func (t *turnRun) forward(data []byte) (translate.State, error) {
+	if t.sse != nil {
+		t.sse.beginBatch()
+	}
+	state, err := t.stream.Handle(data)
+	if t.sse != nil {
+		if ferr := t.sse.endBatch(); err == nil {
+			err = ferr
+		}
+	}
+	return state, err
+}
+
+// The ways an attempt fails, each ending the lease. Only the
+// classification (a *retry.Failure) decides whether retry.Do tries again;
+// after output reached the client every failure is final.
+
+// cancelled ends an attempt whose turn's context ended (client gone,
+// shutdown, a deadline): the socket is discarded, and the cause is
+// returned for retry.Do and finish to report.
+func (t *turnRun) cancelled(ctx context.Context, l *pool.Lease) error {
+	l.Discard(t.cancelReason(ctx))
+	return context.Cause(ctx)
+}
+
+// transportFailed ends an attempt whose socket failed (a send or a read).
+// Before output it is a transport failure: a reused socket is replaced at
+// once, a new one backs off (retry.Transport); after output it is final.
+func (t *turnRun) transportFailed(ctx context.Context, l *pool.Lease, err error, reason string) error {
+	if ctx.Err() != nil {
+		return t.cancelled(ctx, l)
+	}
+	if t.clientSawOutput() {
+		l.Discard(reason)
+		return retry.Final(err)
+	}
+	f := retry.Transport(err, l.Reused)
+	t.endLease(l, f, reason, pool.ReplaceTransport)
+	return f
+}
+
+// clientFailed ends an attempt whose client stopped reading: final.
+func (t *turnRun) clientFailed(l *pool.Lease, err error) error {
+	l.Discard(reasonClientGone)
+	return retry.Final(fmt.Errorf("write downstream: %w: %w", errClientGone, err))
+}
+
+// responseFailed ends an attempt whose response failed upstream
+// (response.failed, or an error event). Before output it is classified
+// (retry.Classify: replace, back off, wait for a reset, or final); a 401
+// also drops the account's heads, opened with the rejected credential.
+func (t *turnRun) responseFailed(ctx context.Context, l *pool.Lease) error {
+	uf := t.stream.Failure()
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("clodex.upstream.status", uf.Status))
+	if t.clientSawOutput() {
+		l.Discard(reasonFailed)
+		return retry.Final(uf)
+	}
+	f := retry.Classify(t.turn.Overflow(uf), retry.Facts{AuthRefreshed: t.refreshed, UsageLimitReset: uf.ResetsIn})
+	if uf.Status == http.StatusUnauthorized {
+		t.s.pool.DropAccount(t.part.Account)
+	}
+	t.endLease(l, f, reasonFailed, replaceReason(uf.Code))
+	return f
+}
+
+// replaceReason is the Lease.Replace reason of a response that failed with
+// code.
+func replaceReason(code string) string {
+	switch code {
+	case translate.CodePreviousResponseNotFound:
+		return pool.ReplacePreviousResponseNotFound
+	case translate.CodeConnectionLimit:
+		return pool.ReplaceConnectionLimit
+	}
+	return pool.ReplaceTransport
+}
+
+// pinger paces the ping events of a committed stream: at each tick it asks
+// for a ping when nothing went downstream since the previous tick while
+// the backend is still sending (e.g. a long tool call whose arguments are
+// buffered). A non-streaming request has no pinger: its channel is nil.
+type pinger struct {
+	ticker       *time.Ticker // nil for a non-streaming request
+	interval     time.Duration
+	lastTick     time.Time
+	lastUpstream time.Time
+}
+
+func (t *turnRun) startPinger() *pinger {
+	p := &pinger{interval: t.s.cfg.PingInterval}
+	if t.sse != nil {
+		p.ticker = time.NewTicker(p.interval)
+		p.lastTick = time.Now()
+	}
+	return p
+}
+
+// c is the tick channel (nil, never ready, without a ticker).
+func (p *pinger) c() <-chan time.Time {
+	if p.ticker == nil {
+		return nil
+	}
+	return p.ticker.C
+}
+
+// sawUpstream notes an upstream event.
+func (p *pinger) sawUpstream() {
+	if p.ticker != nil {
+		p.lastUpstream = time.Now()
+	}
+}
+
+// due reports, at the tick now, whether to ping, given the time of the
+// last downstream write.
+func (p *pinger) due(now, lastWrite time.Time) bool {
+	due := !lastWrite.After(p.lastTick) && now.Sub(p.lastUpstream) < p.interval
+	p.lastTick = now
+	return due
+}
+
+func (p *pinger) stop() {
+	if p.ticker != nil {
+		p.ticker.Stop()
 	}
 }
 
