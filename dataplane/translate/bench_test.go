@@ -54,8 +54,8 @@ func BenchmarkStreamHandleArgumentsDelta(b *testing.B) {
 	}
 }
 
-// BenchmarkStreamSpec16Turn runs the whole spec 1.6 exchange (12 upstream
-// frames) and reports the cost per upstream event.
+// BenchmarkStreamSpec16Turn runs a whole text turn with a reasoning summary
+// (spec16Frames, 12 upstream frames) and reports the cost per upstream event.
 func BenchmarkStreamSpec16Turn(b *testing.B) {
 	frames := make([][]byte, len(spec16Frames))
 	for i, f := range spec16Frames {
@@ -136,8 +136,8 @@ func translateOnce(b *testing.B, body []byte) {
 
 // BenchmarkTranslateClaudeCodeFirstTurn88KB decodes, translates and renders
 // the Claude Code 2.1.332 first turn (12 tools) rebuilt to its real size of
-// about 88 KB, as the gateway's BenchmarkOverhead sends it. The issue's
-// budget for the whole data-plane overhead of this turn is 2 ms at p50.
+// about 88 KB, as the gateway's BenchmarkOverhead sends it. The data
+// plane's whole overhead on this turn should stay within 2 ms at p50.
 //
 //	go test -run '^$' -bench 'BenchmarkTranslate' -count 5 ./dataplane/translate
 func BenchmarkTranslateClaudeCodeFirstTurn88KB(b *testing.B) {

@@ -8,8 +8,8 @@ import (
 )
 
 // CanonicalItem returns the canonical form of one conversation item, used
-// to compare a retained head's history with an incoming request (spec
-// 4.3): object keys sorted recursively, no insignificant whitespace, nulls
+// to compare a retained head's history with an incoming request
+// (docs/pool.md §3.1): object keys sorted recursively, no insignificant whitespace, nulls
 // kept; function_call arguments (and custom_tool_call input) replaced by
 // their canonical JSON when they parse; a reasoning item loses an empty
 // content array, and its summary when encrypted_content is set. Two items
@@ -59,7 +59,7 @@ func canonicalizeJSONString(m map[string]any, key string) {
 	}
 }
 
-// sanitizeArguments applies the tool-input filler strip (spec 3.4) to a
+// sanitizeArguments applies the tool-input filler strip (docs/translation.md §9.4) to a
 // function call's arguments and returns the downstream JSON text: trimmed,
 // empty → {}; for a JSON object, top-level keys whose value is null are
 // dropped, and keys whose value is an empty array unless required lists

@@ -8,10 +8,10 @@ import (
 )
 
 // Collector is an EventWriter that builds the non-streaming Message JSON
-// from the events a Stream writes (spec 3.7, except that thinking blocks
-// are kept with their signature, as Claude Code replays them in the tool
-// loop, and stop_reason is max_tokens for a response cut short). Empty text
-// blocks are left out. It is not safe for concurrent use.
+// from the events a Stream writes (docs/translation.md §11): thinking
+// blocks are kept with their signature, as Claude Code replays them in the
+// tool loop, and stop_reason is max_tokens for a response cut short. Empty
+// text blocks are left out. It is not safe for concurrent use.
 type Collector struct {
 	id, model  string
 	blocks     []*collected

@@ -32,12 +32,13 @@
 // Cost: a request body is parsed once, by a validating one-pass parser
 // (jsondoc.go) that accepts exactly what encoding/json accepts and yields
 // the same decoded values; the decoding, the canonical tool-call
-// arguments, the compact tool schemas and the spec 8.4 token estimate (a
+// arguments, the compact tool schemas and the count_tokens estimate (a
 // byte count, computed without re-serialising) all read that one parse.
 // Schemas and tool_result blocks without whitespace are forwarded as the
 // client's bytes. Turn.CreateFrame does not re-validate the items it built
 // itself. The goldens in testdata/ pin the frames byte for byte.
 //
-// The behaviour follows /work/shared/spec/clodex-behaviour.md sections 1-3
-// and 5, with the changes of the issue noted on ToResponses.
+// The behaviour is written down in docs/translation.md (the request
+// mapping, §1 to §8; the events, §9 to §11) and docs/errors.md (the
+// classification of failures, §2 and §4).
 package translate

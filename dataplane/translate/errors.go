@@ -48,7 +48,7 @@ func (e *UpstreamError) Error() string {
 }
 
 // Retryable reports whether a client may retry the request: 408, 409, 429
-// and 5xx (spec 5.5).
+// and 5xx.
 func (e *UpstreamError) Retryable() bool {
 	switch {
 	case e.Status == 408, e.Status == 409, e.Status == 429, e.Status >= 500:
@@ -57,7 +57,8 @@ func (e *UpstreamError) Retryable() bool {
 	return false
 }
 
-// Retry hints (spec 5.5).
+// Retry hints: a hint defaults to 5 s and is capped at 60 s, below the
+// 120 s no-data deadline (docs/errors.md §4.2).
 const (
 	DefaultRetryAfter = 5 * time.Second
 	MaxRetryAfter     = 60 * time.Second
@@ -126,8 +127,8 @@ func newUpstreamError(status int, code, msg string) *UpstreamError {
 	return &UpstreamError{Status: s, Type: typ, Code: code, Message: msg}
 }
 
-// ClassifyUpgrade maps a failed WebSocket upgrade (spec 5.2, with the
-// issue's statuses). retryAfterHeader is the response's retry-after header
+// ClassifyUpgrade maps a failed WebSocket upgrade (docs/errors.md §2.2).
+// retryAfterHeader is the response's retry-after header
 // ("" if absent); only an integer number of seconds counts.
 func ClassifyUpgrade(status int, retryAfterHeader string) *UpstreamError {
 	secs, err := strconv.Atoi(strings.TrimSpace(retryAfterHeader))
@@ -263,7 +264,8 @@ func readFrame(m map[string]any) frameFields {
 	return f
 }
 
-// frameStatusCode is the shared classifier of spec 5.5.
+// frameStatusCode is the classifier of docs/errors.md §4.2 (rule 5): a
+// three-digit code, else the first matching word of the discriminator.
 func frameStatusCode(code, discriminator string) int {
 	if len(code) == 3 {
 		if n, err := strconv.Atoi(code); err == nil && n >= 400 && n <= 599 {
@@ -328,11 +330,11 @@ func contains(list []string, s string) bool {
 }
 
 // ClassifyFrame classifies an error, response.failed or
-// response.incomplete frame that arrived before any output (spec 5.3-5.5
-// with the statuses). It returns nil for a frame that is not a
+// response.incomplete frame that arrived before any output
+// (docs/errors.md §4). It returns nil for a frame that is not a
 // failure. A frame with code previous_response_not_found yields Code set
 // to CodePreviousResponseNotFound so the caller can retry on a fresh
-// socket with the full input (spec 4.7).
+// socket with the full input (docs/pool.md §7).
 func ClassifyFrame(event []byte) *UpstreamError {
 	return classifyFrame(event, false)
 }
@@ -399,7 +401,7 @@ func classifyFrame(event []byte, afterOutput bool) *UpstreamError {
 // Overflow returns e with the context-overflow message Claude Code parses
 // to trigger auto-compaction: "prompt is too long: N tokens > W maximum",
 // N = max(the request's estimate, W+1), W = the model's context window
-// (spec 5.6). Other errors are returned unchanged.
+// (docs/errors.md §4.3). Other errors are returned unchanged.
 func (t *Turn) Overflow(e *UpstreamError) *UpstreamError {
 	if e == nil || !e.ContextOverflow {
 		return e

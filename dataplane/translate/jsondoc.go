@@ -769,7 +769,7 @@ func runeEncodedLen(r rune) int {
 	return utf8.RuneLen(r)
 }
 
-// estimateLen returns the length of value i serialised as the spec 8.4
+// estimateLen returns the length of value i serialised as the count_tokens
 // estimate serialises it (its generic decoding re-encoded, every image
 // block reduced to {"type":"image"}), counting the images; drop lists keys
 // left out of this object (not of nested ones).

@@ -13,11 +13,11 @@ import (
 const DefaultModelAliases = "claude-opus-*=gpt-5.5,claude-sonnet-*=gpt-5.5,claude-haiku-*=gpt-5.4-mini,claude-*=gpt-5.5"
 
 // defaultContextWindow is reported for models with no better knowledge
-// (spec 8.3).
+// (docs/translation.md §2.2).
 const defaultContextWindow = 200_000
 
 // oauthRawWindow is the raw context window of the gpt-5 family on the
-// ChatGPT backend; clients are told 95 % of it (spec 8.3).
+// ChatGPT backend; clients are told 95 % of it (docs/translation.md §2.2).
 const oauthRawWindow = 272_000
 
 type alias struct {
@@ -97,7 +97,7 @@ func parseAliases(spec string) ([]alias, error) {
 }
 
 // normalizeModel strips a trailing "[1m]" (any case) and a leading
-// "models/", and reduces the route ids of spec 2.1 to their model:
+// "models/", and reduces the route ids of docs/translation.md §2.1 to their model:
 // "clodex:<provider>:<model>" and "anthropic-<provider>__<model>".
 func normalizeModel(name string) string {
 	name = strings.TrimSpace(name)
@@ -118,14 +118,15 @@ func normalizeModel(name string) string {
 	return name
 }
 
-// liteModels are the upstream models served by Responses-Lite (spec 1.2:
-// the static seed names only gpt-5.6-luna).
+// liteModels are the upstream models served by Responses-Lite
+// (docs/translation.md §2.3).
 var liteModels = []string{"gpt-5.6-luna"}
 
 // Lite reports whether an upstream model is a Responses-Lite model: its
 // frames carry parallel_tool_calls:false and reasoning.context "all_turns"
-// (spec 1.3), and its upgrade request needs the version and
-// x-openai-internal-codex-responses-lite headers (spec 1.2).
+// (docs/translation.md §2.3). The backend also expects the version and
+// x-openai-internal-codex-responses-lite headers on its upgrade, which
+// dataplane/upstream does not send.
 func (m *ModelTable) Lite(upstream string) bool {
 	name := normalizeModel(upstream)
 	for _, l := range liteModels {
@@ -162,7 +163,7 @@ func (m *ModelTable) Resolve(requested string) string {
 
 // ContextWindow is the context window reported to clients for an upstream
 // model: 95 % of 272,000 (258,400) for the gpt-5 family served by the
-// ChatGPT backend, 200,000 otherwise (spec 8.3).
+// ChatGPT backend, 200,000 otherwise (docs/translation.md §2.2).
 func (m *ModelTable) ContextWindow(upstream string) int {
 	if strings.HasPrefix(normalizeModel(upstream), "gpt-5") {
 		return oauthRawWindow * 95 / 100

@@ -15,7 +15,7 @@ var errTrailingData = errors.New("unexpected data after the JSON value")
 // body. Fields the translation does not use are not kept; tool schemas and
 // tool_result blocks keep their raw JSON so they can be forwarded verbatim.
 type MessagesRequest struct {
-	estimate int // spec 8.4 token estimate of the body
+	estimate int // count_tokens estimate of the body (docs/translation.md §10)
 
 	model          string
 	maxTokens      int
@@ -85,7 +85,7 @@ func (r *MessagesRequest) Stream() bool { return r.stream }
 // Model is the model name the client requested, verbatim.
 func (r *MessagesRequest) Model() string { return r.model }
 
-// MaxTokens is the client's max_tokens (not sent upstream; spec 2.6).
+// MaxTokens is the client's max_tokens (not sent upstream; docs/translation.md §1.2).
 func (r *MessagesRequest) MaxTokens() int { return r.maxTokens }
 
 // wireFields are the top-level fields DecodeRequest reads, matched as
@@ -537,7 +537,7 @@ func (d *jsonDoc) decodeImageSource(m int, field string, b *block) error {
 		}
 	default:
 		// Other sources (file ids, …) have no upstream equivalent; the image
-		// is dropped during translation (spec 2.3).
+		// is dropped during translation (docs/translation.md §4.2).
 	}
 	return nil
 }

@@ -18,11 +18,11 @@ type Options struct {
 	Models        *ModelTable
 	SessionHeader string // X-Claude-Code-Session-Id request header value ("" if absent)
 	// ServiceTier is sent as service_tier when set; use ParseServiceTier
-	// to validate configuration (spec 2.8). Empty means the backend default.
+	// to validate configuration (docs/translation.md §8). Empty means the backend default.
 	ServiceTier string
 }
 
-// ParseServiceTier normalises a configured service tier (spec 2.8):
+// ParseServiceTier normalises a configured service tier (docs/translation.md §8):
 // "fast" and "priority" give "priority"; "flex", "auto" and "default" pass
 // through; case and surrounding space are ignored; "" gives "".
 func ParseServiceTier(s string) (string, error) {
@@ -46,13 +46,13 @@ type Turn struct {
 	PromptCacheKey string
 	Stream         bool // what the client asked for downstream
 	// Input holds the full input items, each compact JSON with sorted keys
-	// (the canonical form of spec 4.3, except that reasoning items keep
+	// (the canonical form of docs/pool.md §3.1, except that reasoning items keep
 	// their summary because the backend requires it; compare with
 	// CanonicalItem).
 	Input                []json.RawMessage
-	EstimatedInputTokens int  // spec 8.4 estimate of the request
+	EstimatedInputTokens int  // count_tokens estimate of the request (docs/translation.md §10)
 	ContextWindow        int  // reported window of the upstream model
-	Lite                 bool // a Responses-Lite model: the upgrade needs the Lite headers (spec 1.2)
+	Lite                 bool // a Responses-Lite model (docs/translation.md §2.3)
 
 	instructions      string
 	serviceTier       string
@@ -66,12 +66,12 @@ type Turn struct {
 	built []json.RawMessage
 }
 
-// defaultInstructions is sent when the system prompt is empty (spec 2.2).
+// defaultInstructions is sent when the system prompt is empty (docs/translation.md §3).
 const defaultInstructions = "You are a coding assistant."
 
 const billingHeaderPrefix = "x-anthropic-billing-header:"
 
-// Claude Code's compaction request markers (spec 2.4).
+// Claude Code's compaction request markers (docs/translation.md §5.2).
 const (
 	compactionMarker1 = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools."
 	compactionMarker2 = "REMINDER: Do NOT call any tools. Respond with plain text only"
@@ -81,14 +81,15 @@ const (
 // deferred loading active and is never sent upstream.
 const placeholderTool = "DeferredToolPlaceholder"
 
-// ToResponses translates a decoded Anthropic request into a Turn (spec
-// section 2, with the issue's changes). Decisions beyond the spec:
+// ToResponses translates a decoded Anthropic request into a Turn
+// (docs/translation.md §1 to §8). Decisions the original TypeScript clodex
+// did not make:
 //
 //   - Effort comes from output_config.effort; when absent and thinking is
 //     enabled with budget_tokens, the budget picks it: <= 4096 low,
 //     <= 16384 medium, above high (Claude Code with claude-sonnet-4-5 sends
-//     31999 and no output_config, which gives high). The spec 2.5 model
-//     rules then apply.
+//     31999 and no output_config, which gives high). The model rules of
+//     docs/translation.md §6 then apply.
 //   - tool_choice {"type":"none"} is sent as "none";
 //     disable_parallel_tool_use sends parallel_tool_calls:false.
 //   - Tool search: the DeferredToolPlaceholder tool is never sent; a tool
@@ -207,7 +208,7 @@ func hash32(s string) string {
 }
 
 // stripBillingHeader removes Claude Code's billing line from each system
-// block and joins the blocks with a newline (spec 2.2).
+// block and joins the blocks with a newline (docs/translation.md §3).
 func stripBillingHeader(blocks []string) string {
 	parts := make([]string, 0, len(blocks))
 	for _, b := range blocks {
@@ -227,7 +228,7 @@ func isToolSearchTool(t tool, typ string) bool {
 	return strings.HasPrefix(typ, "tool_search_tool") || strings.Contains(t.name, "tool_search") || t.name == "ToolSearch"
 }
 
-// selectTools returns the tools sent upstream (spec 2.4 + tool search).
+// selectTools returns the tools sent upstream (docs/translation.md §5.1).
 func selectTools(req *MessagesRequest) []tool {
 	if len(req.tools) == 0 {
 		return nil
@@ -370,7 +371,7 @@ func effortFor(req *MessagesRequest, upstream string) string {
 }
 
 // prefersResponses reports whether reasoning effort applies to the model
-// (spec 2.5).
+// (docs/translation.md §6).
 func prefersResponses(model string) bool {
 	for _, p := range []string{"gpt-5-codex", "gpt-5-pro", "gpt-5.2-pro", "o3", "o4"} {
 		if strings.HasPrefix(model, p) {
@@ -393,7 +394,7 @@ func prefersResponses(model string) bool {
 }
 
 // isReasoningModel decides the role of in-conversation system messages:
-// developer for reasoning models, system otherwise (spec 1.4).
+// developer for reasoning models, system otherwise (docs/translation.md §4.1).
 func isReasoningModel(model string) bool {
 	switch {
 	case strings.HasPrefix(model, "gpt-5-chat"):
@@ -405,7 +406,7 @@ func isReasoningModel(model string) bool {
 	return false
 }
 
-// sessionID extracts the Claude session id (spec 2.7).
+// sessionID extracts the Claude session id (docs/translation.md §7).
 func sessionID(userID, header string) string {
 	if userID != "" {
 		var m struct {
@@ -468,7 +469,7 @@ func stripCallIDSuffix(id string) string {
 
 func toolReferenceText(name string) string { return "Tool " + name + " is now available." }
 
-// buildInput translates the messages into input items (spec 2.3).
+// buildInput translates the messages into input items (docs/translation.md §4).
 func buildInput(req *MessagesRequest, upstream string) []json.RawMessage {
 	sysRole := "system"
 	if isReasoningModel(upstream) {
@@ -509,7 +510,7 @@ func appendAssistant(items []json.RawMessage, content []block) []json.RawMessage
 			buf = append(buf, `,"type":"output_text"}],"role":"assistant"}`...)
 		case "thinking":
 			if b.signature == "" {
-				continue // not replayable upstream (spec 2.3)
+				continue // not replayable upstream (docs/translation.md §4.4)
 			}
 			buf = append(buf, `{"encrypted_content":`...)
 			buf = appendString(buf, b.signature)
@@ -605,7 +606,7 @@ func appendUser(items []json.RawMessage, content []block) []json.RawMessage {
 }
 
 // toolResultOutput renders a tool_result's content as the
-// function_call_output string, lifting images into *lifted (spec 2.3).
+// function_call_output string, lifting images into *lifted (docs/translation.md §4.3).
 func toolResultOutput(b block, callID string, lifted *[]byte) string {
 	if b.contentIsStr {
 		return b.contentString
@@ -651,7 +652,7 @@ func toolResultOutput(b block, callID string, lifted *[]byte) string {
 	return string(append(out, ']'))
 }
 
-// CreateFrame renders the response.create frame (spec 1.3) with the given
+// CreateFrame renders the response.create frame (docs/translation.md §8) with the given
 // input items (nil means the full t.Input) and previous_response_id when
 // previousResponseID is non-empty.
 func (t *Turn) CreateFrame(previousResponseID string, input []json.RawMessage) ([]byte, error) {
@@ -735,5 +736,5 @@ func sameBytes(a, b []byte) bool {
 func (t *Turn) Instructions() string { return t.instructions }
 
 // RequiredProps returns the schema's required list of the named tool (used
-// by the filler strip, spec 3.4).
+// by the filler strip, docs/translation.md §9.4).
 func (t *Turn) RequiredProps(tool string) []string { return t.required[tool] }

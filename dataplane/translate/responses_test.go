@@ -42,8 +42,10 @@ func mustJSON(t *testing.T, s string) any {
 	return v
 }
 
-// The spec 1.6 request produces the spec 1.6 frame (prompt_cache_key is
-// the real hash of the session id, computed independently).
+// The request of a text turn (billing header, cache_control, one tool,
+// session metadata, effort high) produces the expected frame
+// (prompt_cache_key is the real hash of the session id, computed
+// independently).
 func TestCreateFrameSpec16(t *testing.T) {
 	body := `{
   "model": "clodex:openai-oauth:gpt-5.6-sol",
@@ -315,7 +317,7 @@ func TestModelEchoAndResolution(t *testing.T) {
 
 // The response's output, echoed back by the client in its next request,
 // translates to the same canonical items the stream reported: the
-// continuation prefix matches (spec 1.7).
+// continuation prefix matches (docs/pool.md §3).
 func TestEchoRoundTripMatchesOutputItems(t *testing.T) {
 	s, rec, _ := runFrames(t, &Turn{RequestedModel: "gpt-5.6-sol"}, spec16Frames)
 	if err := s.Finish(); err != nil {

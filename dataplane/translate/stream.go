@@ -39,7 +39,7 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", int(s))
 }
 
-// Usage is the Anthropic usage mapped from the Responses usage (spec 3.6).
+// Usage is the Anthropic usage mapped from the Responses usage (docs/translation.md §9.3).
 type Usage struct {
 	InputTokens              int // input tokens excluding cached and cache-write tokens
 	CacheReadInputTokens     int
@@ -48,11 +48,11 @@ type Usage struct {
 }
 
 // PingInterval is how often the gateway should call Stream.Ping while the
-// upstream works without producing downstream output (issue item 3).
+// upstream works without producing downstream output (docs/translation.md §9.5).
 const PingInterval = 20 * time.Second
 
 // Stream turns the events of one upstream response into Anthropic SSE
-// events (spec section 3). It is a state machine fed by Handle; it does no
+// events (docs/translation.md §9). It is a state machine fed by Handle; it does no
 // I/O beyond calling its EventWriter and is not safe for concurrent use.
 type Stream struct {
 	turn  *Turn
@@ -437,7 +437,7 @@ func (s *Stream) completed(resp json.RawMessage) error {
 		return errMalformed
 	}
 	if len(s.items) == 0 {
-		// Nothing was streamed: fall back to response.output (spec 1.5).
+		// Nothing was streamed: fall back to response.output (docs/translation.md §9.3).
 		for i, it := range r.Output {
 			if err := s.itemAdded(i, it); err != nil {
 				return err
@@ -589,7 +589,7 @@ func (s *Stream) ResponseID() string { return s.responseID }
 
 // StopReason is the stop_reason Finish sends: max_tokens for a response
 // cut by max_output_tokens, tool_use when a tool call completed, else
-// end_turn (spec 3.5).
+// end_turn (docs/translation.md §9.3).
 func (s *Stream) StopReason() string {
 	switch {
 	case s.incomplete == "max_output_tokens":
@@ -600,7 +600,7 @@ func (s *Stream) StopReason() string {
 	return "end_turn"
 }
 
-// Usage is the mapped usage (spec 3.6). When upstream reported no input
+// Usage is the mapped usage (docs/translation.md §9.3). When upstream reported no input
 // tokens at all, InputTokens is the local estimate of the request.
 func (s *Stream) Usage() Usage {
 	u := s.usage
@@ -649,7 +649,7 @@ func (s *Stream) Finish() error {
 }
 
 // Abort ends a committed response with an SSE error event (no
-// message_stop; spec 5.6). A nil e uses Failure(), or a generic api_error.
+// message_stop; docs/errors.md §8.3). A nil e uses Failure(), or a generic api_error.
 // A context overflow carries the "prompt is too long" message.
 func (s *Stream) Abort(e *UpstreamError) error {
 	if e == nil {
@@ -679,7 +679,7 @@ func (s *Stream) Ping() (bool, error) {
 var ephemeralItemFields = []string{"id", "status", "phase", "role"}
 
 // OutputItems returns the completed response's output items in the shape
-// the client will echo them (spec 4.6 expectedAssistant), in output_index
+// the client will echo them (the head snapshot of docs/pool.md §4), in output_index
 // order, each in canonical form (CanonicalItem). It is nil before the
 // response completed.
 func (s *Stream) OutputItems() []json.RawMessage {

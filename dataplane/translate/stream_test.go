@@ -44,7 +44,8 @@ func runFrames(t *testing.T, turn *Turn, frames []string) (*Stream, *recorder, S
 	return s, rec, state
 }
 
-// Spec 1.6: text turn with a reasoning summary.
+// spec16Frames are the upstream frames of a text turn with a reasoning
+// summary.
 var spec16Frames = []string{
 	`{"type":"response.created","response":{"id":"resp_A1","object":"response","created_at":1766000000,"model":"gpt-5.6-sol","status":"in_progress"},"sequence_number":0}`,
 	`{"type":"response.in_progress","response":{"id":"resp_A1","status":"in_progress"},"sequence_number":1}`,
@@ -130,8 +131,8 @@ func joinRaw(items []json.RawMessage) string {
 	return strings.Join(s, "\n")
 }
 
-// Spec 1.7: a tool call; argument deltas are buffered and the null filler
-// is stripped from the single input_json_delta.
+// A tool call on a continued socket: argument deltas are buffered and the
+// null filler is stripped from the single input_json_delta.
 func TestStreamSpec17ToolCall(t *testing.T) {
 	frames := []string{
 		`{"type":"response.created","response":{"id":"resp_B2","status":"in_progress"}}`,
@@ -338,7 +339,7 @@ func TestStreamUsageFallsBackToEstimate(t *testing.T) {
 }
 
 // Multi-part summaries: each part is its own thinking block; only the
-// last carries the blob (spec 3.2). Side events are harmless.
+// last carries the blob (docs/translation.md §9.2). Side events are harmless.
 func TestStreamMultiPartSummaryAndSideEvents(t *testing.T) {
 	frames := []string{
 		`{"type":"codex.rate_limits","plan_type":"pro","rate_limits":{"primary":{"used_percent":7}}}`,
@@ -389,7 +390,7 @@ func TestStreamMultiPartSummaryAndSideEvents(t *testing.T) {
 }
 
 // When nothing was streamed, response.output of the terminal event is
-// used (spec 1.5).
+// used (docs/translation.md §9.3).
 func TestStreamCompletedOutputFallback(t *testing.T) {
 	frames := []string{
 		`{"type":"response.completed","response":{"id":"r","output":[{"type":"message","id":"m","role":"assistant","content":[{"type":"output_text","text":"Hello"}]}],"usage":{"input_tokens":4,"output_tokens":1}}}`,

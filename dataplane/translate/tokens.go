@@ -1,14 +1,14 @@
 package translate
 
 // countTokensDropped are the body fields the local estimate ignores
-// (spec 8.4).
+// (docs/translation.md §10).
 var countTokensDropped = []string{"model", "stream", "max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "metadata"}
 
 // imageTokens is the flat cost of one image in the local estimate.
 const imageTokens = 1600
 
 // CountTokens returns the local token estimate of an Anthropic request body
-// (spec 8.4), as served by /v1/messages/count_tokens: the body without
+// (docs/translation.md §10), as served by /v1/messages/count_tokens: the body without
 // model, stream, max_tokens, temperature, top_p, top_k, stop_sequences and
 // metadata is serialised with every image block reduced to
 // {"type":"image"}; the estimate is 0 for an empty object, else
@@ -32,7 +32,7 @@ func CountTokens(body []byte) (int, error) {
 	return d.estimate(), nil
 }
 
-// estimate is the spec 8.4 estimate of the parsed object d.
+// estimate is the count_tokens estimate of the parsed object d.
 func (d *jsonDoc) estimate() int {
 	images := 0
 	root := 0
