@@ -28,7 +28,8 @@ import (
 	"github.com/clodex/clodex/dataplane/upstream"
 )
 
-// targetPerConv is the pool issue's target per idle pooled conversation.
+// targetPerConv is the most an idle pooled conversation may add to the heap
+// or to RSS; a run above it fails.
 const targetPerConv = 64 << 10
 
 func main() {

@@ -266,7 +266,7 @@ func upstreamBytes(tb testing.TB) (pooledInput, fullInput, pooledFrame, fullFram
 	return pooledInput, fullInput, pooledFrame, fullFrame
 }
 
-// TestUpstreamInputBytesUnderTenPercent pins the pool issue's target: on a
+// TestUpstreamInputBytesUnderTenPercent pins the pool's target: on a
 // 30-turn conversation the continued input items are at most 10% of
 // resending the whole history.
 func TestUpstreamInputBytesUnderTenPercent(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Default retention policy (spec 4.5 and the pool issue).
+// Default retention policy (docs/pool.md §5 and §9).
 const (
 	DefaultNurseryIdleTTL = 5 * time.Minute
 	DefaultIdleTTL        = 30 * time.Minute

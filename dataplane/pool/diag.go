@@ -80,7 +80,7 @@ type descriptorRecord struct {
 }
 
 // boundedID keeps an identifier only if it matches [A-Za-z0-9_.:/-]+,
-// truncated to 128 bytes (spec 4.10).
+// truncated to 128 bytes (docs/pool.md §11).
 func boundedID(s string) string {
 	if s == "" {
 		return ""

@@ -1,7 +1,7 @@
 // Package pool keeps upstream Responses WebSockets open as continuation
 // heads, so a conversation's next turn sends only its new items with
 // previous_response_id and is served from the backend's prompt cache
-// (spec section 4, with the changes of the pool issue). It holds no socket
+// (docs/pool.md describes the behaviour). It holds no socket
 // code: sockets come from a [Dialer] and are used through the three-method
 // [Conn]; new sockets are paced by an optional [Admitter].
 //

@@ -216,7 +216,8 @@ func part(pck string) Partition {
 	return Partition{Account: "acct-1", Model: "gpt-5-codex", Effort: "high", PromptCacheKey: pck}
 }
 
-// Canonical item builders (sorted keys, compact), the shapes of spec 1.4.
+// Canonical item builders (sorted keys, compact), the shapes of
+// docs/translation.md §4.
 func user(text string) []byte {
 	return mustJSON(map[string]any{"role": "user", "type": "message",
 		"content": []any{map[string]any{"type": "input_text", "text": text}}})

@@ -43,7 +43,7 @@ type Lease struct {
 
 // Complete records a completed response: the socket becomes (or stays) a
 // head whose conversation is the request's full input followed by output,
-// the response's output items in canonical echo shape (spec 4.6, in
+// the response's output items in canonical echo shape (docs/pool.md §4, in
 // output_index order). An empty responseID, an unpartitioned socket or a
 // head dropped meanwhile closes the socket instead.
 func (l *Lease) Complete(responseID string, output [][]byte, usage Usage) {

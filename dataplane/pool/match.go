@@ -55,7 +55,7 @@ func digestAll(items [][]byte) []digest {
 	return out
 }
 
-// Match modes (spec 4.3).
+// Match modes (docs/pool.md §3.2).
 const (
 	modeExact             = "exact"
 	modeOmittedReasoning  = "omitted_reasoning"

@@ -7,7 +7,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestMatchHeadProperties checks matchHead against the rule of spec 4.3
+// TestMatchHeadProperties checks matchHead against the rule of docs/pool.md §3.2
 // written out naively: P = requestInput ++ expectedAssistant matches when
 // it is a strict prefix of F (exact); else, when the assistant part has
 // reasoning items, P without them must be a strict prefix (omitted).

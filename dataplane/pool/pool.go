@@ -158,7 +158,7 @@ func New(cfg Config) (*Pool, error) {
 func (p *Pool) now() time.Time { return p.cfg.Clock() }
 
 // Acquire returns a socket for one request whose full input, as canonical
-// item bytes (spec 4.3), is items. It reuses the idle head whose
+// item bytes (docs/pool.md §3.1), is items. It reuses the idle head whose
 // conversation is the longest strict prefix of items (exact, or with the
 // head's reasoning items omitted), or asks the Admitter and dials. After
 // the Admitter returns it matches again, so a head that freed up during
@@ -231,7 +231,7 @@ func (p *Pool) acquire(ctx context.Context, part Partition, items [][]byte, full
 	evicted = p.sweepLocked(now, evicted[:0], rec)
 	pt = p.parts[part]
 	if m := p.bestMatchLocked(pt, full, items, nil, now); m.h != nil {
-		// A head freed up while we waited for admission (seed 000 #173).
+		// A head freed up while we waited for admission (docs/pool.md §6).
 		p.stats.Rematches++
 		p.metrics.rematches.Inc()
 		if rec != nil {

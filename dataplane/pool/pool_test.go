@@ -74,7 +74,7 @@ func TestThirtyTurnConversationUsesOneSocket(t *testing.T) {
 func TestToolArgumentsWhitespaceIsTheCallersCanonicalForm(t *testing.T) {
 	// The pool compares canonical bytes as given: the same canonical item
 	// continues, different bytes do not (canonicalisation is the
-	// translator's job, spec 4.3).
+	// translator's job, docs/pool.md §3.1).
 	e := newEnv(t, nil)
 	pt := part("sess-args")
 	in := items(user("hi"))

@@ -24,7 +24,7 @@ import (
 	"github.com/clodex/clodex/internal/codexsim"
 )
 
-// The real descriptor test (seed 002): a child process with hard and soft
+// The real descriptor test (docs/pool.md §8): a child process with hard and soft
 // RLIMIT_NOFILE lowered to 40 holds one pooled coder/websocket per
 // conversation; the emulator (a real codexsim.Server) runs in this (parent)
 // process with the normal limit; no pacing (the pool has no Admitter).

@@ -119,7 +119,7 @@ func (e *simEnv) turn(ctx context.Context, pt Partition, in [][]byte) (simResult
 }
 
 // simExchange sends one response.create and reads the response. It
-// returns the output items in the echo shape of spec 4.6 (canonical: keys
+// returns the output items in the echo shape of docs/pool.md §4 (canonical: keys
 // sorted by encoding/json), the response id, or the failure code.
 func simExchange(ctx context.Context, l *Lease, pt Partition, in [][]byte) (out [][]byte, id, failure string, err error) {
 	frame := map[string]any{"type": "response.create", "model": pt.Model, "instructions": "You are a test.",
