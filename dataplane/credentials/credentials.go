@@ -49,7 +49,8 @@ func (s Secret) Format(f fmt.State, verb rune) {
 
 // MarshalJSON always redacts, so a struct holding a Secret cannot leak it
 // through a JSON log handler or an error body. Code that must persist the
-// value (a later refresh writer) copies Reveal() into a plain string field.
+// value (updateAuthJSON, writing back refreshed tokens) copies Reveal()
+// into a plain string.
 func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
 
 // UnmarshalJSON reads a JSON string.
@@ -79,8 +80,8 @@ type Credential struct {
 }
 
 // Source hands out the current credential. Implementations are safe for
-// concurrent use. A refreshing source (a later part) may block while it
-// refreshes; it honours ctx.
+// concurrent use. A refreshing source ([RefreshingFile]) may block while
+// it refreshes; it honours ctx.
 type Source interface {
 	Credential(ctx context.Context) (Credential, error)
 }

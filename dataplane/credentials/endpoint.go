@@ -108,7 +108,7 @@ func tokenCodeSafe(code string) string {
 	return code
 }
 
-// postRefresh redeems refreshToken at the token endpoint (spec 6.3): form
+// postRefresh redeems refreshToken at the token endpoint (docs/credentials.md §4): form
 // grant_type=refresh_token, refresh_token, client_id; Accept
 // application/json. Errors are *refreshError and never contain a token.
 func (s *RefreshingFile) postRefresh(ctx context.Context, refreshToken Secret) (tokenResponse, error) {

@@ -62,7 +62,7 @@ func ParseAuthFile(name string, data []byte) (*AuthFile, error) {
 }
 
 // Credential derives the credential from the file's tokens: the account id
-// comes from the access token's claims (spec 6.4), falling back to
+// comes from the access token's claims (docs/credentials.md §2), falling back to
 // tokens.account_id.
 func (f *AuthFile) Credential() Credential {
 	c := Credential{AccessToken: f.Tokens.AccessToken}

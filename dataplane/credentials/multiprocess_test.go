@@ -22,7 +22,7 @@ import (
 )
 
 // Environment of the helper process (TestHelperProcess) and the knobs of
-// TestMultiProcessSharedAuthFile, so the issue's run ("20 s token expiries
+// TestMultiProcessSharedAuthFile, so a longer run ("20 s token expiries
 // for two minutes") can be done by hand:
 //
 //	CLODEX_TEST_MP_TTL=20s CLODEX_TEST_MP_DURATION=2m \

@@ -64,9 +64,9 @@ func ParseRefreshMode(s string) (RefreshMode, error) {
 const (
 	// DefaultTokenEndpoint is OpenAI's OAuth token endpoint.
 	DefaultTokenEndpoint = "https://auth.openai.com/oauth/token"
-	// DefaultClientID is the public OAuth client id of Codex CLI (spec 6.1).
+	// DefaultClientID is the public OAuth client id of Codex CLI.
 	DefaultClientID = "app_EMoamEEZ73f0CkXaXp7hrann"
-	// DefaultSkew is how long before expiry a token is refreshed (spec 6.3).
+	// DefaultSkew is how long before expiry a token is refreshed (docs/credentials.md §4).
 	DefaultSkew = 120 * time.Second
 	// DefaultLockWait bounds the wait for the auth.json lock.
 	DefaultLockWait = 30 * time.Second
@@ -128,7 +128,7 @@ type FileConfig struct {
 }
 
 // RefreshingFile is a [Source] backed by a Codex auth.json that it keeps
-// fresh (spec 6.3). It is safe for concurrent use.
+// fresh (docs/credentials.md §4 to §7). It is safe for concurrent use.
 //
 // Refreshes are single-flight within the process. Across processes (Codex
 // CLI, another data plane) they are serialised by an exclusive lock on

@@ -10,8 +10,8 @@
 //	conn.Close(websocket.StatusNormalClosure, "turn complete")
 //
 // [Dial] opens wss://chatgpt.com/backend-api/codex/responses unless
-// [DialOptions.URL] says otherwise, with the upgrade headers of the spec
-// (section 1.2): authorization, chatgpt-account-id, originator,
+// [DialOptions.URL] says otherwise, with the upgrade headers of
+// docs/errors.md §2.1: authorization, chatgpt-account-id, originator,
 // user-agent, OpenAI-Beta: responses_websockets=2026-02-06, and the W3C
 // traceparent of ctx. Compression is off, the read limit is 32 MiB
 // ([DefaultReadLimit]) and the handshake runs under a deadline
@@ -23,5 +23,6 @@
 // socket (coder/websocket semantics), which is how a client disconnect
 // cancels the upstream response.
 //
-// The connection pool and continuation heads (a later part) build on Conn.
+// The connection pool (dataplane/pool) keeps Conns open as continuation
+// heads; the gateway's pool dialer (gateway.PoolDialer) opens them.
 package upstream
