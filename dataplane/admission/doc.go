@@ -50,9 +50,8 @@
 // upstream answers that with 403s). Starting empty costs at most one
 // burst per outage and never exceeds the policy.
 //
-// The issue says the data plane "admits locally at once". This package
-// reads that as: it asks the local bucket at once, without waiting for the
-// control plane, and applies the bucket's decision by the same rule as the
+// "Admits locally at once" means: it asks the local bucket at once,
+// without waiting for the control plane, and applies the bucket's decision by the same rule as the
 // control plane (admit; wait within the derived bound; refuse with the hint
 // only when the policy can refuse). The share is this host's part of the
 // account's fleet-wide rate, so admitting everything unpaced would let N

@@ -115,7 +115,7 @@ func TestRoutes(t *testing.T) {
 
 func TestCountTokensValue(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	// Spec 8.4: without model, the body {"messages":[{"role":"user","content":"abcdefgh"}]}
+	// docs/translation.md §10: without model, the body {"messages":[{"role":"user","content":"abcdefgh"}]}
 	// is 50 bytes -> ceil(50/4) = 13.
 	resp := e.post(t, "/v1/messages/count_tokens", `{"model":"gpt-5.5","max_tokens":5,"messages":[{"role":"user","content":"abcdefgh"}]}`, nil)
 	if got := resp.Header.Get("X-Relay-Token-Count-Source"); got != "local-estimate" {

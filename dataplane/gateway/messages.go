@@ -715,7 +715,7 @@ func transportFailure() *translate.UpstreamError {
 }
 
 // writeUpstreamError answers a failure that happened before any output
-// with its classified status, body and retry headers (spec 5.6): a 429
+// with its classified status, body and retry headers (docs/errors.md §8): a 429
 // gets retry-after drawn from [h, ceil(1.25 h)]; x-should-retry: false
 // only where a retry cannot help. Never an empty 200.
 func (t *turnRun) writeUpstreamError(f *translate.UpstreamError) {

@@ -459,7 +459,7 @@ type modelEntry struct {
 	MaxInputTokens int    `json:"max_input_tokens"`
 }
 
-// renderModels builds the GET /v1/models body (spec 8.3) and one body per
+// renderModels builds the GET /v1/models body (docs/translation.md §2.2) and one body per
 // model id.
 func renderModels(list []translate.ModelInfo) ([]byte, map[string][]byte) {
 	entries := make([]modelEntry, 0, len(list))

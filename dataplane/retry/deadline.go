@@ -58,7 +58,7 @@ var (
 )
 
 // TimeoutError reports that a request's no-data (Idle) or total deadline expired. Its text is
-// the message the client sees (spec 3.8): "no data received from provider for 120s" or
+// the message the client sees (docs/errors.md §5): "no data received from provider for 120s" or
 // "provider stream exceeded 600s".
 type TimeoutError struct {
 	Idle  bool          // true: the no-data deadline; false: the total deadline
