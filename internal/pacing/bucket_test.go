@@ -109,7 +109,7 @@ func TestVectorTwentyAtLowRates(t *testing.T) {
 	}
 }
 
-// TestLowRateFallbackStillShapes is the seed's third surviving mutation: low-rate pacing must
+// TestLowRateFallbackStillShapes kills a mutation that once survived the suite: low-rate pacing must
 // not behave like pacing switched off. Sequential arrivals past the burst keep paying the bound.
 func TestLowRateFallbackStillShapes(t *testing.T) {
 	b := NewBucket(policyAt(1, nil, nil), t0)
@@ -244,7 +244,7 @@ func sustainedRun(take func(now time.Time) (admitted bool)) int {
 	return count
 }
 
-// admitAnywayModel is the design the seed rejected: once the bound expires it admits anyway
+// admitAnywayModel is the rejected first design (docs/pacing.md §3): once the bound expires it admits anyway
 // and debits, so the debt floor never holds. Test-only; it exists to show the sustained-rate
 // test tells the two designs apart.
 type admitAnywayModel struct {
@@ -259,7 +259,7 @@ func (m *admitAnywayModel) take(now time.Time) bool {
 	return true
 }
 
-// TestSustainedRate is the seed's four-minute overload: 82/min offered against 60/min. The
+// TestSustainedRate is a four-minute overload (docs/pacing.md §3): 82/min offered against 60/min. The
 // last minute must admit 60 ± 1; the rejected admit-anyway design reads 82.
 func TestSustainedRate(t *testing.T) {
 	b := NewBucket(DefaultPolicy(), t0)
@@ -283,13 +283,13 @@ func TestSustainedRate(t *testing.T) {
 	}
 	old := &admitAnywayModel{tokens: 10, perMs: 60.0 / 60000, capacity: 10, boundMs: 4833, last: t0}
 	if oldGot := sustainedRun(old.take); oldGot != 82 {
-		t.Errorf("admit-anyway model read %d, want 82 (the seed's measurement)", oldGot)
+		t.Errorf("admit-anyway model read %d, want 82 (what the first design measured)", oldGot)
 	} else if oldGot >= 59 && oldGot <= 61 {
 		t.Errorf("the sustained-rate assertion cannot tell the admit-anyway design apart")
 	}
 }
 
-// TestRefusalDebitsNothingUnderLoad is the livelock the seed names: a refused request that
+// TestRefusalDebitsNothingUnderLoad guards against a livelock (docs/pacing.md §4.1): a refused request that
 // retries must not deepen the deficit that refused it.
 func TestRefusalDebitsNothingUnderLoad(t *testing.T) {
 	b := NewBucket(DefaultPolicy(), t0)

@@ -23,7 +23,7 @@ const (
 // MinTotalTimeout is the smallest total timeout; a smaller one is raised to it.
 const MinTotalTimeout = MinIdleTimeout
 
-// ladderBase is the SDK's first backoff rung.
+// ladderBase is the first rung of the retry ladder (docs/pacing.md §1.2).
 const ladderBase = 2 * time.Second
 
 // BudgetInput holds requested values; nil means unset.
@@ -47,14 +47,14 @@ func DefaultBudget() Budget {
 	return b
 }
 
-// Ladder returns the total backoff of a retries-long SDK ladder: 2000 × (2^retries − 1) ms.
+// Ladder returns the total backoff of a retries-long retry ladder: 2000 × (2^retries − 1) ms.
 // Negative retries give 0; retries above MaxMaxRetries are treated as MaxMaxRetries.
 func Ladder(retries int) time.Duration {
 	retries = min(max(retries, 0), MaxMaxRetries)
 	return ladderBase * time.Duration(1<<retries-1)
 }
 
-// Rung returns the SDK's delay before retry number attempt (1-based): 2000 × 2^(attempt−1) ms.
+// Rung returns the retry loop's delay before retry number attempt (1-based): 2000 × 2^(attempt−1) ms.
 // attempt < 1 gives 0; attempt above MaxMaxRetries is treated as MaxMaxRetries.
 func Rung(attempt int) time.Duration {
 	if attempt < 1 {

@@ -20,7 +20,7 @@ func envLookup(m map[string]string) func(string) (string, bool) {
 	}
 }
 
-// The eight rows the issue fixes, as literal numbers (never derived from the code).
+// The eight worked rows of docs/pacing.md §2.1, as literal numbers (never derived from the code).
 var budgetRows = []struct {
 	name                string
 	env                 map[string]string
@@ -216,7 +216,7 @@ func TestWaitBoundFor(t *testing.T) {
 }
 
 // TestHintDirect pins the hint at the bounds production uses, with values written out by hand
-// (the seed's false-oracle lesson: the expected cap must not come from the implementation).
+// (an expected cap computed by the implementation could not catch the implementation's mistake).
 func TestHintDirect(t *testing.T) {
 	tests := []struct {
 		bound time.Duration

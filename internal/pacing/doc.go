@@ -51,7 +51,8 @@
 //
 //	bound = min(15000, floor((idle − Ladder(retries)) / 2 / (retries + 1))) ms
 //
-// where Ladder(r) = 2000 × (2^r − 1) ms is the SDK's backoff. ResolveBudget clamps the idle
+// where Ladder(r) = 2000 × (2^r − 1) ms is the retry loop's backoff (dataplane/retry).
+// ResolveBudget clamps the idle
 // timeout to 10s..3600s, lets only an explicitly set total timeout below it lower it, clamps
 // retries to 10 and then lowers them until the ladder is strictly shorter than the idle
 // timeout. At the defaults (120s, 5 retries) the bound is 4833ms. Where the ladder leaves no
@@ -60,8 +61,8 @@
 //
 // # The refusal rule and the hint
 //
-// A refusal's retry-after is Budget.Hint: max(1, floor(bound/1000)) whole seconds. The SDK
-// spends the hint instead of its own backoff rung, so the hint is capped at the bound — a
+// A refusal's retry-after is Budget.Hint: max(1, floor(bound/1000)) whole seconds. The retry
+// loop spends the hint instead of its backoff rung, so the hint is capped at the bound — a
 // hint sized to the deficit would replace the very term the bound was derived against and
 // spend the whole deadline on one sleep. The one-second floor exists because zero would mean
 // "retry immediately". The true deficit is still reported in Decision.RequiredWait.

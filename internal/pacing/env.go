@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Environment variable names (the seed's).
+// Environment variable names (docs/pacing.md §1.1 and §6).
 const (
 	EnvRate         = "CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN"
 	EnvIdleTimeout  = "CLODEX_UPSTREAM_IDLE_TIMEOUT_MS"
@@ -35,7 +35,7 @@ func parseDecimal(s string) (int64, bool) {
 	return n, true
 }
 
-// PolicyFromEnv reads the four seed variables through lookup (os.LookupEnv in production)
+// PolicyFromEnv reads the four variables through lookup (os.LookupEnv in production)
 // and applies the environment rules: values are trimmed decimal integers; negative,
 // fractional or non-numeric values are malformed and ignored with a notice; a rate above 600
 // clamps to 600 with a notice; only a literal "0" disables pacing; a zero wait bound disables

@@ -208,7 +208,7 @@ func TestPolicyFromEnvModeNotices(t *testing.T) {
 	}
 }
 
-// TestNamespacedNoticeKeys pins the seed's exact string: a malformed rate value shaped like
+// TestNamespacedNoticeKeys pins a known string: a malformed rate value shaped like
 // the disabled notice's key must not suppress the disabled notice.
 func TestNamespacedNoticeKeys(t *testing.T) {
 	var seen Notices

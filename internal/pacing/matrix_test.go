@@ -36,7 +36,7 @@ func refBudget(idle, total, retries int64, idleSet, totalSet, retriesSet bool) (
 }
 
 // refHintS is hint_s = max(1, floor(bound_ms / 1000)), written out here rather than read from
-// Budget.Hint (the seed's false oracle called the implementation).
+// Budget.Hint (an oracle that calls the implementation cannot catch its mistakes).
 func refHintS(boundMs int64) int64 {
 	h := boundMs / 1000
 	if h < 1 {
@@ -53,12 +53,12 @@ func TestRefHintDirect(t *testing.T) {
 	}
 }
 
-// TestBudgetMatrix is the seed's safety inequality over every environment combination:
+// TestBudgetMatrix checks the safety inequality of docs/pacing.md §2 over every environment combination:
 //
 //	(maxRetries + 1) × bound + Σᵢ gapᵢ < idleTimeout
 //
 // where gapᵢ is what the client really waits before retry i: the refusal's retry-after (the
-// SDK spends it instead of the rung) or, after any other failure, the rung 2000 × 2^(i−1) ms.
+// retry loop spends it instead of the rung) or, after any other failure, the rung 2000 × 2^(i−1) ms.
 // The conservative form takes gapᵢ = max(hintCapMs, rungᵢ). The hint term applies only where
 // pacing is on (rate > 0, bound > 0) and the policy can refuse; elsewhere nothing is refused
 // and gapᵢ is the rung. Every decision of a real fan-out is also checked against the bound and

@@ -9,7 +9,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// refBucket is an exact rational model of the decision rule, written from the text.
+// refBucket is an exact rational model of the decision rule, written from docs/pacing.md §3.
 // It shares no code with Bucket.
 type refBucket struct {
 	tokens                      *big.Rat
