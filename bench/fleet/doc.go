@@ -17,8 +17,8 @@
 //     120/min, burst 5, set with clodexctl); every data plane joins it
 //     with --control-plane.
 //   - per-host: no control plane; each data plane paces itself at the full
-//     rate with CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=120, as one process
-//     of the seed did.
+//     rate with CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=120, as each process
+//     of the original TypeScript clodex paced itself.
 //   - central-kill: central, with the control plane SIGKILLed 20 s into
 //     the run and restarted on the same port 20 s later.
 //

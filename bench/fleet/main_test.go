@@ -48,7 +48,7 @@ func TestParseFlagsDefaultsAreTheIssueScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The fleet issue: 3 data planes, 20 agents each, 120/min burst 5
+	// The benchmark's shape: 3 data planes, 20 agents each, 120/min burst 5
 	// against 30 per 10 s, about a minute, a 20 s outage mid-run.
 	if c.dataPlanes != 3 || c.agents != 20 || c.rate != 120 || c.burst != 5 || c.upgradeLimit != 30 ||
 		c.upgradeWindow != 10*time.Second || c.duration != time.Minute || c.killFor != 20*time.Second {

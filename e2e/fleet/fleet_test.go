@@ -30,7 +30,7 @@ const (
 
 // TestFleet runs three clodex-dataplane processes against one
 // clodex-controlplane and clodex-sim, all real binaries on loopback, and
-// checks the fleet issue's claims in order (each step leaves the fleet
+// checks the fleet's promises (README, Operations) in order (each step leaves the fleet
 // as the next one needs it):
 //
 //  1. clodexctl set-rate reaches every data plane within a second;

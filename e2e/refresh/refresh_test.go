@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-// Run shape. The defaults are the issue's: 20 s tokens for two minutes.
+// Run shape. The defaults: 20 s tokens for two minutes.
 const (
 	envDuration     = "CLODEX_E2E_REFRESH_DURATION"
 	envTTL          = "CLODEX_E2E_REFRESH_TTL"
@@ -53,7 +53,7 @@ func envDurationOr(t *testing.T, name string, def time.Duration) time.Duration {
 	return d
 }
 
-// TestSharedAuthFileRefresh is the issue's check: two clodex-dataplane
+// TestSharedAuthFileRefresh checks docs/credentials.md §6 and §7 end to end: two clodex-dataplane
 // processes sharing one auth.json with short token lifetimes serve turns
 // for a while; no refresh token is ever reused and every turn succeeds.
 func TestSharedAuthFileRefresh(t *testing.T) {
@@ -143,7 +143,7 @@ func TestSharedAuthFileRefresh(t *testing.T) {
 		t.Errorf("emulator token_refreshes = %d, want at least 1 with %v tokens over %v", st.TokenRefreshes, ttl, duration)
 	}
 	if st.Upgrade401s != 0 {
-		// Allowed by the issue only when every such turn was recovered,
+		// Allowed only when every such turn was recovered,
 		// which res.failed == 0 above checks.
 		t.Logf("emulator upgrade_401s = %d; every turn still succeeded", st.Upgrade401s)
 	}

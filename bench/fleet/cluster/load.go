@@ -21,7 +21,8 @@ import (
 )
 
 // Retry is a client's retry rule for 429 answers, modelled on Claude Code
-// 2.1.332 (spec/real-clients.md 3.5): attempt n (1-based) after a 429
+// 2.1.332 (measured, internal/captures/claude-code/cc-2.1.332-error-429-*.json;
+// docs/errors.md §8.4): attempt n (1-based) after a 429
 // waits max(retry-after, min(500 ms * 2^(n-1), 32 s)) * (1 + jitter*0.25)
 // with jitter uniform in [0,1), and a turn gives up after MaxRetries
 // retries.

@@ -23,7 +23,7 @@ func TestAccountsCheck(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d, want 200; body %s", r.status, r.raw)
 	}
-	// real-clients.md 4.4 / codex-0.171.0-chatgpt-side-endpoints.json
+	// As captured from Codex CLI 0.171.0 (internal/captures/codex/codex-0.171.0-chatgpt-side-endpoints.json).
 	want := `{"accounts":[{"id":"acct-test","plan_type":"pro","structure":"personal","workspace_backend_origin":"NO_CONSTRAINT","account_routing_override":"NO_CONSTRAINT","name":null,"profile_picture_url":null}],"account_ordering":["acct-test"],"default_account_id":"acct-test"}`
 	if got := strings.TrimSpace(r.raw); got != want {
 		t.Errorf("body =\n%s\nwant\n%s", got, want)
