@@ -1,29 +1,64 @@
 #!/usr/bin/env bash
-# install-clients.sh installs the pinned real clients that clodex's tests drive
-# (Claude Code and Codex CLI) into a cache folder outside the repository:
+# install-clients.sh installs what clodex's real-client tests need: the pinned Claude Code and
+# Codex CLI, into a cache folder outside the repository, and tmux (the interactive Claude Code test
+# drives the TUI in a tmux pane):
 #
 #   ${CLODEX_CLIENT_CACHE:-$HOME/.cache/clodex/clients}/claude-code-<version>/node_modules/.bin/claude
 #   ${CLODEX_CLIENT_CACHE:-$HOME/.cache/clodex/clients}/codex-<version>/node_modules/.bin/codex
 #
-# The layout, the lock file and the versions are the same as in internal/clienttest,
-# so this script and the Go tests can run at the same time. An install is idempotent:
-# a client whose `--version` already shows the pinned version is left alone. A new
-# install goes into a temporary folder that is renamed into place only after its
-# `--version` check passed, under an exclusive flock on <cache>/.install.lock.
+# The layout, the lock file and the versions are the same as in internal/clienttest, so this script
+# and the Go tests can run at the same time. An install is idempotent: a client whose `--version`
+# already shows the pinned version is left alone. A new install goes into a temporary folder that is
+# renamed into place only after its `--version` check passed, under an exclusive flock on
+# <cache>/.install.lock. tmux is installed with apt-get when it is missing and this runs as root.
 #
-# Exits 0 with a message when the npm registry cannot be reached (the tests then
-# skip); any other failure exits non-zero.
+# When the npm registry cannot be reached, the script records it in <cache>/.registry-unreachable
+# (the Unix time, then the reason) and the tests of this run trust that record for ten minutes
+# instead of each probing the registry again; a reachable registry removes the record.
+#
+# Under CI=true (or CLODEX_REQUIRE_CLIENTS=1) the real clients and tmux are required: anything
+# missing that cannot be installed exits 1 with one line per problem saying what and how to fix it.
+# Otherwise an unreachable registry or a missing tmux is reported and the script exits 0 (the tests
+# that need them skip, saying so); any other failure exits 1.
 set -euo pipefail
 
 CLAUDE_CODE_VERSION="2.1.332"
 CODEX_VERSION="0.171.0"
 
 CACHE="${CLODEX_CLIENT_CACHE:-$HOME/.cache/clodex/clients}"
+MARKER="$CACHE/.registry-unreachable"
 
 log() { printf 'install-clients: %s\n' "$*" >&2; }
 
+# required: the environment requires the real clients (CI, or CLODEX_REQUIRE_CLIENTS=1).
+REQUIRED=""
+case "${CLODEX_REQUIRE_CLIENTS:-}" in
+"" | 0 | false | FALSE | False | f | F) ;;
+1 | true | TRUE | True | t | T) REQUIRED="CLODEX_REQUIRE_CLIENTS=$CLODEX_REQUIRE_CLIENTS" ;;
+*)
+	log "CLODEX_REQUIRE_CLIENTS=$CLODEX_REQUIRE_CLIENTS is not a boolean; want 1 (the real clients are required) or 0"
+	exit 2
+	;;
+esac
+if [ -z "$REQUIRED" ] && [ -n "${CI:-}" ]; then
+	case "${CI,,}" in
+	0 | false | no | off) ;;
+	*) REQUIRED="CI=$CI" ;;
+	esac
+fi
+FAILED=0
+# missing WHAT FIX: a required dependency is missing; fail at the end under CI, else report it.
+missing() {
+	if [ -n "$REQUIRED" ]; then
+		log "$1; fix: $2 [$REQUIRED: required]"
+		FAILED=1
+	else
+		log "$1; the tests that need it will skip (with CI=true they fail); fix: $2"
+	fi
+}
+
 if ! command -v npm >/dev/null 2>&1; then
-	log "npm not found in PATH; install Node.js and npm"
+	log "npm not found in PATH; fix: install Node.js 20 with npm"
 	exit 1
 fi
 
@@ -48,28 +83,53 @@ verify() {
 	esac
 }
 
-# registry_unreachable PKG: 0 when `npm view` fails because of the network.
+# record_unreachable REASON: write the marker atomically (the Go tests read it).
+record_unreachable() {
+	local tmp
+	tmp="$(mktemp "$MARKER.tmp-XXXXXX")"
+	printf '%s\n%s\n' "$(date +%s)" "$(printf '%s' "$1" | tr '\n' ' ' | cut -c1-400)" >"$tmp"
+	chmod 644 "$tmp"
+	mv -f "$tmp" "$MARKER"
+}
+
+# UNREACHABLE is the reason the registry could not be reached in this run ("" = not seen).
+UNREACHABLE=""
+
+# registry_unreachable PKG: 0 when `npm view` fails because of the network (UNREACHABLE then says
+# why); 1 when the registry answered; exits 1 when it answered with an error.
 registry_unreachable() {
-	local pkg="$1" out rc=0
+	local pkg="$1" out reason rc=0
+	if [ -n "$UNREACHABLE" ]; then
+		return 0
+	fi
 	out="$(timeout 60 npm view "$pkg" version 2>&1 </dev/null)" || rc=$?
 	if [ "$rc" -eq 0 ]; then
+		rm -f "$MARKER"
 		return 1
 	fi
 	if [ "$rc" -eq 124 ]; then
+		UNREACHABLE="npm view $pkg: no answer within 60 s"
+		record_unreachable "$UNREACHABLE"
 		return 0
 	fi
 	case "$out" in
 	*ENOTFOUND* | *EAI_AGAIN* | *ETIMEDOUT* | *ECONNREFUSED* | *ECONNRESET* | *ENETUNREACH* | *EHOSTUNREACH* | *"network"* | *"socket hang up"*)
+		# The line naming the failed request and why, e.g. "request to https://registry.npmjs.org/…
+		# failed, reason: getaddrinfo ENOTFOUND registry.npmjs.org".
+		reason="$(printf '%s\n' "$out" | grep -m 1 -E 'reason:|network request to' || printf '%s\n' "$out" | grep -m 1 .)"
+		reason="${reason#npm error }"
+		UNREACHABLE="npm view $pkg: ${reason#FetchError: }"
+		record_unreachable "$UNREACHABLE"
 		return 0
 		;;
 	esac
 	log "npm view $pkg failed (exit $rc): $out"
-	return 1
+	exit 1
 }
 
-# install NAME PKG VERSION BINNAME
+# install NAME PKG VERSION BINNAME TITLE
 install_one() {
-	local name="$1" pkg="$2" version="$3" binname="$4"
+	local name="$1" pkg="$2" version="$3" binname="$4" title="$5"
 	local dir="$CACHE/$name-$version"
 	local bin="$dir/node_modules/.bin/$binname"
 
@@ -78,7 +138,8 @@ install_one() {
 		return 0
 	fi
 	if registry_unreachable "$pkg@$version"; then
-		log "npm registry unreachable; skipping $pkg@$version (tests that need it will skip)"
+		missing "$title $version (npm $pkg@$version) is not installed in $CACHE and the npm registry is unreachable: $UNREACHABLE" \
+			"make the npm registry reachable (npm config get registry), then run scripts/install-clients.sh"
 		return 0
 	fi
 
@@ -96,12 +157,32 @@ install_one() {
 	)
 	if ! verify "$tmp/node_modules/.bin/$binname" "$version"; then
 		log "$pkg@$version installed but its --version check failed"
-		return 1
+		exit 1
 	fi
+	chmod 755 "$tmp"
 	rm -rf "$dir"
 	mv "$tmp" "$dir"
 	CLEANUP=""
 	log "installed $pkg@$version in $((SECONDS - start)) s: $bin"
+}
+
+# install_tmux: the interactive Claude Code test (cmd/clodex-dataplane) drives it in tmux.
+install_tmux() {
+	if command -v tmux >/dev/null 2>&1; then
+		return 0
+	fi
+	if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+		log "installing tmux with apt-get"
+		if DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null 2>&1 ||
+			{ apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null 2>&1; }; then
+			log "installed tmux: $(tmux -V)"
+			return 0
+		fi
+		missing "tmux is not installed and apt-get install tmux failed" "install tmux (apt-get install tmux)"
+		return 0
+	fi
+	missing "tmux is not installed (and this is not root with apt-get, so the script cannot install it)" \
+		"install tmux with your package manager, e.g. sudo apt-get install tmux"
 }
 
 CLEANUP=""
@@ -111,5 +192,10 @@ exec 9>"$CACHE/.install.lock"
 flock 9
 # Leftovers of an install that was killed half-way; safe to remove under the lock.
 rm -rf "$CACHE"/.tmp-*
-install_one claude-code @anthropic-ai/claude-code "$CLAUDE_CODE_VERSION" claude
-install_one codex @openai/codex "$CODEX_VERSION" codex
+# This run starts afresh: the registry is probed again if anything is missing.
+rm -f "$MARKER"
+install_one claude-code @anthropic-ai/claude-code "$CLAUDE_CODE_VERSION" claude "Claude Code"
+install_one codex @openai/codex "$CODEX_VERSION" codex "Codex CLI"
+exec 9>&-
+install_tmux
+exit "$FAILED"

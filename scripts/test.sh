@@ -3,7 +3,9 @@
 #
 #   1. generated protobuf/gRPC code matches the .proto sources (and buf lint passes)
 #   2. gofmt and go vet are clean
-#   3. the pinned real clients (Claude Code, Codex CLI) are installed into a cache outside the repo
+#   3. the pinned real clients (Claude Code, Codex CLI) are installed into a cache outside the repo,
+#      and tmux; under CI=true anything missing fails here, otherwise the tests that need it skip
+#      and a note at the end says so
 #   4. every package's tests, with the race detector
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,4 +29,13 @@ step "real clients (pinned Claude Code and Codex CLI, cached outside the repo)"
 
 step "go test -race"
 # -p 2: this runs on 2 cores; packages that drive real clients serialise themselves.
-go test -race -count=1 -p 2 -timeout 30m ./...
+status=0
+go test -race -count=1 -p 2 -timeout 30m ./... || status=$?
+
+# A passing run whose real-client tests skipped must not look like a full pass.
+marker="${CLODEX_CLIENT_CACHE:-$HOME/.cache/clodex/clients}/.registry-unreachable"
+if [ -f "$marker" ]; then
+	printf '\nNOTE: the real-client tests (Claude Code, Codex CLI) were skipped: %s\n' "$(sed -n 2p "$marker")"
+	printf 'NOTE: make the npm registry reachable and run scripts/install-clients.sh; with CI=true this fails.\n'
+fi
+exit "$status"
