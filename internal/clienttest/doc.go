@@ -13,9 +13,23 @@
 // exclusive flock on <cache>/.install.lock, into a temporary folder that is
 // renamed into place once the client's --version shows the pinned version.
 //
-// [ClaudeCode] and [CodexCLI] skip the calling test only when the npm registry
-// cannot be reached; any other install problem fails the test. There is no
-// other switch to skip these tests.
+// When a client cannot be had, [ClaudeCode] and [CodexCLI] fail the test with
+// one line naming the client, the cache folder, what failed and how to fix
+// it. The one exception: when the client is not cached and the npm registry
+// cannot be reached, the test is skipped, unless CI is set (CI=true, as CI
+// systems do) or CLODEX_REQUIRE_CLIENTS=1, which require the real clients:
+// then it fails too. There is no other switch to skip these tests. The
+// outcome is remembered for the rest of the test process, so only the first
+// test pays for an install or a probe, and only the first skip spells out
+// the reason; the others point to it.
+//
+// An unreachable registry is also recorded in <cache>/.registry-unreachable
+// (the Unix time, then the reason), by the Go installer and by
+// scripts/install-clients.sh, which `make test` runs first. Other test
+// processes of the same run trust a record at most ten minutes old instead
+// of probing the registry again; an older one is ignored and a successful
+// probe removes it, so a registry that came back is noticed within ten
+// minutes (or at once after deleting the file).
 //
 // Client runs are serialized machine-wide with a flock on <cache>/.run.lock
 // ([LockClientRun]; [RunClaude] and [RunCodex] take it themselves), because a

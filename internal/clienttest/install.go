@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +26,9 @@ const (
 // registry cannot be reached to install it.
 var ErrRegistryUnreachable = errors.New("npm registry unreachable")
 
+// errNoNPM reports that a client must be installed and npm is not in PATH.
+var errNoNPM = errors.New("npm not found in PATH")
+
 const (
 	probeTimeout   = 60 * time.Second
 	installTimeout = 15 * time.Minute
@@ -35,6 +37,7 @@ const (
 
 // client is one pinned npm client.
 type client struct {
+	product string // what users call it, e.g. "Claude Code"
 	name    string // cache folder prefix
 	pkg     string // npm package name
 	version string // exact version
@@ -42,11 +45,14 @@ type client struct {
 }
 
 var (
-	claudeCodeClient = client{name: "claude-code", pkg: "@anthropic-ai/claude-code", version: ClaudeCodeVersion, bin: "claude"}
-	codexCLIClient   = client{name: "codex", pkg: "@openai/codex", version: CodexCLIVersion, bin: "codex"}
+	claudeCodeClient = client{product: "Claude Code", name: "claude-code", pkg: "@anthropic-ai/claude-code", version: ClaudeCodeVersion, bin: "claude"}
+	codexCLIClient   = client{product: "Codex CLI", name: "codex", pkg: "@openai/codex", version: CodexCLIVersion, bin: "codex"}
 )
 
 func (c client) spec() string { return c.pkg + "@" + c.version }
+
+// title is the product and version, e.g. "Claude Code 2.1.332".
+func (c client) title() string { return c.product + " " + c.version }
 
 // CacheDir returns the folder the clients are cached in:
 // $CLODEX_CLIENT_CACHE, or $HOME/.cache/clodex/clients.
@@ -62,52 +68,31 @@ func CacheDir() (string, error) {
 }
 
 // ClaudeCode returns the absolute path of the pinned Claude Code executable,
-// installing it into the cache first if needed. It skips t only when the
-// client is not cached and the npm registry cannot be reached; any other
-// problem fails t.
+// installing it into the cache first if needed. When it cannot, t fails
+// with one line saying why and how to fix it; only when the npm registry
+// cannot be reached and neither CI nor CLODEX_REQUIRE_CLIENTS requires the
+// clients is t skipped instead. The outcome is remembered for the rest of
+// the test process.
 func ClaudeCode(t testing.TB) string {
 	t.Helper()
 	return ensure(t, claudeCodeClient)
 }
 
 // CodexCLI returns the absolute path of the pinned Codex CLI executable,
-// installing it into the cache first if needed. It skips t only when the
-// client is not cached and the npm registry cannot be reached; any other
-// problem fails t.
+// installing it into the cache first if needed; failures are handled as in
+// [ClaudeCode].
 func CodexCLI(t testing.TB) string {
 	t.Helper()
 	return ensure(t, codexCLIClient)
 }
 
-var (
-	installedMu sync.Mutex
-	installed   = map[string]string{} // cache dir + client name -> verified executable
-)
-
 func ensure(t testing.TB, c client) string {
 	t.Helper()
 	cache, err := CacheDir()
 	if err != nil {
-		t.Fatalf("%s: %v", c.spec(), err)
+		t.Fatalf("clienttest: %s: %v", c.title(), err)
 	}
-	key := cache + "\x00" + c.name
-	installedMu.Lock()
-	defer installedMu.Unlock()
-	if bin, ok := installed[key]; ok {
-		return bin
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), installTimeout)
-	defer cancel()
-	in := installer{cache: cache}
-	bin, err := in.install(ctx, c)
-	switch {
-	case errors.Is(err, ErrRegistryUnreachable):
-		t.Skipf("skipping: %s is not installed in %s and the npm registry cannot be reached (%v); run scripts/install-clients.sh once the registry is reachable", c.spec(), cache, err)
-	case err != nil:
-		t.Fatalf("install %s: %v", c.spec(), err)
-	}
-	installed[key] = bin
-	return bin
+	return clients.ensure(t, c, installer{cache: cache}, os.LookupEnv)
 }
 
 // installer installs clients into cache with npm.
@@ -117,6 +102,16 @@ type installer struct {
 	env   []string // environment for npm; nil = os.Environ()
 	// probeTimeout bounds `npm view`; 0 = probeTimeout.
 	probeTimeout time.Duration
+	// now is the clock that dates and ages the registry marker; nil =
+	// time.Now.
+	now func() time.Time
+}
+
+func (in installer) clock() time.Time {
+	if in.now != nil {
+		return in.now()
+	}
+	return time.Now()
 }
 
 // binPath is where c's executable lives once installed in dir.
@@ -130,7 +125,9 @@ func (in installer) dir(c client) string {
 
 // install makes sure c is in the cache and returns its executable. It returns
 // an error wrapping ErrRegistryUnreachable when c must be installed and the
-// registry cannot be reached.
+// registry cannot be reached, or when a fresh marker in the cache (see
+// markerTTL) says an earlier probe found it so; then npm is not run at all.
+// An unreachable registry writes the marker, a reachable one removes it.
 func (in installer) install(ctx context.Context, c client) (string, error) {
 	dir := in.dir(c)
 	bin := c.binPath(dir)
@@ -151,16 +148,27 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 	if verifyVersion(ctx, bin, c.version) == nil {
 		return bin, nil
 	}
+	if m, ok := readMarker(in.cache, in.clock()); ok {
+		return "", fmt.Errorf("%w: recorded at %s in %s (trusted until %s; delete the file to probe again): %s",
+			ErrRegistryUnreachable, m.at.UTC().Format(time.RFC3339), filepath.Join(in.cache, markerName),
+			m.at.Add(markerTTL).UTC().Format(time.RFC3339), m.reason)
+	}
 	npm := in.npm
 	if npm == "" {
 		npm, err = exec.LookPath("npm")
 		if err != nil {
-			return "", fmt.Errorf("npm not found in PATH (install Node.js and npm): %w", err)
+			return "", fmt.Errorf("%w (install Node.js and npm): %w", errNoNPM, err)
 		}
 	}
 	if err := in.probe(ctx, npm, c); err != nil {
+		if errors.Is(err, ErrRegistryUnreachable) {
+			if merr := writeMarker(in.cache, in.clock(), err.Error()); merr != nil {
+				return "", errors.Join(err, merr)
+			}
+		}
 		return "", err
 	}
+	removeMarker(in.cache)
 	// Leftovers of installs that were killed half-way; nobody else can be
 	// using them while we hold the lock.
 	stale, _ := filepath.Glob(filepath.Join(in.cache, ".tmp-*"))
@@ -181,7 +189,11 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 	out, err := in.npmCmd(ctx, npm, tmp, "install", "--no-audit", "--no-fund", "--loglevel=error", c.spec())
 	if err != nil {
 		if ctx.Err() == nil && isNetworkError(out) {
-			return "", fmt.Errorf("npm install %s: %w: %s", c.spec(), ErrRegistryUnreachable, firstLines(out, 5))
+			err := fmt.Errorf("npm install %s: %w: %s", c.spec(), ErrRegistryUnreachable, networkReason(out))
+			if merr := writeMarker(in.cache, in.clock(), err.Error()); merr != nil {
+				return "", errors.Join(err, merr)
+			}
+			return "", err
 		}
 		return "", fmt.Errorf("npm install %s: %w: %s", c.spec(), err, firstLines(out, 20))
 	}
@@ -220,7 +232,7 @@ func (in installer) probe(ctx context.Context, npm string, c client) error {
 	case err != nil && pctx.Err() != nil:
 		return fmt.Errorf("npm view %s: %w: no answer within %v", c.spec(), ErrRegistryUnreachable, limit)
 	case err != nil && isNetworkError(out):
-		return fmt.Errorf("npm view %s: %w: %s", c.spec(), ErrRegistryUnreachable, firstLines(out, 5))
+		return fmt.Errorf("npm view %s: %w: %s", c.spec(), ErrRegistryUnreachable, networkReason(out))
 	case err != nil:
 		return fmt.Errorf("npm view %s: %w: %s", c.spec(), err, firstLines(out, 10))
 	case !strings.Contains(out, c.version):
@@ -262,6 +274,20 @@ func isNetworkError(out string) bool {
 		}
 	}
 	return false
+}
+
+// networkReason is the line of npm's output that says which request failed
+// and why ("request to https://registry.npmjs.org/… failed, reason:
+// getaddrinfo ENOTFOUND …"), without npm's prefix; the first lines of the
+// output when there is no such line.
+func networkReason(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "reason:") || strings.Contains(l, "network request to") {
+			l = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "npm error"))
+			return strings.TrimPrefix(l, "FetchError: ")
+		}
+	}
+	return firstLines(out, 5)
 }
 
 // verifyVersion runs `bin --version` with an environment built from scratch

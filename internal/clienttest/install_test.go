@@ -51,7 +51,7 @@ install)
 esac
 `
 
-var fakeClient = client{name: "fake", pkg: "@fake/pkg", version: "9.9.9", bin: "fake"}
+var fakeClient = client{product: "Fake Client", name: "fake", pkg: "@fake/pkg", version: "9.9.9", bin: "fake"}
 
 type fakeEnv struct {
 	in  installer

@@ -37,8 +37,8 @@ func (b *lockedBuffer) String() string {
 // function_call_output on the same socket, continuing the previous response,
 // and the emulator's answer to that is Codex's final message.
 //
-// It skips only when the client is not cached and the npm registry cannot be
-// reached.
+// It skips only when the client is not cached, the npm registry cannot be
+// reached and CI=true is not set (clienttest's rule; under CI it fails).
 func TestCodexCLIConformance(t *testing.T) {
 	bin := clienttest.CodexCLI(t)
 
