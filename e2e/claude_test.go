@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,13 +22,14 @@ const claudeTimeout = 90 * time.Second
 // passes through, claude-* names map to it by the default alias table.
 const upstreamModel = "gpt-5.5"
 
-// runClaude runs the pinned Claude Code once against st with prompt. Claude
+// runClaude runs the pinned Claude Code (bin, from clienttest.ClaudeCode,
+// which each test calls before it builds its stack: under CI a missing
+// client fails there, skips otherwise) once against st with prompt. Claude
 // Code's own retries are off (CLAUDE_CODE_MAX_RETRIES=0), so a failing hop
 // shows up as a failed run and not as a slow, retried success. Set
 // E2E_DUMP=1 to log every stdout line.
-func runClaude(t *testing.T, st *stack, model, prompt string, extraArgs ...string) clienttest.ClaudeResult {
+func runClaude(t *testing.T, bin string, st *stack, model, prompt string, extraArgs ...string) clienttest.ClaudeResult {
 	t.Helper()
-	bin := claudeCode(t)
 	res := clienttest.RunClaude(t.Context(), t, bin, clienttest.ClaudeRun{
 		BaseURL:   st.baseURL,
 		Model:     model,
@@ -45,26 +45,6 @@ func runClaude(t *testing.T, st *stack, model, prompt string, extraArgs ...strin
 		}
 	}
 	return res
-}
-
-// claudeUnavailable is set once clienttest.ClaudeCode has skipped a test
-// (client not cached, npm registry unreachable), so the other cases skip
-// at once instead of probing the registry again for a minute each.
-var claudeUnavailable atomic.Bool
-
-// claudeCode returns the pinned Claude Code executable (clienttest.ClaudeCode),
-// skipping t when an earlier case found it unavailable.
-func claudeCode(t *testing.T) string {
-	t.Helper()
-	if claudeUnavailable.Load() {
-		t.Skip("skipping: Claude Code is not cached and the npm registry cannot be reached (see the first skipped case for details)")
-	}
-	defer func() {
-		if t.Skipped() { // clienttest.ClaudeCode called t.Skip
-			claudeUnavailable.Store(true)
-		}
-	}()
-	return clienttest.ClaudeCode(t)
 }
 
 // requireSuccess stops t unless Claude Code exited 0 with a successful
@@ -233,8 +213,9 @@ func TestClaudeCodeTextTurn(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			bin := clienttest.ClaudeCode(t)
 			st := newStack(t)
-			res := runClaude(t, st, tt.model, "#sim reply "+reply)
+			res := runClaude(t, bin, st, tt.model, "#sim reply "+reply)
 			requireSuccess(t, res)
 			if got := res.Text(); got != reply {
 				t.Errorf("result text = %q, want %q", got, reply)
@@ -294,8 +275,9 @@ func TestClaudeCodeBashToolRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bin := clienttest.ClaudeCode(t)
 	st := newStack(t)
-	res := runClaude(t, st, model, "Run the echo command.\n#sim call Bash "+string(args), "--allowedTools", "Bash(echo:*)")
+	res := runClaude(t, bin, st, model, "Run the echo command.\n#sim call Bash "+string(args), "--allowedTools", "Bash(echo:*)")
 	requireSuccess(t, res)
 
 	// The sim's answer to a function_call_output quotes its first 60
@@ -395,10 +377,11 @@ func TestClaudeCodeThinkingSignatureRoundTrip(t *testing.T) {
 		summary = "thinking-part-one"
 		model   = "claude-sonnet-4-5"
 	)
+	bin := clienttest.ClaudeCode(t)
 	st := newStack(t)
 	prompt := "Think, then run the echo command.\n#sim reasoning " + summary +
 		"\n#sim call Bash {\"command\":\"echo " + marker + "\",\"description\":\"echo\"}"
-	res := runClaude(t, st, model, prompt, "--allowedTools", "Bash(echo:*)")
+	res := runClaude(t, bin, st, model, prompt, "--allowedTools", "Bash(echo:*)")
 	requireSuccess(t, res)
 	if want := "Tool result received: " + marker; !strings.HasPrefix(res.Text(), want) {
 		t.Errorf("result text = %q, want it to start with %q", res.Text(), want)

@@ -54,10 +54,12 @@
 //   - a cheap plain-HTTP check of the preconnect (HEAD /api/hello) and
 //     count_tokens.
 //
-// The Claude Code cases skip only when the pinned client is not cached and
-// the npm registry cannot be reached (clienttest.ClaudeCode decides; after
-// the first such skip the other cases skip at once). Set E2E_DUMP=1 to log
-// every stream-json line Claude Code printed.
+// The Claude Code cases skip only when the pinned client is not cached, the
+// npm registry cannot be reached and neither CI=true nor
+// CLODEX_REQUIRE_CLIENTS=1 is set; under those they fail saying why
+// (clienttest.ClaudeCode decides and remembers the outcome, so after the
+// first case the others skip or fail at once). Set E2E_DUMP=1 to log every
+// stream-json line Claude Code printed.
 //
 // Run them with
 //

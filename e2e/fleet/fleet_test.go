@@ -249,12 +249,11 @@ func (h *harness) waitCentral(ctx context.Context, i int, bound time.Duration) {
 // adaptiveLowers turns adaptive mode on, lowers the emulator's throttle so
 // new sockets get 403s, and checks that the control plane hears of them
 // and lowers the effective rate by the rule max(1, floor(0.7 x effective))
-// from the configured 600 while the configured rate stays 600.
-//
-// When the emulator has answered 403s for 5 s and the control plane still
-// counts no reported 403 (clodex_controlplane_upstream_403_total), the data
-// planes do not report upgrade 403s at all: the step is skipped with that
-// message rather than failed, and becomes a real check once they do.
+// from the configured 600 while the configured rate stays 600. When it
+// does not, the failure says whether the data planes reported no 403 at
+// all (clodex_controlplane_upstream_403_total stayed 0: the report path
+// from the upgrade to the control plane is broken) or the control plane
+// heard them and did not lower the rate.
 func (h *harness) adaptiveLowers(ctx context.Context) {
 	t, f := h.t, h.f
 	const upstream403 = "clodex_controlplane_upstream_403_total"
@@ -269,7 +268,6 @@ func (h *harness) adaptiveLowers(ctx context.Context) {
 	deadline := time.Now().Add(30 * time.Second)
 	var (
 		last     cluster.AccountView
-		first403 time.Time
 		sim403   int64
 		reported float64
 		err      error
@@ -306,12 +304,11 @@ func (h *harness) adaptiveLowers(ctx context.Context) {
 			}
 			return
 		}
-		if sim403 = h.stats(ctx).Upgrade403s; sim403 > 0 && first403.IsZero() {
-			first403 = time.Now()
-		}
-		if !first403.IsZero() && reported == 0 && time.Since(first403) > 5*time.Second {
-			t.Skipf("NOT WIRED: clodex-sim answered %d upgrade 403s but the control plane received no 403 report (%s = 0) within 5 s: the data planes do not report upgrade 403s to the control plane (agent.Report403 is not called from the gateway/pool upgrade-403 path), so adaptive mode cannot act", sim403, upstream403)
-		}
+		sim403 = h.stats(ctx).Upgrade403s
+	}
+	if sim403 > 0 && reported == 0 {
+		t.Errorf("clodex-sim answered %d upgrade 403s but the control plane received no 403 report (%s = 0) in 30 s: the data planes no longer report upgrade 403s (the pool dialer's 403 -> agent.Report403 path), so adaptive mode cannot act", sim403, upstream403)
+		return
 	}
 	t.Errorf("effective_rate_per_minute still %v after 30 s (emulator: %d upgrade 403s; control plane: %v reported); want 420 (0.7 x 600)", deref(last.EffectiveRatePerMinute), sim403, reported)
 }
