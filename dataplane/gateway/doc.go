@@ -18,8 +18,9 @@
 // non-streaming), POST /v1/messages/count_tokens (local estimate),
 // GET /v1/models and GET /v1/models/{id} (Anthropic list shape with
 // context windows), HEAD on any path (200, empty: Claude Code's
-// preconnect), GET /healthz. Anything else is 404 with an Anthropic error
-// body "Unknown endpoint: <METHOD> <path>".
+// preconnect), GET /healthz ({"ok":true,"service":"clodex-dataplane"}: a
+// prober learns the port is a clodex data plane). Anything else is 404 with
+// an Anthropic error body "Unknown endpoint: <METHOD> <path>".
 //
 // Listener security. On a loopback listener any API key is accepted, but
 // the Host header must name a loopback host (localhost, 127.0.0.1, [::1];

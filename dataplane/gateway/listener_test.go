@@ -82,7 +82,7 @@ func TestRoutes(t *testing.T) {
 		{"HEAD /", "HEAD", "/", "", 200, ""},
 		{"HEAD /api/hello", "HEAD", "/api/hello", "", 200, ""},
 		{"HEAD anything", "HEAD", "/whatever/else", "", 200, ""},
-		{"healthz", "GET", "/healthz", "", 200, `{"ok":true}`},
+		{"healthz", "GET", "/healthz", "", 200, `{"ok":true,"service":"clodex-dataplane"}`},
 		{"unknown path", "GET", "/v2/nothing", "", 404, `"message":"Unknown endpoint: GET /v2/nothing"`},
 		{"wrong method", "GET", "/v1/messages", "", 404, `Unknown endpoint: GET /v1/messages`},
 		{"prefix is not a match", "POST", "/v1/messages/extra", `{}`, 404, `Unknown endpoint: POST /v1/messages/extra`},

@@ -246,7 +246,9 @@ func (s *Server) route(w *record, r *http.Request) {
 		return
 	}
 	if r.URL.Path == "/healthz" && r.Method == http.MethodGet {
-		writeJSON(w, http.StatusOK, []byte(`{"ok":true}`))
+		// The service name tells a client probing the port (for example
+		// `clodex-dataplane claude`) that it is a clodex data plane.
+		writeJSON(w, http.StatusOK, []byte(`{"ok":true,"service":"clodex-dataplane"}`))
 		return
 	}
 	if !s.loopback && !s.checkKey(w, r) {
