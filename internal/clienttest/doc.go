@@ -31,6 +31,10 @@
 // probe removes it, so a registry that came back is noticed within ten
 // minutes (or at once after deleting the file).
 //
+// [Tool] applies the same rule to another program a test needs (tmux for the
+// interactive Claude Code test): missing, it fails the test under CI and
+// skips it otherwise, saying how to install it.
+//
 // Client runs are serialized machine-wide with a flock on <cache>/.run.lock
 // ([LockClientRun]; [RunClaude] and [RunCodex] take it themselves), because a
 // client start-up takes a whole core for a second or more and the test

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -203,4 +204,32 @@ func oneLine(s string, max int) string {
 		out = out[:max] + "…"
 	}
 	return out
+}
+
+// Tool returns the absolute path of the program name found in PATH, which
+// a test needs besides the clients (tmux, say). When it is missing, t fails
+// under CI=true or CLODEX_REQUIRE_CLIENTS=1 and is skipped otherwise; either
+// way one line says so and how to install it (install, e.g. "apt-get
+// install tmux").
+func Tool(t testing.TB, name, install string) string {
+	t.Helper()
+	return tool(t, name, install, os.LookupEnv)
+}
+
+func tool(t testing.TB, name, install string, lookupEnv func(string) (string, bool)) string {
+	t.Helper()
+	why, err := requirement(lookupEnv)
+	if err != nil {
+		t.Fatalf("clienttest: %v", err)
+	}
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	msg := fmt.Sprintf("%s is not installed (not found in PATH); fix: %s", name, install)
+	if why != "" {
+		t.Fatalf("clienttest: %s [%s: required, so this fails instead of skipping]", msg, why)
+	}
+	t.Skipf("skipping: %s (with CI=true or %s=1 this fails)", msg, EnvRequireClients)
+	return ""
 }

@@ -433,3 +433,22 @@ func TestInstallScriptUnreachableRegistry(t *testing.T) {
 		})
 	}
 }
+
+func TestTool(t *testing.T) {
+	kind, msg, path := outcome(t, t.Name(), func(tb testing.TB) string { return tool(tb, "sh", "install a shell", envLookup(nil)) })
+	if kind != "" || !filepath.IsAbs(path) {
+		t.Errorf("tool(sh) = %q (%s %s), want an absolute path", path, kind, msg)
+	}
+	const missing = "clodex-no-such-tool"
+	kind, msg, _ = outcome(t, t.Name(), func(tb testing.TB) string { return tool(tb, missing, "apt-get install it", envLookup(nil)) })
+	want := "skipping: clodex-no-such-tool is not installed (not found in PATH); fix: apt-get install it (with CI=true or CLODEX_REQUIRE_CLIENTS=1 this fails)"
+	if kind != "skip" || msg != want {
+		t.Errorf("tool(missing) outside CI = %s %q, want skip %q", kind, msg, want)
+	}
+	kind, msg, _ = outcome(t, t.Name(), func(tb testing.TB) string {
+		return tool(tb, missing, "apt-get install it", envLookup(map[string]string{"CI": "true"}))
+	})
+	if kind != "fatal" || !strings.Contains(msg, "clodex-no-such-tool is not installed") || !strings.Contains(msg, "[CI=true: required") {
+		t.Errorf("tool(missing) under CI = %s %q, want a failure naming the tool and CI=true", kind, msg)
+	}
+}
