@@ -42,6 +42,15 @@
 //
 // The data plane itself is assembled by package internal/node; this
 // command parses flags and the environment into its Config.
+//
+//	clodex-dataplane claude [ARGS...]
+//
+// runs the user's Claude Code (claude on PATH, with ARGS) on the data plane
+// that answers on 127.0.0.1:17645 (CLODEX_LISTEN), or on one it starts for
+// the session with default flags, in front of clodex-sim (found beside this
+// binary or on PATH) when there are no Codex credentials. It writes nothing
+// to Claude Code's settings; see claude.go for the environment Claude Code
+// gets. The exit status is Claude Code's.
 package main
 
 import (
@@ -56,6 +65,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "claude" {
+		os.Exit(mainClaude(os.Args[2:]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
