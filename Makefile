@@ -6,7 +6,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BINARIES := clodex-dataplane clodex-controlplane clodexctl clodex-sim
 
-.PHONY: help build test lint vet fmt generate check-generated bench bench-controlplane bench-pool bench-fleet mutation run clients clean
+.PHONY: help build test lint vet fmt generate check-generated bench bench-controlplane bench-pool bench-fleet mutation run claude clients clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -55,7 +55,10 @@ mutation: ## mutation testing of the pacing core (slow; not part of `make test`)
 run: ## run clodex: the data plane, in front of the emulator when ~/.codex/auth.json is missing
 	./scripts/run.sh
 
-clients: ## install the pinned Claude Code and Codex CLI used by the end-to-end tests
+claude: build ## run your Claude Code on clodex (the running data plane, or one started for the session); ARGS="..." go to claude
+	./bin/clodex-dataplane claude $(ARGS)
+
+clients: ## install the pinned Claude Code and Codex CLI (and tmux) used by the end-to-end tests
 	./scripts/install-clients.sh
 
 clean: ## remove build output
