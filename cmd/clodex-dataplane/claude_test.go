@@ -421,7 +421,7 @@ func TestClaudeInteractive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binaries and drives Claude Code in tmux")
 	}
-	tmux := clienttest.Tool(t, "tmux", "apt-get install tmux")
+	tmux := clienttest.Tool(t, "tmux", "apt-get install tmux (scripts/install-clients.sh does it when run as root)")
 	claude := clienttest.ClaudeCode(t)
 	bins := claudeBins(t)
 

@@ -25,6 +25,7 @@ import (
 	"github.com/clodex/clodex/controlplane/controlplanetest"
 	"github.com/clodex/clodex/controlplane/tlsconfig"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/clienttest"
 	"github.com/clodex/clodex/internal/codexsim"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
@@ -673,9 +674,7 @@ func TestRunScript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every binary")
 	}
-	if _, err := exec.LookPath("make"); err != nil {
-		t.Skip("make is not installed")
-	}
+	clienttest.Tool(t, "make", "apt-get install make") // fails under CI, skips otherwise
 	// A fresh HOME (no ~/.codex/auth.json), but Go's caches stay where they
 	// are so `make build` does not download or rebuild everything.
 	goenv, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
