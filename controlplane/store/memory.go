@@ -66,12 +66,10 @@ type Options struct {
 	// forget it. (Optional; default 10m)
 	SweepIdle time.Duration
 	// ColdStart is how long after Open new buckets start empty instead of
-	// full. A control plane that has just (re)started cannot see what the
-	// fleet admitted before it: during an outage every data plane admitted
-	// from its local share, and a full bucket on return would release a
-	// burst on top of those sockets. Empty buckets refill at the account's
-	// rate. (Optional; default 0: buckets start full, as a single user's
-	// embedded control plane wants.)
+	// full: an explicit blanket stand-in for the grants the fleet made
+	// while this control plane was down. Data planes hand those grants
+	// over instead (HandOver), so a fresh store needs none. (Optional;
+	// default 0: buckets start full.)
 	ColdStart time.Duration
 }
 
@@ -89,6 +87,8 @@ type Memory struct {
 	mu       sync.Mutex // guards the following fields; held across a policy write
 	version  int64
 	policies map[string]storedPolicy
+
+	handovers reports
 }
 
 type shard struct {
@@ -165,6 +165,60 @@ func Open(opts Options) (*Memory, error) {
 
 // Defaults returns the policy for accounts without a stored policy.
 func (m *Memory) Defaults() pacing.Policy { return m.defaults }
+
+// Info describes the store: kind "memory", the policy file as its address.
+func (m *Memory) Info() Info {
+	return Info{Kind: "memory", Address: m.file, Replicas: 1}
+}
+
+// HandOver debits grants made elsewhere (see HandOverResult). A reportID
+// already applied to key within HandOverIdempotency is a duplicate.
+func (m *Memory) HandOver(_ context.Context, key string, grants int, reportID string, now time.Time) (HandOverResult, error) {
+	if !m.handovers.first(reportID+"\x00"+key, now) {
+		return HandOverResult{Duplicate: true}, nil
+	}
+	grants = min(max(grants, 0), MaxHandOverGrants)
+	sh := m.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := m.entryLocked(sh, key, now)
+	e.prunePendingLocked(now)
+	e.advanceLocked(now)
+	n := 0
+	for n < grants && e.bucket.Take(now).Debited {
+		n++
+	}
+	return HandOverResult{Debited: n, Account: e.snapshotLocked(key, now)}, nil
+}
+
+// reports remembers hand-over report ids for HandOverIdempotency.
+type reports struct {
+	mu    sync.Mutex // guards the following fields
+	seen  map[string]time.Time
+	order []string // insertion order, for expiry
+}
+
+// first records id at now and reports whether it was not already recorded
+// (within HandOverIdempotency).
+func (r *reports) first(id string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[string]time.Time{}
+	}
+	n := 0
+	for n < len(r.order) && now.Sub(r.seen[r.order[n]]) >= HandOverIdempotency {
+		delete(r.seen, r.order[n])
+		n++
+	}
+	r.order = slices.Delete(r.order, 0, n)
+	if at, ok := r.seen[id]; ok && now.Sub(at) < HandOverIdempotency {
+		return false
+	}
+	r.seen[id] = now
+	r.order = append(r.order, id)
+	return true
+}
 
 // shard returns key's shard (FNV-1a, inlined so it does not allocate).
 func (m *Memory) shard(key string) *shard {

@@ -1,0 +1,545 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/clodex/clodex/controlplane/store/redistest"
+	"github.com/clodex/clodex/internal/pacing"
+)
+
+// The conformance suite: every case runs against Memory and against Redis
+// (a real redis-server), with the same clock readings. The Redis store
+// reads instants at microsecond resolution (Redis TIME's), so the suite's
+// instants are whole microseconds; the nanosecond edges of the bucket
+// math are covered by internal/pacing's own vectors.
+
+// fakeClock is a clock safe for concurrent use.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: t0} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// storeKind opens a fresh, empty store of one kind.
+type storeKind struct {
+	name string
+	open func(t *testing.T, now func() time.Time, defaults *pacing.Policy) Store
+}
+
+var prefixSeq atomic.Int64
+
+// openRedisAt opens a Redis store with a prefix no other store in this
+// process uses, so stores sharing one redis-server start empty.
+func openRedisAt(t testing.TB, srv *redistest.Server, now func() time.Time, defaults *pacing.Policy) *Redis {
+	t.Helper()
+	r, err := OpenRedis(t.Context(), RedisOptions{
+		URL:      srv.URL,
+		Prefix:   fmt.Sprintf("t%d:", prefixSeq.Add(1)),
+		Defaults: defaults,
+		Now:      now,
+		Timeout:  5 * time.Second, // tests assert decisions here, not deadlines
+	})
+	if err != nil {
+		t.Fatalf("OpenRedis: %v", err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+func kinds(t *testing.T) []storeKind {
+	srv := redistest.Start(t)
+	return []storeKind{
+		{"memory", func(t *testing.T, now func() time.Time, defaults *pacing.Policy) Store {
+			m, err := Open(Options{Now: now, Defaults: defaults})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}},
+		{"redis", func(t *testing.T, now func() time.Time, defaults *pacing.Policy) Store {
+			return openRedisAt(t, srv, now, defaults)
+		}},
+	}
+}
+
+// forEach runs fn once per store kind.
+func forEach(t *testing.T, fn func(t *testing.T, k storeKind)) {
+	for _, k := range kinds(t) {
+		t.Run(k.name, func(t *testing.T) { fn(t, k) })
+	}
+}
+
+func describeAdmission(a Admission) string {
+	d := a.Decision
+	switch d.Kind {
+	case pacing.KindAdmit:
+		if d.Relaxed {
+			return "now-relaxed"
+		}
+		return "now"
+	case pacing.KindWait:
+		return fmt.Sprintf("wait %dms", d.Wait.Milliseconds())
+	case pacing.KindRefuse:
+		return fmt.Sprintf("refuse %ds deficit %dms", int64(d.RetryAfter/time.Second), d.RequiredWait.Milliseconds())
+	}
+	return d.Kind.String()
+}
+
+func mustAdmit(t *testing.T, s Store, key string, now time.Time) Admission {
+	t.Helper()
+	a, err := s.Admit(t.Context(), key, now)
+	if err != nil {
+		t.Fatalf("Admit(%s, %v): %v", key, now.Sub(t0), err)
+	}
+	return a
+}
+
+func admitN(t *testing.T, s Store, key string, now time.Time, n int) []string {
+	t.Helper()
+	out := make([]string, n)
+	for i := range out {
+		out[i] = describeAdmission(mustAdmit(t, s, key, now))
+	}
+	return out
+}
+
+func repeatString(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+func mustTokens(t *testing.T, s Store, key string, now time.Time) float64 {
+	t.Helper()
+	a, err := s.Account(t.Context(), key, now)
+	if err != nil {
+		t.Fatalf("Account(%s): %v", key, err)
+	}
+	return a.Tokens
+}
+
+func setPolicy(t *testing.T, s Store, key string, now time.Time, rate, burst int, idle *time.Duration, retries *int) Account {
+	t.Helper()
+	a, err := s.UpdatePolicy(t.Context(), key, now, func(pacing.Policy) (pacing.Policy, error) {
+		b, _ := pacing.ResolveBudget(pacing.BudgetInput{IdleTimeout: idle, MaxRetries: retries})
+		return pacing.Policy{RatePerMinute: rate, Burst: burst, Budget: b}, nil
+	})
+	if err != nil {
+		t.Fatalf("UpdatePolicy: %v", err)
+	}
+	return a
+}
+
+func msp(n int64) *time.Duration { d := time.Duration(n) * time.Millisecond; return &d }
+func intp(n int) *int            { return &n }
+
+// The seed's vector: 15 simultaneous requests at the defaults.
+func TestConformanceFifteenAtDefaults(t *testing.T) {
+	forEach(t, func(t *testing.T, k storeKind) {
+		s := k.open(t, nil, nil)
+		var got []string
+		var waits []Admission
+		for range 15 {
+			a := mustAdmit(t, s, key, t0)
+			got = append(got, describeAdmission(a))
+			if a.Decision.Kind == pacing.KindWait {
+				waits = append(waits, a)
+			}
+			if a.Decision.Kind == pacing.KindAdmit && a.Reservation != 0 {
+				t.Errorf("admit now has reservation %d, want none", a.Reservation)
+			}
+		}
+		want := append(repeatString("now", 10), "wait 1000ms", "wait 2000ms", "wait 3000ms", "wait 4000ms", "refuse 4s deficit 5000ms")
+		if strings.Join(got, ", ") != strings.Join(want, ", ") {
+			t.Fatalf("15 simultaneous at defaults:\n got %q\nwant %q", got, want)
+		}
+		for i, w := range waits {
+			if w.Reservation == 0 || !w.Decision.Debited || w.PolicyVersion != 0 {
+				t.Errorf("wait %d = %+v, want debited with a reservation under version 0", i+1, w)
+			}
+		}
+		if got := mustTokens(t, s, key, t0); got != -4 {
+			t.Errorf("tokens = %v, want -4 (14 debits, the refusal debits nothing)", got)
+		}
+	})
+}
+
+// The seed's vector: 20 simultaneous at 1/min and 2/min (policies that
+// cannot refuse): 10 now, one waits the bound, 9 past the ceiling.
+func TestConformanceTwentyAtLowRates(t *testing.T) {
+	forEach(t, func(t *testing.T, k storeKind) {
+		for _, rate := range []int{1, 2} {
+			s := k.open(t, nil, nil)
+			setPolicy(t, s, key, t0, rate, 10, nil, nil)
+			got := admitN(t, s, key, t0, 20)
+			want := append(append(repeatString("now", 10), "wait 4833ms"), repeatString("now-relaxed", 9)...)
+			if strings.Join(got, ", ") != strings.Join(want, ", ") {
+				t.Errorf("20 simultaneous at %d/min:\n got %q\nwant %q", rate, got, want)
+			}
+			if tok := mustTokens(t, s, key, t0); tok != -1 {
+				t.Errorf("%d/min: tokens = %v, want -1", rate, tok)
+			}
+		}
+	})
+}
+
+func TestConformanceRefusalThresholds(t *testing.T) {
+	tests := []struct {
+		name       string
+		rate       int
+		idle       *time.Duration
+		retries    *int
+		wantEleven string
+	}{
+		{"2/min default budget never refuses", 2, nil, nil, "wait 4833ms"},
+		{"3/min default budget refuses", 3, nil, nil, "refuse 4s deficit 20000ms"},
+		{"29/min at IDLE=10000 never refuses", 29, msp(10000), nil, "wait 666ms"},
+		{"30/min at IDLE=10000 refuses", 30, msp(10000), nil, "refuse 1s deficit 2000ms"},
+		{"60/min at IDLE=30000", 60, msp(30000), nil, "wait 1000ms"},
+		{"600/min at IDLE=10000", 600, msp(10000), nil, "wait 100ms"},
+		{"60/min without retries waits", 60, nil, intp(0), "wait 1000ms"},
+	}
+	forEach(t, func(t *testing.T, k storeKind) {
+		for _, tt := range tests {
+			s := k.open(t, nil, nil)
+			setPolicy(t, s, key, t0, tt.rate, 10, tt.idle, tt.retries)
+			got := admitN(t, s, key, t0, 11)
+			if got[10] != tt.wantEleven {
+				t.Errorf("%s: 11th of 11 = %q, want %q", tt.name, got[10], tt.wantEleven)
+			}
+		}
+	})
+}
+
+// With retries off nothing would retry a refusal: 40 at 60/min never refuse.
+func TestConformanceNoRetriesNeverRefuses(t *testing.T) {
+	forEach(t, func(t *testing.T, k storeKind) {
+		s := k.open(t, nil, nil)
+		setPolicy(t, s, key, t0, 60, 10, nil, intp(0))
+		got := admitN(t, s, key, t0, 40)
+		want := repeatString("now", 10)
+		for w := 1; w <= 15; w++ {
+			want = append(want, fmt.Sprintf("wait %dms", w*1000))
+		}
+		want = append(want, repeatString("now-relaxed", 15)...)
+		if strings.Join(got, ", ") != strings.Join(want, ", ") {
+			t.Errorf("40 simultaneous at 60/min without retries:\n got %q\nwant %q", got, want)
+		}
+	})
+}
+
+// The seed's boundaries, at microsecond instants.
+func TestConformanceBoundaries(t *testing.T) {
+	type setup struct {
+		rate  int
+		idle  *time.Duration
+		takes int
+	}
+	def := setup{60, nil, 10}
+	tests := []struct {
+		name string
+		s    setup
+		at   time.Duration
+		want string
+	}{
+		{"exactly one token admits now", def, time.Second, "now"},
+		{"just under one token waits 1ms", def, 999 * time.Millisecond, "wait 1ms"},
+		{"a microsecond short rounds up to 1ms", def, time.Second - time.Microsecond, "wait 1ms"},
+		{"wait exactly the bound admits", setup{60, nil, 14}, 167 * time.Millisecond, "wait 4833ms"},
+		{"a microsecond over the bound refuses", setup{60, nil, 14}, 167*time.Millisecond - time.Microsecond, "refuse 4s deficit 4834ms"},
+		{"hint capped below the deficit", setup{60, msp(30000), 12}, 0, "refuse 2s deficit 3000ms"},
+		{"sub-second bound asks 1s", setup{60, msp(10000), 10}, 0, "refuse 1s deficit 1000ms"},
+		{"sub-second bound admits at exactly 666ms", setup{60, msp(10000), 10}, 334 * time.Millisecond, "wait 666ms"},
+		{"tokens exactly at the floor relax", setup{1, nil, 11}, 55167 * time.Millisecond, "now-relaxed"},
+		{"tokens just above the floor wait the bound", setup{1, nil, 11}, 55167*time.Millisecond + time.Microsecond, "wait 4833ms"},
+		{"no-refuse just past bound waits the bound", setup{1, nil, 10}, 60*time.Second - 4833*time.Millisecond - time.Microsecond, "wait 4833ms"},
+	}
+	forEach(t, func(t *testing.T, k storeKind) {
+		for _, tt := range tests {
+			s := k.open(t, nil, nil)
+			setPolicy(t, s, key, t0, tt.s.rate, 10, tt.s.idle, nil)
+			admitN(t, s, key, t0, tt.s.takes)
+			if got := describeAdmission(mustAdmit(t, s, key, t0.Add(tt.at))); got != tt.want {
+				t.Errorf("%s: Admit(t0+%v) = %q, want %q", tt.name, tt.at, got, tt.want)
+			}
+		}
+	})
+}
+
+// The seed's four-minute overload: 82/min offered against 60/min; the last
+// minute admits 60 ± 1.
+func TestConformanceSustainedRate(t *testing.T) {
+	forEach(t, func(t *testing.T, k storeKind) {
+		s := k.open(t, nil, nil)
+		count, refused := 0, 0
+		for i := int64(0); ; i++ {
+			at := (time.Duration(i * int64(60*time.Second) / 82)).Truncate(time.Microsecond)
+			if at >= 240*time.Second {
+				break
+			}
+			a := mustAdmit(t, s, key, t0.Add(at))
+			if a.Decision.Relaxed {
+				t.Fatalf("relaxed at +%v under a policy that can refuse", at)
+			}
+			if a.Decision.Kind == pacing.KindRefuse {
+				refused++
+			} else if at >= 180*time.Second {
+				count++
+			}
+		}
+		if count < 59 || count > 61 || refused == 0 {
+			t.Errorf("final-minute admissions at 82/min offered = %d (refusals %d), want 60 ± 1 and some refusals", count, refused)
+		}
+	})
+}
+
+// A refused request that retries never deepens the deficit that refused it.
+func TestConformanceRefusalDebitsNothing(t *testing.T) {
+	forEach(t, func(t *testing.T, k storeKind) {
+		s := k.open(t, nil, nil)
+		admitN(t, s, key, t0, 14)
+		for i := range 100 {
+			if a := mustAdmit(t, s, key, t0); a.Decision.Kind != pacing.KindRefuse || a.Decision.Debited {
+				t.Fatalf("Admit %d = %+v, want refused without debit", i, a)
+			}
+		}
+		if got := mustTokens(t, s, key, t0); got != -4 {
+			t.Errorf("tokens after 100 refusals = %v, want -4", got)
+		}
+		if got := describeAdmission(mustAdmit(t, s, key, t0.Add(167*time.Millisecond))); got != "wait 4833ms" {
+			t.Errorf("Admit after 167ms = %q, want wait 4833ms", got)
+		}
+	})
+}
+
+func TestConformanceDisabledAdmitsEverything(t *testing.T) {
+	forEach(t, func(t *testing.T, k storeKind) {
+		for name, p := range map[string]pacing.Policy{
+			"rate 0": {RatePerMinute: 0, Burst: 10, Budget: pacing.DefaultBudget()},
+			"zero bound": {RatePerMinute: 60, Burst: 10, Budget: func() pacing.Budget {
+				b, _ := pacing.ResolveBudget(pacing.BudgetInput{IdleTimeout: msp(14001)})
+				return b
+			}()},
+		} {
+			s := k.open(t, nil, &p)
+			for i := range 50 {
+				a := mustAdmit(t, s, key, t0)
+				if a.Decision != (pacing.Decision{Kind: pacing.KindAdmit}) || a.Reservation != 0 {
+					t.Fatalf("%s: Admit %d = %+v, want a plain admit", name, i, a)
+				}
+			}
+			if got := mustTokens(t, s, key, t0); got != 10 {
+				t.Errorf("%s: tokens = %v, want 10 (untouched)", name, got)
+			}
+		}
+	})
+}
+
+func TestConformanceCancel(t *testing.T) {
+	forEach(t, func(t *testing.T, k storeKind) {
+		s := k.open(t, nil, nil)
+		ctx := t.Context()
+		admitN(t, s, key, t0, 10)
+		w1 := mustAdmit(t, s, key, t0) // waits 1s
+		w2 := mustAdmit(t, s, key, t0) // waits 2s
+		if w1.Reservation == 0 || w2.Reservation == 0 || w1.Reservation == w2.Reservation {
+			t.Fatalf("reservations %d, %d; want two distinct non-zero ids", w1.Reservation, w2.Reservation)
+		}
+		if ok, err := s.Cancel(ctx, key, w2.Reservation, t0); !ok || err != nil {
+			t.Errorf("Cancel(pending) = %v, %v; want true", ok, err)
+		}
+		if got := mustTokens(t, s, key, t0); got != -1 {
+			t.Errorf("tokens after the refund = %v, want -1", got)
+		}
+		if ok, _ := s.Cancel(ctx, key, w2.Reservation, t0); ok {
+			t.Error("second Cancel = true, want false")
+		}
+		if got := mustTokens(t, s, key, t0); got != -1 {
+			t.Errorf("tokens after the second cancel = %v, want -1", got)
+		}
+		if ok, _ := s.Cancel(ctx, key, w1.Reservation, t0.Add(time.Second)); ok {
+			t.Error("Cancel(departed) = true, want false")
+		}
+		for _, c := range []struct {
+			key string
+			id  uint64
+		}{{key, 999}, {key, 0}, {"acct_ffffffffffffffff", w1.Reservation}} {
+			if ok, _ := s.Cancel(ctx, c.key, c.id, t0); ok {
+				t.Errorf("Cancel(%s, %d) = true, want false", c.key, c.id)
+			}
+		}
+		// The queue behind a cancelled reservation keeps its deadlines; the
+		// next request takes the freed slot.
+		if got := describeAdmission(mustAdmit(t, s, key, t0)); got != "wait 2000ms" {
+			t.Errorf("Admit after the cancellation = %q, want wait 2000ms", got)
+		}
+	})
+}
+
+func TestConformancePolicies(t *testing.T) {
+	forEach(t, func(t *testing.T, k storeKind) {
+		s := k.open(t, nil, nil)
+		ctx := t.Context()
+		if _, err := s.Account(ctx, key, t0); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Account(unknown) = %v, want ErrNotFound", err)
+		}
+		admitN(t, s, key, t0, 10)
+		// 2 s later 2 tokens accrued at 60/min; then 600/min refills 10x faster.
+		a := setPolicy(t, s, key, t0.Add(2*time.Second), 600, 10, nil, nil)
+		if a.PolicyVersion != 1 || !a.Custom || a.Tokens != 2 || a.Policy.RatePerMinute != 600 || a.EffectiveRate != 600 {
+			t.Errorf("UpdatePolicy = %+v, want version 1, custom, 2 tokens, 600/min", a)
+		}
+		if got := mustTokens(t, s, key, t0.Add(2100*time.Millisecond)); got != 3 {
+			t.Errorf("tokens 100ms after the switch = %v, want 3", got)
+		}
+		if got := mustAdmit(t, s, key, t0.Add(2100*time.Millisecond)); got.PolicyVersion != 1 {
+			t.Errorf("Admit under the new policy: version %d, want 1", got.PolicyVersion)
+		}
+		// A lower burst caps the tokens; the version is store-wide.
+		other := "acct_1111111111111111"
+		if a := setPolicy(t, s, other, t0, 60, 5, nil, nil); a.PolicyVersion != 2 || a.Tokens != 5 {
+			t.Errorf("second account's policy = %+v, want version 2 and a full bucket of 5", a)
+		}
+		if a := setPolicy(t, s, other, t0, 60, 3, nil, nil); a.PolicyVersion != 3 || a.Tokens != 3 {
+			t.Errorf("lower burst = %+v, want version 3 and 3 tokens", a)
+		}
+		// A failing update changes nothing.
+		boom := errors.New("boom")
+		if _, err := s.UpdatePolicy(ctx, "acct_2222222222222222", t0, func(p pacing.Policy) (pacing.Policy, error) { return p, boom }); !errors.Is(err, boom) {
+			t.Errorf("UpdatePolicy error = %v, want boom", err)
+		}
+		if _, err := s.Account(ctx, "acct_2222222222222222", t0); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Account after a failed update = %v, want ErrNotFound", err)
+		}
+		// The update function sees the current policy.
+		if _, err := s.UpdatePolicy(ctx, other, t0, func(p pacing.Policy) (pacing.Policy, error) {
+			if p.RatePerMinute != 60 || p.Burst != 3 || p.Budget.WaitBound != 4833*time.Millisecond {
+				t.Errorf("update saw %+v, want 60/min burst 3, bound 4833ms", p)
+			}
+			return p, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		accts, err := s.Accounts(ctx, t0.Add(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, a := range accts {
+			keys = append(keys, a.Key)
+		}
+		if got := strings.Join(keys, ","); got != key+","+other {
+			t.Errorf("Accounts = %s, want %s,%s", got, key, other)
+		}
+	})
+}
+
+func TestConformanceAdaptive(t *testing.T) {
+	forEach(t, func(t *testing.T, k storeKind) {
+		s := k.open(t, nil, nil)
+		ctx := t.Context()
+		if _, _, err := s.Report403(ctx, key, t0); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Report403(unknown) = %v, want ErrNotFound", err)
+		}
+		setPolicy(t, s, key, t0, 600, 10, nil, nil)
+		a, err := s.SetAdaptive(ctx, key, true, t0)
+		if err != nil || !a.Adaptive || a.EffectiveRate != 600 || a.PolicyVersion != 2 {
+			t.Fatalf("SetAdaptive = %+v, %v; want adaptive at 600, version 2", a, err)
+		}
+		report := func(at time.Duration, want int, wantChanged bool) {
+			t.Helper()
+			a, changed, err := s.Report403(ctx, key, t0.Add(at))
+			if err != nil || a.EffectiveRate != want || changed != wantChanged || a.Policy.RatePerMinute != 600 {
+				t.Fatalf("Report403 at +%v = %d (changed %v, configured %d), %v; want %d (changed %v), configured 600",
+					at, a.EffectiveRate, changed, a.Policy.RatePerMinute, err, want, wantChanged)
+			}
+		}
+		adapt := func(at time.Duration, want int) {
+			t.Helper()
+			accts, err := s.Adapt(ctx, t0.Add(at))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := -1
+			if len(accts) == 1 && accts[0].Key == key {
+				got = accts[0].EffectiveRate
+			} else if len(accts) > 1 {
+				t.Fatalf("Adapt at +%v returned %d accounts, want at most 1", at, len(accts))
+			}
+			if got != want {
+				t.Fatalf("Adapt at +%v raised to %d, want %d (-1: no change)", at, got, want)
+			}
+		}
+		report(0, 420, true) // 0.7 x 600
+		// The bucket paces at the effective rate: 420/min is 7 tokens a second.
+		admitN(t, s, key, t0, 10)
+		if a, err := s.Account(ctx, key, t0.Add(time.Second)); err != nil || a.Tokens != 7 || a.EffectiveRate != 420 {
+			t.Fatalf("Account 1s later = %+v, %v; want 7 tokens at 420/min", a, err)
+		}
+		report(5*time.Second, 420, false) // within 10 s of the last lowering
+		report(10*time.Second, 294, true) // 0.7 x 420; quiet from +10s
+		adapt(69*time.Second, -1)         // 59 s quiet
+		adapt(70*time.Second, 354)        // a quiet minute: +60
+		adapt(70*time.Second, -1)
+		if a, err := s.Account(ctx, key, t0.Add(190*time.Second)); err != nil || a.EffectiveRate != 474 {
+			t.Fatalf("Account at +190s = %+v, %v; want 474 (two more quiet minutes)", a, err)
+		}
+		report(190*time.Second, 331, true) // 0.7 x 474
+		a, err = s.SetAdaptive(ctx, key, false, t0.Add(200*time.Second))
+		if err != nil || a.Adaptive || a.EffectiveRate != 600 {
+			t.Fatalf("SetAdaptive(off) = %+v, %v; want the configured 600", a, err)
+		}
+		report(210*time.Second, 600, false)
+		adapt(400*time.Second, -1)
+	})
+}
+
+func TestConformanceHandOver(t *testing.T) {
+	forEach(t, func(t *testing.T, k storeKind) {
+		s := k.open(t, nil, nil)
+		ctx := t.Context()
+		// 12 grants at the defaults: 10 tokens, then waits of 1..4 s are
+		// debited, the 15th would be refused: 14 debited, 4 in debt.
+		r, err := s.HandOver(ctx, key, 20, "report-1", t0)
+		if err != nil || r.Duplicate || r.Debited != 14 || r.Account.Tokens != -4 {
+			t.Fatalf("HandOver(20) = %+v, %v; want 14 debited, tokens -4", r, err)
+		}
+		if got := describeAdmission(mustAdmit(t, s, key, t0)); got != "refuse 4s deficit 5000ms" {
+			t.Errorf("Admit after the hand-over = %q, want refuse 4s deficit 5000ms", got)
+		}
+		if r, err := s.HandOver(ctx, key, 20, "report-1", t0.Add(time.Second)); err != nil || !r.Duplicate || r.Debited != 0 {
+			t.Errorf("repeated report = %+v, %v; want a duplicate", r, err)
+		}
+		if got := mustTokens(t, s, key, t0.Add(time.Second)); got != -3 {
+			t.Errorf("tokens after the duplicate = %v, want -3 (refilled 1, nothing debited)", got)
+		}
+		other := "acct_1111111111111111"
+		if r, err := s.HandOver(ctx, other, 3, "report-1", t0); err != nil || r.Duplicate || r.Debited != 3 || r.Account.Tokens != 7 {
+			t.Errorf("same report id, another account = %+v, %v; want 3 debited, 7 tokens", r, err)
+		}
+		if r, err := s.HandOver(ctx, "acct_2222222222222222", 0, "report-2", t0); err != nil || r.Debited != 0 || r.Account.Tokens != 10 {
+			t.Errorf("HandOver(0) = %+v, %v; want nothing debited, a full bucket", r, err)
+		}
+	})
+}

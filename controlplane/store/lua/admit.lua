@@ -1,0 +1,24 @@
+-- admit.lua: Memory.Admit. KEYS: account, policies. ARGV: account key,
+-- now (us), default record, idle ms. Returns kind, wait ms, retry-after s,
+-- required wait ms, debited, relaxed, reservation id of the debit, policy
+-- version, pending reservation (0: nothing to cancel).
+local now = tonumber(ARGV[2])
+local p = policy(KEYS[2], ARGV[1], ARGV[3])
+local s = load(KEYS[1])
+if s then
+  prune(KEYS[1], s, now)
+  if aAdvance(s.a, p.rate, now) then s.dirty = true end
+  sync(s, p, now)
+else
+  s = create(p, now)
+end
+local d = take(s.b, now)
+local pending = 0
+if d[5] == 1 and d[2] > 0 then
+  addPending(KEYS[1], s, d[7], now + d[2] * 1000)
+  pending = d[7]
+end
+save(KEYS[1], s, p.rate, now, tonumber(ARGV[4]))
+d[8] = p.version
+d[9] = pending
+return d

@@ -1,0 +1,520 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/clodex/clodex/internal/pacing"
+)
+
+// breaker counts consecutive failed Redis calls; threshold of them open
+// it, and only a successful probe closes it.
+type breaker struct {
+	threshold int64
+	fails     atomic.Int64
+	open      atomic.Bool
+}
+
+func (b *breaker) isOpen() bool { return b.open.Load() }
+func (b *breaker) success()     { b.fails.Store(0) }
+func (b *breaker) forceOpen()   { b.open.Store(true) }
+
+// failure records a failed call and reports whether it opened the breaker.
+func (b *breaker) failure() bool {
+	if b.fails.Add(1) < b.threshold {
+		return false
+	}
+	return b.open.CompareAndSwap(false, true)
+}
+
+// close closes the breaker and reports whether it was open.
+func (b *breaker) close() bool {
+	b.fails.Store(0)
+	return b.open.CompareAndSwap(true, false)
+}
+
+// localBit marks reservation ids made by the local share, so Cancel can
+// tell them from Redis's (which stay below 2^53).
+const localBit = uint64(1) << 62
+
+func isLocalReservation(id uint64) bool { return id&localBit != 0 }
+
+// share is this replica's share of p among live replicas: the data
+// plane's rule, rate max(1, rate / n) (0 stays 0) and burst
+// ceil(burst / n).
+func share(p pacing.Policy, live int) pacing.Policy {
+	live = max(live, 1)
+	if p.RatePerMinute > 0 {
+		p.RatePerMinute = max(1, p.RatePerMinute/live)
+	}
+	p.Burst = max(1, (p.Burst+live-1)/live)
+	return p
+}
+
+// fallback holds the local buckets a replica admits from while Redis
+// cannot be reached. Each starts full with the replica's share when the
+// outage starts; the grants it debits are handed over to Redis when it
+// answers again.
+type fallback struct {
+	now func() time.Time
+
+	mu      sync.Mutex // guards the following field and every *localBucket
+	buckets map[string]*localBucket
+}
+
+type localBucket struct {
+	bucket  *pacing.Bucket
+	share   pacing.Policy
+	grants  int
+	pending map[uint64]time.Time // reservation (without localBit) -> departure
+}
+
+func newFallback(now func() time.Time) *fallback {
+	return &fallback{now: now, buckets: map[string]*localBucket{}}
+}
+
+func (f *fallback) admit(key string, p pacing.Policy, live int, now time.Time) Admission {
+	sh := share(p, live)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lb := f.buckets[key]
+	if lb == nil {
+		lb = &localBucket{bucket: pacing.NewBucket(sh, now), share: sh, pending: map[uint64]time.Time{}}
+		f.buckets[key] = lb
+	} else if lb.share != sh {
+		lb.bucket.SetPolicy(now, sh)
+		lb.share = sh
+	}
+	for id, dep := range lb.pending {
+		if !dep.After(now) {
+			delete(lb.pending, id)
+		}
+	}
+	d := lb.bucket.Take(now)
+	a := Admission{Decision: d}
+	if d.Debited {
+		lb.grants++
+		a.Decision.ID = d.ID | localBit
+		if d.Wait > 0 {
+			lb.pending[d.ID] = now.Add(d.Wait)
+			a.Reservation = a.Decision.ID
+		}
+	}
+	return a
+}
+
+func (f *fallback) cancel(key string, id uint64, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lb := f.buckets[key]
+	if lb == nil {
+		return false
+	}
+	id &^= localBit
+	dep, ok := lb.pending[id]
+	if !ok || !dep.After(now) {
+		return false
+	}
+	delete(lb.pending, id)
+	if lb.bucket.RefundReservation(now, id) {
+		lb.grants--
+		return true
+	}
+	return false
+}
+
+func (f *fallback) tokens(key string, now time.Time) (float64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if lb := f.buckets[key]; lb != nil {
+		return lb.bucket.Tokens(now), true
+	}
+	return 0, false
+}
+
+// keysWith returns the local accounts and extra, sorted and distinct.
+func (f *fallback) keysWith(extra []string) []string {
+	f.mu.Lock()
+	out := append(slices.Collect(maps.Keys(f.buckets)), extra...)
+	f.mu.Unlock()
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// drain forgets every local bucket and returns the grants to hand over.
+func (f *fallback) drain() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for k, lb := range f.buckets {
+		if lb.grants > 0 {
+			out[k] = lb.grants
+		}
+	}
+	clear(f.buckets)
+	return out
+}
+
+// redisClock is Redis's clock as read by TIME, advanced by the local
+// monotonic clock between reads. Before the first read it is the local
+// clock.
+type redisClock struct {
+	p atomic.Pointer[clockReading]
+}
+
+type clockReading struct {
+	at   time.Time // Redis's time at base
+	base time.Time // local instant, with its monotonic reading
+}
+
+func (c *redisClock) Now() time.Time {
+	r := c.p.Load()
+	if r == nil {
+		return time.Now()
+	}
+	return r.at.Add(time.Since(r.base))
+}
+
+// syncClock re-reads Redis's clock, placing the reading halfway through
+// the round trip.
+func (r *Redis) syncClock(ctx context.Context) {
+	if r.clock == nil {
+		return
+	}
+	var at time.Time
+	var sent, got time.Time
+	err := r.call(ctx, "time", func(ctx context.Context) error {
+		var err error
+		sent = time.Now()
+		at, err = r.client.Time(ctx).Result()
+		got = time.Now()
+		return err
+	})
+	if err != nil {
+		return
+	}
+	r.clock.p.Store(&clockReading{at: at, base: sent.Add(got.Sub(sent) / 2)})
+}
+
+// policyCache is the last known stored policies, for the local share and
+// for reads while Redis cannot be reached.
+type policyCache struct {
+	mu      sync.RWMutex // guards the following fields
+	m       map[string]storedPolicy
+	version int64 // the highest store-wide version seen
+}
+
+func (c *policyCache) get(key string) (storedPolicy, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	sp, ok := c.m[key]
+	return sp, ok
+}
+
+func (c *policyCache) put(key string, sp storedPolicy) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]storedPolicy{}
+	}
+	if cur, ok := c.m[key]; !ok || cur.Version <= sp.Version {
+		c.m[key] = sp
+	}
+	c.version = max(c.version, sp.Version)
+}
+
+func (c *policyCache) replace(m map[string]storedPolicy, version int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m, c.version = m, max(c.version, version)
+}
+
+func (c *policyCache) seen() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.version
+}
+
+func (c *policyCache) keys() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return slices.Collect(maps.Keys(c.m))
+}
+
+// reloadPolicies reads every stored policy and the version.
+func (r *Redis) reloadPolicies(ctx context.Context) error {
+	var all map[string]string
+	var version int64
+	err := r.call(ctx, "policies", func(ctx context.Context) error {
+		pipe := r.client.Pipeline()
+		h := pipe.HGetAll(ctx, r.policiesKey())
+		v := pipe.Get(ctx, r.versionKey())
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		all = h.Val()
+		version, _ = v.Int64()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("load policies: %w", err)
+	}
+	m := make(map[string]storedPolicy, len(all))
+	for k, rec := range all {
+		sp, err := decodeRecord(rec)
+		if err != nil {
+			r.log.Error("skipping a malformed policy record in redis", "account", k, "err", err)
+			continue
+		}
+		m[k] = sp
+	}
+	r.cache.replace(m, version)
+	return nil
+}
+
+// checkDefaults records this replica's default policy in Redis, or warns
+// when another replica recorded different defaults.
+func (r *Redis) checkDefaults(ctx context.Context) {
+	var cur string
+	err := r.call(ctx, "defaults", func(ctx context.Context) error {
+		if err := r.client.SetNX(ctx, r.defaultsKey(), r.defRec, 0).Err(); err != nil {
+			return err
+		}
+		var err error
+		cur, err = r.client.Get(ctx, r.defaultsKey()).Result()
+		return err
+	})
+	if err == nil && cur != r.defRec {
+		r.log.Warn("this replica's default policy differs from the one recorded in redis by another replica; accounts without a stored policy are decided with the defaults of whichever replica serves them",
+			"recorded", cur, "this_replica", r.defRec)
+	}
+}
+
+// register records this replica as live for ReplicaTTL and reads the
+// live replica count.
+func (r *Redis) register(ctx context.Context) {
+	now := r.now().UnixMilli()
+	var n int64
+	err := r.call(ctx, "replicas", func(ctx context.Context) error {
+		pipe := r.client.TxPipeline()
+		pipe.ZAdd(ctx, r.replicasKey(), redis.Z{Score: float64(now + ReplicaTTL.Milliseconds()), Member: r.replica})
+		pipe.ZRemRangeByScore(ctx, r.replicasKey(), "-inf", strconv.FormatInt(now, 10))
+		c := pipe.ZCard(ctx, r.replicasKey())
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
+		n = c.Val()
+		return nil
+	})
+	if err == nil && n > 0 {
+		r.replicas.Store(n)
+	}
+}
+
+// Run keeps the store current until ctx ends: every RedisOptions.Tick it
+// registers this replica, re-reads Redis's clock and checks the policy
+// version (reloading and notifying every key when a change was missed);
+// it delivers other replicas' change notifications to WatchPolicies; and
+// while the breaker is open it pings Redis every ProbeEvery, and on an
+// answer closes the breaker, hands the local grants over and notifies
+// every key. It returns nil when ctx ends, after deregistering.
+func (r *Redis) Run(ctx context.Context) error {
+	ps := r.client.Subscribe(ctx, r.channel)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.receive(ctx, ps) })
+	defer func() {
+		_ = ps.Close()
+		wg.Wait()
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+		defer cancel()
+		_ = r.client.ZRem(dctx, r.replicasKey(), r.replica).Err()
+	}()
+	tick := time.NewTicker(r.tick)
+	defer tick.Stop()
+	probe := time.NewTicker(r.probe)
+	defer probe.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if r.breaker.isOpen() {
+				continue
+			}
+			r.syncClock(ctx)
+			r.register(ctx)
+			r.checkVersion(ctx)
+		case <-probe.C:
+			if r.breaker.isOpen() {
+				r.tryClose(ctx)
+			}
+		}
+	}
+}
+
+// tryClose pings Redis; on an answer it closes the breaker and resumes
+// central admission.
+func (r *Redis) tryClose(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, r.timeout)
+	err := r.client.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		return
+	}
+	if !r.breaker.close() {
+		return
+	}
+	r.syncClock(ctx)
+	r.register(ctx)
+	if err := r.reloadPolicies(ctx); err != nil {
+		r.log.Warn("redis answers but policies did not load", "err", err)
+	}
+	grants := r.local.drain()
+	total := 0
+	report := r.replica + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	now := r.now()
+	for key, n := range grants {
+		res, err := r.HandOver(ctx, key, n, report, now)
+		if err != nil {
+			r.log.Warn("hand-over of local grants to redis failed", "account", key, "grants", n, "err", err)
+			continue
+		}
+		total += res.Debited
+		r.metrics.replicaHandover.Add(float64(res.Debited))
+	}
+	r.log.Info("redis answers again; central admission resumed", "addr", r.addr,
+		"local_grants_handed_over", total, "accounts", len(grants))
+	r.checkDefaults(ctx)
+	r.notify("")
+}
+
+// checkVersion reloads the policies and notifies every key when the
+// store-wide version moved past the last one seen (a missed notification).
+func (r *Redis) checkVersion(ctx context.Context) {
+	var v int64
+	err := r.call(ctx, "version", func(ctx context.Context) error {
+		var err error
+		v, err = r.client.Get(ctx, r.versionKey()).Int64()
+		return err
+	})
+	if err != nil || v <= r.cache.seen() {
+		return
+	}
+	if r.reloadPolicies(ctx) == nil {
+		r.notify("")
+	}
+}
+
+// receive delivers other replicas' notifications ("key version replica")
+// until ps closes.
+func (r *Redis) receive(ctx context.Context, ps *redis.PubSub) {
+	for msg := range ps.Channel() {
+		f := strings.Fields(msg.Payload)
+		if len(f) != 3 || f[2] == r.replica {
+			continue
+		}
+		key := f[0]
+		var rec string
+		err := r.call(ctx, "policy", func(ctx context.Context) error {
+			var err error
+			rec, err = r.client.HGet(ctx, r.policiesKey(), key).Result()
+			return err
+		})
+		if err == nil {
+			if sp, err := decodeRecord(rec); err == nil {
+				r.cache.put(key, sp)
+			}
+		}
+		r.notify(key)
+	}
+}
+
+// redisMetrics are the Redis store's metrics.
+type redisMetrics struct {
+	seconds         *prometheus.HistogramVec
+	errors          *prometheus.CounterVec
+	observers       sync.Map // op -> prometheus.Observer
+	opened          prometheus.Counter
+	handover        prometheus.Counter
+	replicaHandover prometheus.Counter
+	fallback        prometheus.Counter
+	all             []prometheus.Collector
+}
+
+func newRedisMetrics(r *Redis) *redisMetrics {
+	m := &redisMetrics{
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "clodex_controlplane_redis_call_seconds",
+			Help:    "Latency of Redis calls by operation (each bounded by the Redis deadline).",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25},
+		}, []string{"op"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clodex_controlplane_redis_errors_total",
+			Help: "Failed Redis calls by operation (timeouts, connection errors, Redis errors).",
+		}, []string{"op"}),
+		opened: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clodex_controlplane_redis_breaker_opened_total",
+			Help: "Times the Redis breaker opened (this replica switched to its local share).",
+		}),
+		handover: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clodex_controlplane_redis_handover_debits_total",
+			Help: "Tokens debited in Redis for grants made elsewhere (hand-overs from data planes and from replicas after an outage).",
+		}),
+		replicaHandover: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clodex_controlplane_redis_replica_handover_debits_total",
+			Help: "Tokens this replica handed over to Redis for admissions it made from its local share while Redis was unreachable.",
+		}),
+		fallback: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clodex_controlplane_redis_fallback_admissions_total",
+			Help: "Admissions this replica decided from its local share because Redis could not be reached.",
+		}),
+	}
+	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "clodex_controlplane_redis_breaker_open",
+		Help: "1 while the Redis breaker is open and this replica admits from its local share, else 0.",
+	}, func() float64 {
+		if r.breaker.isOpen() {
+			return 1
+		}
+		return 0
+	})
+	replicas := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "clodex_controlplane_redis_replicas",
+		Help: "Live control-plane replicas registered in Redis, as last read.",
+	}, func() float64 { return float64(r.replicas.Load()) })
+	m.all = []prometheus.Collector{m.seconds, m.errors, m.opened, m.handover, m.replicaHandover, m.fallback, open, replicas}
+	return m
+}
+
+func (m *redisMetrics) register(reg prometheus.Registerer) error {
+	for _, c := range m.all {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *redisMetrics) observe(op string, d time.Duration, err error) {
+	o, ok := m.observers.Load(op)
+	if !ok {
+		o, _ = m.observers.LoadOrStore(op, m.seconds.WithLabelValues(op))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
+	if err != nil && !errors.Is(err, redis.Nil) {
+		m.errors.WithLabelValues(op).Inc()
+	}
+}
+
+func (m *redisMetrics) breakerOpen() { m.opened.Inc() }

@@ -1,0 +1,189 @@
+// Package redistest runs a real redis-server on a free loopback port for
+// tests. A missing redis-server skips the test, except under CI=true,
+// where it fails saying why.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Server is a running redis-server.
+type Server struct {
+	// Addr is "127.0.0.1:port"; it stays the same across Restart.
+	Addr string
+	// URL is "redis://" + Addr.
+	URL string
+
+	t   testing.TB
+	bin string
+	dir string
+
+	mu  sync.Mutex // guards the following field
+	cmd *exec.Cmd
+}
+
+// Start starts redis-server (no persistence) and kills it when the test
+// ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redistest: redis-server is not installed (CI=true requires it; apt-get install redis-server): %v", err)
+		}
+		t.Skipf("redistest: redis-server is not installed: %v", err)
+	}
+	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	var lastErr error
+	for range 5 { // a port found free can be taken before redis binds it
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if lastErr = s.start(); lastErr == nil {
+			break
+		}
+	}
+	if lastErr != nil {
+		t.Fatalf("redistest: %v", lastErr)
+	}
+	s.URL = "redis://" + s.Addr
+	t.Cleanup(s.Kill)
+	return s
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) start() error {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	cmd := exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"))
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if pingOK(s.Addr) {
+			break
+		}
+		select {
+		case err := <-exited:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server on %s exited: %v\n%s", s.Addr, err, lastLines(string(log), 10))
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("redis-server on %s did not answer PING within 10s", s.Addr)
+		}
+	}
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	go func() { <-exited }()
+	return nil
+}
+
+func pingOK(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && strings.HasPrefix(line, "+PONG")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// Kill kills redis-server (SIGKILL) and waits until its port refuses
+// connections; it is safe to call more than once.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	for range 1000 {
+		c, err := net.DialTimeout("tcp", s.Addr, 50*time.Millisecond)
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Restart starts a new redis-server on the same port (empty: nothing is
+// persisted).
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	var err error
+	for range 100 { // the port of a killed server is normally free at once
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatalf("redistest: restart: %v", err)
+}
+
+// Do sends one command and returns its first reply line (for tests that
+// inspect Redis directly without a client).
+func (s *Server) Do(ctx context.Context, args ...string) (string, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", s.Addr)
+	if err != nil {
+		return "", fmt.Errorf("redis %s: %w", args[0], err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", fmt.Errorf("redis %s: %w", args[0], err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("redis %s: %w", args[0], err)
+	}
+	return strings.TrimRight(line, "\r\n"), nil
+}
