@@ -84,10 +84,12 @@ func (a *adminService) SetBudget(ctx context.Context, req *controlplanev1.SetBud
 }
 
 // mergeBudget applies the request's set fields to cur. Explicit values are
-// validated without clamping; a combination the budget rules would adjust
-// (a ladder that does not fit the idle timeout, a total timeout below the
-// idle timeout) is rejected with the rule it breaks. The wait bound is
-// derived by pacing.ResolveBudget.
+// validated without clamping. When the request leaves max_retries unset
+// and the current retries no longer fit the idle timeout, they are lowered
+// by the budget rule to the largest r whose backoff ladder is shorter than
+// it; an explicit max_retries that does not fit is rejected, naming the
+// largest that does. A total timeout below the idle timeout is rejected.
+// The wait bound is derived by pacing.ResolveBudget.
 func mergeBudget(cur pacing.Budget, req *controlplanev1.SetBudgetRequest) (pacing.Budget, error) {
 	want := pacing.Budget{IdleTimeout: cur.IdleTimeout, TotalTimeout: cur.TotalTimeout, MaxRetries: cur.MaxRetries}
 	// Milliseconds beyond what a time.Duration holds (about 292 years).
@@ -112,6 +114,15 @@ func mergeBudget(cur pacing.Budget, req *controlplanev1.SetBudgetRequest) (pacin
 	if err := want.Validate(); err != nil {
 		return cur, err
 	}
+	if want.TotalTimeout >= want.IdleTimeout {
+		if fit := fittingRetries(want.IdleTimeout); want.MaxRetries > fit {
+			if req.MaxRetries != nil {
+				return cur, invalidf("max_retries %d does not fit the %dms idle timeout: its backoff ladder takes %dms; the largest that fits is %d",
+					want.MaxRetries, want.IdleTimeout.Milliseconds(), pacing.Ladder(want.MaxRetries).Milliseconds(), fit)
+			}
+			want.MaxRetries = fit
+		}
+	}
 	idle, total, retries := want.IdleTimeout, want.TotalTimeout, want.MaxRetries
 	got, notices := pacing.ResolveBudget(pacing.BudgetInput{IdleTimeout: &idle, TotalTimeout: &total, MaxRetries: &retries})
 	if got.IdleTimeout != idle || got.TotalTimeout != total || got.MaxRetries != retries {
@@ -125,6 +136,16 @@ func mergeBudget(cur pacing.Budget, req *controlplanev1.SetBudgetRequest) (pacin
 	return got, nil
 }
 
+// fittingRetries is the largest retry count (up to pacing.MaxMaxRetries)
+// whose backoff ladder is strictly shorter than idle.
+func fittingRetries(idle time.Duration) int {
+	r := pacing.MaxMaxRetries
+	for r > 0 && pacing.Ladder(r) >= idle {
+		r--
+	}
+	return r
+}
+
 func (a *adminService) GetAccount(ctx context.Context, req *controlplanev1.GetAccountRequest) (*controlplanev1.GetAccountResponse, error) {
 	s := a.s
 	if err := validKey(req.GetKey()); err != nil {
@@ -134,7 +155,7 @@ func (a *adminService) GetAccount(ctx context.Context, req *controlplanev1.GetAc
 	if err != nil {
 		return nil, s.toStatus(ctx, "GetAccount", err)
 	}
-	return &controlplanev1.GetAccountResponse{Account: toProto(acct)}, nil
+	return &controlplanev1.GetAccountResponse{Account: toProto(acct), Store: storeInfo(s.opts.Policies.Info())}, nil
 }
 
 func (a *adminService) ListAccounts(ctx context.Context, _ *controlplanev1.ListAccountsRequest) (*controlplanev1.ListAccountsResponse, error) {
@@ -147,7 +168,17 @@ func (a *adminService) ListAccounts(ctx context.Context, _ *controlplanev1.ListA
 	for _, a := range accts {
 		out = append(out, toProto(a))
 	}
-	return &controlplanev1.ListAccountsResponse{Accounts: out}, nil
+	return &controlplanev1.ListAccountsResponse{Accounts: out, Store: storeInfo(s.opts.Policies.Info())}, nil
+}
+
+func storeInfo(i store.Info) *controlplanev1.StoreInfo {
+	return &controlplanev1.StoreInfo{
+		Kind:     i.Kind,
+		Address:  i.Address,
+		Replica:  i.Replica,
+		Replicas: int32(i.Replicas),
+		Degraded: i.Degraded,
+	}
 }
 
 func toProto(a store.Account) *controlplanev1.Account {

@@ -70,6 +70,67 @@ func (a *admissionService) Cancel(ctx context.Context, req *controlplanev1.Cance
 	return &controlplanev1.CancelResponse{Refunded: ok}, nil
 }
 
+// maxGrantsPerReport bounds the accounts of one ReportGrants.
+const maxGrantsPerReport = 1000
+
+// validReportID checks a hand-over report id.
+func validReportID(id string) error {
+	if id == "" || len(id) > 128 {
+		return invalidf("report_id is %d bytes; want 1..128 printable ASCII bytes without spaces", len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c > '~' {
+			return invalidf("report_id has a byte 0x%02x at %d; allowed printable ASCII without spaces", c, i)
+		}
+	}
+	return nil
+}
+
+// ReportGrants applies a data plane's hand-over: each account's local
+// grants are debited as if admitted now (store.HandOverResult).
+func (a *admissionService) ReportGrants(ctx context.Context, req *controlplanev1.ReportGrantsRequest) (*controlplanev1.ReportGrantsResponse, error) {
+	s := a.s
+	if err := validReportID(req.GetReportId()); err != nil {
+		return nil, s.toStatus(ctx, "ReportGrants", err)
+	}
+	grants := req.GetGrants()
+	if len(grants) == 0 || len(grants) > maxGrantsPerReport {
+		return nil, s.toStatus(ctx, "ReportGrants", invalidf("grants lists %d accounts; allowed 1..%d", len(grants), maxGrantsPerReport))
+	}
+	seen := make(map[string]bool, len(grants))
+	for i, g := range grants {
+		if err := store.ValidateKey(g.GetAccount()); err != nil {
+			return nil, s.toStatus(ctx, "ReportGrants", invalidf("grants[%d].account: %v", i, err))
+		}
+		if seen[g.GetAccount()] {
+			return nil, s.toStatus(ctx, "ReportGrants", invalidf("grants[%d].account %s is listed twice; report each account once", i, g.GetAccount()))
+		}
+		seen[g.GetAccount()] = true
+		if n := g.GetCount(); n < 1 || n > store.MaxHandOverGrants {
+			return nil, s.toStatus(ctx, "ReportGrants", invalidf("grants[%d].count %d is out of range; allowed 1..%d", i, n, store.MaxHandOverGrants))
+		}
+	}
+	resp := &controlplanev1.ReportGrantsResponse{Debits: make([]*controlplanev1.GrantDebit, 0, len(grants))}
+	total := 0
+	for _, g := range grants {
+		r, err := s.opts.Admissions.HandOver(ctx, g.GetAccount(), int(g.GetCount()), req.GetReportId(), s.now())
+		if err != nil {
+			return nil, s.toStatus(ctx, "ReportGrants", err)
+		}
+		total += r.Debited
+		s.metrics.handover.Add(float64(r.Debited))
+		resp.Debits = append(resp.Debits, &controlplanev1.GrantDebit{
+			Account:   g.GetAccount(),
+			Debited:   int32(r.Debited),
+			Duplicate: r.Duplicate,
+			Tokens:    r.Account.Tokens,
+		})
+	}
+	s.log.InfoContext(ctx, "grants handed over", "agent_id", req.GetAgentId(), "report_id", req.GetReportId(),
+		"accounts", len(grants), "debited", total)
+	return resp, nil
+}
+
 type benchService struct {
 	controlplanev1.UnimplementedBenchServiceServer
 }

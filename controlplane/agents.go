@@ -21,7 +21,7 @@ import (
 // CapabilityVersion is the highest protocol version this control plane
 // implements. The numbers and their history are
 // controlplanev1.CapabilityVersion (proto/clodex/controlplane/v1/agent.proto).
-const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_AGENTS)
+const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_HANDOVER)
 
 const (
 	// AgentLiveWindow is how long an agent counts as live after its last
@@ -204,6 +204,21 @@ func (r *registry) push(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.markLocked([]string{key})
+}
+
+// pushAll marks every account of every open agent dirty.
+func (r *registry) pushAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.agents {
+		if c.closed != "" {
+			continue
+		}
+		for _, k := range c.accounts {
+			c.dirty[k] = true
+		}
+		c.signal()
+	}
 }
 
 // take returns c's dirty accounts with their live counts, and its close
@@ -500,6 +515,7 @@ func (s *Server) fleetLoop(ctx context.Context, stopped chan<- struct{}) {
 func (s *Server) fleetTick(ctx context.Context) {
 	now := s.now()
 	s.agents.reap(now)
+	s.reportStoreHealth()
 	changed, err := s.opts.Policies.Adapt(ctx, now)
 	if err != nil {
 		s.log.ErrorContext(ctx, "adaptive rates", "err", err)

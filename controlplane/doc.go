@@ -14,9 +14,13 @@
 //     refunds a still-pending reservation exactly once.
 //   - AdminService: SetRate, SetBudget, SetAdaptive, GetAccount,
 //     ListAccounts, ListAgents. Values out of range are InvalidArgument
-//     naming the allowed range; nothing is clamped. Accounts carry the
-//     configured rate_per_minute and the effective_rate_per_minute the
-//     bucket paces at.
+//     naming the allowed range; nothing is clamped. SetBudget with an idle
+//     timeout the current retries no longer fit lowers them to the largest
+//     whose backoff ladder fits; an explicit max_retries that does not fit
+//     is refused, naming that largest. Accounts carry the configured
+//     rate_per_minute and the effective_rate_per_minute the bucket paces
+//     at; GetAccount and ListAccounts say which store served them
+//     (StoreInfo).
 //   - AgentService: Connect is each data plane's stream. The agent sends a
 //     hello (id, host, version, capability version, account keys), then
 //     heartbeats (every 5 s), upstream 403 reports and a goodbye. The
@@ -36,7 +40,10 @@
 //     the configured rate. The fleet loop applies raises and pushes them.
 //   - BenchService (only with Options.EnableBench): a no-op with Admit's
 //     authentication and message sizes, the benchmark's floor.
-//   - grpc.health.v1 and server reflection.
+//   - grpc.health.v1 and server reflection. The service
+//     StoreHealthService reports the store: NOT_SERVING while a Redis
+//     store is unreachable and this replica admits from its local share
+//     (the overall status stays SERVING).
 //
 // Authentication: every RPC carries "authorization: Bearer <token>". The
 // admin token may call everything; the agent token may call everything
@@ -44,7 +51,10 @@
 // or unknown token is Unauthenticated. Tokens are compared in constant time and never logged.
 //
 // State lives behind two small interfaces declared here, Admitter and
-// PolicyStore; controlplane/store.Memory implements both. CapabilityVersion
+// PolicyStore; controlplane/store.Memory (one process) and store.Redis
+// (replicas sharing one Redis) implement both. A store that also
+// implements PolicyWatcher (Redis) tells the server about changes other
+// replicas made, and the server pushes them to its agents. CapabilityVersion
 // is the protocol version this server implements (history in
 // proto/clodex/controlplane/v1/agent.proto).
 //
@@ -58,6 +68,12 @@
 //	clodex_controlplane_account_effective_rate_per_minute{account}
 //	clodex_controlplane_upstream_403_total           403s reported by agents
 //	clodex_controlplane_agents                       registered agents
+//	clodex_controlplane_handover_debits_total        tokens debited by ReportGrants
+//	clodex_controlplane_store_degraded               1 while the store is unreachable
+//
+// A Redis store adds its own (clodex_controlplane_redis_*: call latency by
+// operation, errors, breaker state and openings, live replicas, fallback
+// admissions and hand-over debits) when given the registerer.
 //
 // The per-account gauges cover only the first MaxTrackedAccounts account
 // keys the server admits (in order of first Admit), so their cardinality

@@ -22,6 +22,8 @@ type metrics struct {
 	accounts   *accountCollector
 	// upstream403 counts the upgrade 403s agents reported.
 	upstream403 prometheus.Counter
+	// handover counts tokens debited for grants data planes handed over.
+	handover prometheus.Counter
 
 	all []prometheus.Collector
 }
@@ -63,11 +65,24 @@ func newMetrics(policies PolicyStore, now func() time.Time, agents *registry) *m
 		Name: "clodex_controlplane_upstream_403_total",
 		Help: "Upstream upgrade 403s reported by agents.",
 	})
+	m.handover = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "clodex_controlplane_handover_debits_total",
+		Help: "Tokens debited for grants data planes made locally during an outage and handed over (ReportGrants).",
+	})
+	degraded := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "clodex_controlplane_store_degraded",
+		Help: "1 while the store cannot be reached and this replica admits from its local share, else 0.",
+	}, func() float64 {
+		if policies.Info().Degraded {
+			return 1
+		}
+		return 0
+	})
 	liveAgents := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "clodex_controlplane_agents",
 		Help: "Registered agents with an open stream.",
 	}, func() float64 { return float64(agents.len()) })
-	m.all = []prometheus.Collector{admissions, m.wait, cancels, m.accounts, m.upstream403, liveAgents}
+	m.all = []prometheus.Collector{admissions, m.wait, cancels, m.accounts, m.upstream403, m.handover, degraded, liveAgents}
 	return m
 }
 

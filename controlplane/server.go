@@ -30,14 +30,20 @@ import (
 // DefaultShutdownGrace bounds GracefulStop before Stop.
 const DefaultShutdownGrace = 5 * time.Second
 
-// Admitter runs admissions. *store.Memory implements it.
+// Admitter runs admissions. *store.Memory and *store.Redis implement it.
 type Admitter interface {
 	Admit(ctx context.Context, key string, now time.Time) (store.Admission, error)
 	Cancel(ctx context.Context, key string, reservation uint64, now time.Time) (bool, error)
+	// HandOver debits grants a data plane made locally during an outage
+	// (store.HandOverResult); store.ErrUnavailable when it cannot be
+	// recorded now.
+	HandOver(ctx context.Context, key string, grants int, reportID string, now time.Time) (store.HandOverResult, error)
 }
 
-// PolicyStore reads and changes per-account policy. *store.Memory
-// implements it. Account returns store.ErrNotFound for an unknown key.
+// PolicyStore reads and changes per-account policy. *store.Memory and
+// *store.Redis implement it. Account returns store.ErrNotFound for an
+// unknown key; a change the store cannot record now is
+// store.ErrUnavailable.
 type PolicyStore interface {
 	UpdatePolicy(ctx context.Context, key string, now time.Time, update func(pacing.Policy) (pacing.Policy, error)) (store.Account, error)
 	Account(ctx context.Context, key string, now time.Time) (store.Account, error)
@@ -52,7 +58,23 @@ type PolicyStore interface {
 	// Adapt applies the adaptive raises due by now and returns the
 	// accounts whose effective rate changed.
 	Adapt(ctx context.Context, now time.Time) ([]store.Account, error)
+	// Info says which store serves and whether it is degraded.
+	Info() store.Info
 }
+
+// PolicyWatcher is implemented by a store shared by several replicas
+// (*store.Redis): WatchPolicies registers fn to be called with each key
+// whose policy or effective rate another replica changed, and with ""
+// when every key may have changed. New registers the server, which pushes
+// the changes to its agents.
+type PolicyWatcher interface {
+	WatchPolicies(fn func(key string))
+}
+
+// StoreHealthService is the health service name that reports the store:
+// SERVING while it answers, NOT_SERVING while this replica admits from
+// its local share. The server's overall health ("") stays SERVING.
+const StoreHealthService = "clodex.controlplane.v1.Store"
 
 // Options configures New. Options is copied; New does not keep a pointer
 // to it.
@@ -204,7 +226,30 @@ func New(opts Options) (*Server, error) {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.reportStoreHealth()
+	if w, ok := opts.Policies.(PolicyWatcher); ok {
+		w.WatchPolicies(s.policyChanged)
+	}
 	return s, nil
+}
+
+// policyChanged pushes a change another replica made to this server's
+// agents ("" for every account).
+func (s *Server) policyChanged(key string) {
+	if key == "" {
+		s.agents.pushAll()
+		return
+	}
+	s.agents.push(key)
+}
+
+// reportStoreHealth sets StoreHealthService from the store's state.
+func (s *Server) reportStoreHealth() {
+	st := healthpb.HealthCheckResponse_SERVING
+	if s.opts.Policies.Info().Degraded {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus(StoreHealthService, st)
 }
 
 // OnShutdown registers hook to run when Serve begins shutting down, before

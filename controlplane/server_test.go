@@ -318,7 +318,7 @@ func TestInvalidArgument(t *testing.T) {
 		{"ladder does not fit", func() error {
 			_, err := admin.SetBudget(ctx, &controlplanev1.SetBudgetRequest{Key: key, IdleTimeoutMs: proto.Int64(10000), MaxRetries: proto.Int32(5)})
 			return err
-		}, "is inconsistent and is not clamped: max retries lowered from 5 to 2"},
+		}, "max_retries 5 does not fit the 10000ms idle timeout: its backoff ladder takes 62000ms; the largest that fits is 2"},
 		{"empty budget", func() error {
 			_, err := admin.SetBudget(ctx, &controlplanev1.SetBudgetRequest{Key: key})
 			return err

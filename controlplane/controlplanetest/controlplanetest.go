@@ -1,6 +1,8 @@
 // Package controlplanetest runs the real control-plane server on a loopback
 // listener for tests: temporary token files and data directory, a client
-// dialer per role, and a restart that keeps the data directory.
+// dialer per role, and a restart that keeps the data directory. With
+// Options.RedisURL the server is a replica over that Redis (start several
+// with the same URL and prefix for replicas sharing one store).
 package controlplanetest
 
 import (
@@ -49,6 +51,20 @@ type Options struct {
 	// FleetTick is how often the server expires silent agents and applies
 	// adaptive raises. (Optional; default 1s)
 	FleetTick time.Duration
+	// RedisURL, when set, serves from a Redis store at this URL instead
+	// of the memory store. (Optional)
+	RedisURL string
+	// RedisPrefix is the Redis store's key prefix; replicas of one store
+	// share it. (Optional; default store.DefaultPrefix)
+	RedisPrefix string
+	// RedisTimeout is the Redis store's per-call deadline. (Optional;
+	// default store.DefaultRedisTimeout)
+	RedisTimeout time.Duration
+	// RedisTick is the Redis store's tick (replica registration, clock,
+	// version check). (Optional; default 1s)
+	RedisTick time.Duration
+	// Replica names the Redis replica. (Optional)
+	Replica string
 }
 
 // Server is a running control plane.
@@ -67,7 +83,7 @@ type Server struct {
 	opts Options
 
 	mu     sync.Mutex // guards the following fields
-	store  *store.Memory
+	store  store.Store
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -113,9 +129,27 @@ func randBytes(n int) []byte {
 func (s *Server) start(addr string) {
 	t := s.t
 	t.Helper()
-	st, err := store.Open(store.Options{Dir: s.DataDir, Defaults: s.opts.Defaults, Now: s.opts.Now})
-	if err != nil {
-		t.Fatalf("controlplanetest: %v", err)
+	var st store.Store
+	now := s.opts.Now
+	var closeStore func()
+	if s.opts.RedisURL != "" {
+		r, err := store.OpenRedis(context.Background(), store.RedisOptions{
+			URL: s.opts.RedisURL, Prefix: s.opts.RedisPrefix, Defaults: s.opts.Defaults, Now: s.opts.Now,
+			Timeout: s.opts.RedisTimeout, Tick: s.opts.RedisTick, Replica: s.opts.Replica, Logger: s.opts.Logger,
+		})
+		if err != nil {
+			t.Fatalf("controlplanetest: %v", err)
+		}
+		st, closeStore = r, func() { _ = r.Close() }
+		if now == nil {
+			now = r.Now
+		}
+	} else {
+		m, err := store.Open(store.Options{Dir: s.DataDir, Defaults: s.opts.Defaults, Now: s.opts.Now})
+		if err != nil {
+			t.Fatalf("controlplanetest: %v", err)
+		}
+		st, closeStore = m, func() {}
 	}
 	srv, err := controlplane.New(controlplane.Options{
 		Admissions:    st,
@@ -124,7 +158,7 @@ func (s *Server) start(addr string) {
 		AgentToken:    s.AgentToken,
 		TLS:           s.opts.TLS,
 		Logger:        s.opts.Logger,
-		Now:           s.opts.Now,
+		Now:           now,
 		Registerer:    s.opts.Registerer,
 		EnableBench:   s.opts.EnableBench,
 		ShutdownGrace: s.opts.ShutdownGrace,
@@ -146,7 +180,17 @@ func (s *Server) start(addr string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
+	go func() {
+		stored := make(chan error, 1)
+		go func() { stored <- st.Run(ctx) }()
+		err := srv.Serve(ctx, lis)
+		cancel()
+		if serr := <-stored; err == nil {
+			err = serr
+		}
+		closeStore()
+		done <- err
+	}()
 	s.mu.Lock()
 	s.Addr = lis.Addr().String()
 	s.store, s.cancel, s.done = st, cancel, done
@@ -154,7 +198,7 @@ func (s *Server) start(addr string) {
 }
 
 // Store returns the running server's store.
-func (s *Server) Store() *store.Memory {
+func (s *Server) Store() store.Store {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.store

@@ -161,29 +161,30 @@ func (s *Server) Restart() {
 	s.t.Fatalf("redistest: restart: %v", err)
 }
 
-// Do sends one command and returns its first reply line (for tests that
-// inspect Redis directly without a client).
-func (s *Server) Do(ctx context.Context, args ...string) (string, error) {
+// NumSub returns the number of subscribers to channel (PUBSUB NUMSUB).
+func (s *Server) NumSub(ctx context.Context, channel string) (int, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", s.Addr)
 	if err != nil {
-		return "", fmt.Errorf("redis %s: %w", args[0], err)
+		return 0, fmt.Errorf("pubsub numsub: %w", err)
 	}
 	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	cmd := fmt.Sprintf("*3\r\n$6\r\nPUBSUB\r\n$6\r\nNUMSUB\r\n$%d\r\n%s\r\n", len(channel), channel)
+	if _, err := c.Write([]byte(cmd)); err != nil {
+		return 0, fmt.Errorf("pubsub numsub: %w", err)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	// *2, $len, channel, :count
+	rd := bufio.NewReader(c)
+	var last string
+	for range 4 {
+		if last, err = rd.ReadString('\n'); err != nil {
+			return 0, fmt.Errorf("pubsub numsub: %w", err)
+		}
 	}
-	if _, err := c.Write([]byte(b.String())); err != nil {
-		return "", fmt.Errorf("redis %s: %w", args[0], err)
+	last = strings.TrimSpace(last)
+	if !strings.HasPrefix(last, ":") {
+		return 0, fmt.Errorf("pubsub numsub: unexpected reply %q", last)
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return "", fmt.Errorf("redis %s: %w", args[0], err)
-	}
-	return strings.TrimRight(line, "\r\n"), nil
+	return strconv.Atoi(last[1:])
 }

@@ -444,8 +444,10 @@ func (x *GetAccountRequest) GetKey() string {
 }
 
 type GetAccountResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Account       *Account               `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Account *Account               `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	// store is the store that served the account.
+	Store         *StoreInfo `protobuf:"bytes,2,opt,name=store,proto3" json:"store,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -487,6 +489,99 @@ func (x *GetAccountResponse) GetAccount() *Account {
 	return nil
 }
 
+func (x *GetAccountResponse) GetStore() *StoreInfo {
+	if x != nil {
+		return x.Store
+	}
+	return nil
+}
+
+// StoreInfo says which store serves an answer.
+type StoreInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is "memory" (one control plane, policies in a file) or "redis"
+	// (replicas sharing one Redis).
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// address is the policy file, or the Redis address without credentials.
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// replica is the answering control plane's replica id (redis only).
+	Replica string `protobuf:"bytes,3,opt,name=replica,proto3" json:"replica,omitempty"`
+	// replicas is the number of live replicas sharing the store (1 for
+	// memory).
+	Replicas int32 `protobuf:"varint,4,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	// degraded is true while the store cannot be reached: the replica
+	// admits from its share of each policy and answers reads from the last
+	// known policies and its local buckets.
+	Degraded      bool `protobuf:"varint,5,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreInfo) Reset() {
+	*x = StoreInfo{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreInfo) ProtoMessage() {}
+
+func (x *StoreInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreInfo.ProtoReflect.Descriptor instead.
+func (*StoreInfo) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *StoreInfo) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *StoreInfo) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *StoreInfo) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *StoreInfo) GetReplicas() int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *StoreInfo) GetDegraded() bool {
+	if x != nil {
+		return x.Degraded
+	}
+	return false
+}
+
 type ListAccountsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -495,7 +590,7 @@ type ListAccountsRequest struct {
 
 func (x *ListAccountsRequest) Reset() {
 	*x = ListAccountsRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[7]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +602,7 @@ func (x *ListAccountsRequest) String() string {
 func (*ListAccountsRequest) ProtoMessage() {}
 
 func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[7]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,19 +615,21 @@ func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsRequest.ProtoReflect.Descriptor instead.
 func (*ListAccountsRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 type ListAccountsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Accounts      []*Account             `protobuf:"bytes,1,rep,name=accounts,proto3" json:"accounts,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Accounts []*Account             `protobuf:"bytes,1,rep,name=accounts,proto3" json:"accounts,omitempty"`
+	// store is the store that served the list.
+	Store         *StoreInfo `protobuf:"bytes,2,opt,name=store,proto3" json:"store,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListAccountsResponse) Reset() {
 	*x = ListAccountsResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[8]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +641,7 @@ func (x *ListAccountsResponse) String() string {
 func (*ListAccountsResponse) ProtoMessage() {}
 
 func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[8]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,12 +654,19 @@ func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsResponse.ProtoReflect.Descriptor instead.
 func (*ListAccountsResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListAccountsResponse) GetAccounts() []*Account {
 	if x != nil {
 		return x.Accounts
+	}
+	return nil
+}
+
+func (x *ListAccountsResponse) GetStore() *StoreInfo {
+	if x != nil {
+		return x.Store
 	}
 	return nil
 }
@@ -575,7 +679,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[9]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -587,7 +691,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[9]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -600,7 +704,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 type ListAgentsResponse struct {
@@ -612,7 +716,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[10]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +728,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[10]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +741,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*Agent {
@@ -667,7 +771,7 @@ type Agent struct {
 
 func (x *Agent) Reset() {
 	*x = Agent{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[11]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +783,7 @@ func (x *Agent) String() string {
 func (*Agent) ProtoMessage() {}
 
 func (x *Agent) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[11]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +796,7 @@ func (x *Agent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Agent.ProtoReflect.Descriptor instead.
 func (*Agent) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Agent) GetId() string {
@@ -761,7 +865,7 @@ type SetAdaptiveRequest struct {
 
 func (x *SetAdaptiveRequest) Reset() {
 	*x = SetAdaptiveRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[12]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +877,7 @@ func (x *SetAdaptiveRequest) String() string {
 func (*SetAdaptiveRequest) ProtoMessage() {}
 
 func (x *SetAdaptiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[12]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +890,7 @@ func (x *SetAdaptiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAdaptiveRequest.ProtoReflect.Descriptor instead.
 func (*SetAdaptiveRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetAdaptiveRequest) GetKey() string {
@@ -812,7 +916,7 @@ type SetAdaptiveResponse struct {
 
 func (x *SetAdaptiveResponse) Reset() {
 	*x = SetAdaptiveResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[13]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +928,7 @@ func (x *SetAdaptiveResponse) String() string {
 func (*SetAdaptiveResponse) ProtoMessage() {}
 
 func (x *SetAdaptiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[13]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +941,7 @@ func (x *SetAdaptiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAdaptiveResponse.ProtoReflect.Descriptor instead.
 func (*SetAdaptiveResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetAdaptiveResponse) GetAccount() *Account {
@@ -889,12 +993,20 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\x11SetBudgetResponse\x129\n" +
 	"\aaccount\x18\x01 \x01(\v2\x1f.clodex.controlplane.v1.AccountR\aaccount\"%\n" +
 	"\x11GetAccountRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"O\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\x88\x01\n" +
 	"\x12GetAccountResponse\x129\n" +
-	"\aaccount\x18\x01 \x01(\v2\x1f.clodex.controlplane.v1.AccountR\aaccount\"\x15\n" +
-	"\x13ListAccountsRequest\"S\n" +
+	"\aaccount\x18\x01 \x01(\v2\x1f.clodex.controlplane.v1.AccountR\aaccount\x127\n" +
+	"\x05store\x18\x02 \x01(\v2!.clodex.controlplane.v1.StoreInfoR\x05store\"\x8b\x01\n" +
+	"\tStoreInfo\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
+	"\areplica\x18\x03 \x01(\tR\areplica\x12\x1a\n" +
+	"\breplicas\x18\x04 \x01(\x05R\breplicas\x12\x1a\n" +
+	"\bdegraded\x18\x05 \x01(\bR\bdegraded\"\x15\n" +
+	"\x13ListAccountsRequest\"\x8c\x01\n" +
 	"\x14ListAccountsResponse\x12;\n" +
-	"\baccounts\x18\x01 \x03(\v2\x1f.clodex.controlplane.v1.AccountR\baccounts\"\x13\n" +
+	"\baccounts\x18\x01 \x03(\v2\x1f.clodex.controlplane.v1.AccountR\baccounts\x127\n" +
+	"\x05store\x18\x02 \x01(\v2!.clodex.controlplane.v1.StoreInfoR\x05store\"\x13\n" +
 	"\x11ListAgentsRequest\"K\n" +
 	"\x12ListAgentsResponse\x125\n" +
 	"\x06agents\x18\x01 \x03(\v2\x1d.clodex.controlplane.v1.AgentR\x06agents\"\xfb\x01\n" +
@@ -934,7 +1046,7 @@ func file_clodex_controlplane_v1_admin_proto_rawDescGZIP() []byte {
 	return file_clodex_controlplane_v1_admin_proto_rawDescData
 }
 
-var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*Account)(nil),              // 0: clodex.controlplane.v1.Account
 	(*SetRateRequest)(nil),       // 1: clodex.controlplane.v1.SetRateRequest
@@ -943,38 +1055,41 @@ var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*SetBudgetResponse)(nil),    // 4: clodex.controlplane.v1.SetBudgetResponse
 	(*GetAccountRequest)(nil),    // 5: clodex.controlplane.v1.GetAccountRequest
 	(*GetAccountResponse)(nil),   // 6: clodex.controlplane.v1.GetAccountResponse
-	(*ListAccountsRequest)(nil),  // 7: clodex.controlplane.v1.ListAccountsRequest
-	(*ListAccountsResponse)(nil), // 8: clodex.controlplane.v1.ListAccountsResponse
-	(*ListAgentsRequest)(nil),    // 9: clodex.controlplane.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),   // 10: clodex.controlplane.v1.ListAgentsResponse
-	(*Agent)(nil),                // 11: clodex.controlplane.v1.Agent
-	(*SetAdaptiveRequest)(nil),   // 12: clodex.controlplane.v1.SetAdaptiveRequest
-	(*SetAdaptiveResponse)(nil),  // 13: clodex.controlplane.v1.SetAdaptiveResponse
+	(*StoreInfo)(nil),            // 7: clodex.controlplane.v1.StoreInfo
+	(*ListAccountsRequest)(nil),  // 8: clodex.controlplane.v1.ListAccountsRequest
+	(*ListAccountsResponse)(nil), // 9: clodex.controlplane.v1.ListAccountsResponse
+	(*ListAgentsRequest)(nil),    // 10: clodex.controlplane.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),   // 11: clodex.controlplane.v1.ListAgentsResponse
+	(*Agent)(nil),                // 12: clodex.controlplane.v1.Agent
+	(*SetAdaptiveRequest)(nil),   // 13: clodex.controlplane.v1.SetAdaptiveRequest
+	(*SetAdaptiveResponse)(nil),  // 14: clodex.controlplane.v1.SetAdaptiveResponse
 }
 var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: clodex.controlplane.v1.SetRateResponse.account:type_name -> clodex.controlplane.v1.Account
 	0,  // 1: clodex.controlplane.v1.SetBudgetResponse.account:type_name -> clodex.controlplane.v1.Account
 	0,  // 2: clodex.controlplane.v1.GetAccountResponse.account:type_name -> clodex.controlplane.v1.Account
-	0,  // 3: clodex.controlplane.v1.ListAccountsResponse.accounts:type_name -> clodex.controlplane.v1.Account
-	11, // 4: clodex.controlplane.v1.ListAgentsResponse.agents:type_name -> clodex.controlplane.v1.Agent
-	0,  // 5: clodex.controlplane.v1.SetAdaptiveResponse.account:type_name -> clodex.controlplane.v1.Account
-	1,  // 6: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
-	3,  // 7: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
-	5,  // 8: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
-	7,  // 9: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
-	9,  // 10: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
-	12, // 11: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
-	2,  // 12: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
-	4,  // 13: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
-	6,  // 14: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
-	8,  // 15: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
-	10, // 16: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
-	13, // 17: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
-	12, // [12:18] is the sub-list for method output_type
-	6,  // [6:12] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	7,  // 3: clodex.controlplane.v1.GetAccountResponse.store:type_name -> clodex.controlplane.v1.StoreInfo
+	0,  // 4: clodex.controlplane.v1.ListAccountsResponse.accounts:type_name -> clodex.controlplane.v1.Account
+	7,  // 5: clodex.controlplane.v1.ListAccountsResponse.store:type_name -> clodex.controlplane.v1.StoreInfo
+	12, // 6: clodex.controlplane.v1.ListAgentsResponse.agents:type_name -> clodex.controlplane.v1.Agent
+	0,  // 7: clodex.controlplane.v1.SetAdaptiveResponse.account:type_name -> clodex.controlplane.v1.Account
+	1,  // 8: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
+	3,  // 9: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
+	5,  // 10: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
+	8,  // 11: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
+	10, // 12: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
+	13, // 13: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
+	2,  // 14: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
+	4,  // 15: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
+	6,  // 16: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
+	9,  // 17: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
+	11, // 18: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
+	14, // 19: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
+	14, // [14:20] is the sub-list for method output_type
+	8,  // [8:14] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_clodex_controlplane_v1_admin_proto_init() }
@@ -990,7 +1105,7 @@ func file_clodex_controlplane_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_admin_proto_rawDesc), len(file_clodex_controlplane_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

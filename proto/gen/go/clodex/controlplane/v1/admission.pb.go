@@ -357,6 +357,264 @@ func (x *CancelResponse) GetRefunded() bool {
 	return false
 }
 
+type ReportGrantsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// report_id makes the report idempotent: 1..128 printable ASCII bytes
+	// without spaces, unique per report (e.g. agent id + a sequence number).
+	ReportId string `protobuf:"bytes,1,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
+	// agent_id optionally names the reporting data plane (for logs).
+	AgentId string `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// grants lists the accounts with local grants; at most 1000, each
+	// account at most once.
+	Grants        []*LocalGrants `protobuf:"bytes,3,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportGrantsRequest) Reset() {
+	*x = ReportGrantsRequest{}
+	mi := &file_clodex_controlplane_v1_admission_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportGrantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportGrantsRequest) ProtoMessage() {}
+
+func (x *ReportGrantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admission_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportGrantsRequest.ProtoReflect.Descriptor instead.
+func (*ReportGrantsRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admission_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReportGrantsRequest) GetReportId() string {
+	if x != nil {
+		return x.ReportId
+	}
+	return ""
+}
+
+func (x *ReportGrantsRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *ReportGrantsRequest) GetGrants() []*LocalGrants {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// LocalGrants is one account's local admissions during an outage.
+type LocalGrants struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// account is the account key.
+	Account string `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	// count is how many new upstream sockets were admitted locally
+	// (debited by the local bucket and not cancelled): 1..100000.
+	Count int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// first_unix_ms and last_unix_ms bound when they were admitted
+	// (informational; the debit happens at the control plane's now).
+	FirstUnixMs   int64 `protobuf:"varint,3,opt,name=first_unix_ms,json=firstUnixMs,proto3" json:"first_unix_ms,omitempty"`
+	LastUnixMs    int64 `protobuf:"varint,4,opt,name=last_unix_ms,json=lastUnixMs,proto3" json:"last_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalGrants) Reset() {
+	*x = LocalGrants{}
+	mi := &file_clodex_controlplane_v1_admission_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalGrants) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalGrants) ProtoMessage() {}
+
+func (x *LocalGrants) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admission_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalGrants.ProtoReflect.Descriptor instead.
+func (*LocalGrants) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admission_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *LocalGrants) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *LocalGrants) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *LocalGrants) GetFirstUnixMs() int64 {
+	if x != nil {
+		return x.FirstUnixMs
+	}
+	return 0
+}
+
+func (x *LocalGrants) GetLastUnixMs() int64 {
+	if x != nil {
+		return x.LastUnixMs
+	}
+	return 0
+}
+
+type ReportGrantsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// debits answers each LocalGrants, in request order.
+	Debits        []*GrantDebit `protobuf:"bytes,1,rep,name=debits,proto3" json:"debits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportGrantsResponse) Reset() {
+	*x = ReportGrantsResponse{}
+	mi := &file_clodex_controlplane_v1_admission_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportGrantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportGrantsResponse) ProtoMessage() {}
+
+func (x *ReportGrantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admission_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportGrantsResponse.ProtoReflect.Descriptor instead.
+func (*ReportGrantsResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admission_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ReportGrantsResponse) GetDebits() []*GrantDebit {
+	if x != nil {
+		return x.Debits
+	}
+	return nil
+}
+
+// GrantDebit is the outcome of one account's hand-over.
+type GrantDebit struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Account string                 `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	// debited is how many of the grants were debited; fewer than reported
+	// when the bucket reached the point where it would refuse.
+	Debited int32 `protobuf:"varint,2,opt,name=debited,proto3" json:"debited,omitempty"`
+	// duplicate is true when this report_id was already applied to the
+	// account; nothing was debited again.
+	Duplicate bool `protobuf:"varint,3,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// tokens is the bucket level after the hand-over (0 for a duplicate).
+	Tokens        float64 `protobuf:"fixed64,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantDebit) Reset() {
+	*x = GrantDebit{}
+	mi := &file_clodex_controlplane_v1_admission_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantDebit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantDebit) ProtoMessage() {}
+
+func (x *GrantDebit) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admission_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantDebit.ProtoReflect.Descriptor instead.
+func (*GrantDebit) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admission_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GrantDebit) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *GrantDebit) GetDebited() int32 {
+	if x != nil {
+		return x.Debited
+	}
+	return 0
+}
+
+func (x *GrantDebit) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *GrantDebit) GetTokens() float64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
 var File_clodex_controlplane_v1_admission_proto protoreflect.FileDescriptor
 
 const file_clodex_controlplane_v1_admission_proto_rawDesc = "" +
@@ -378,15 +636,34 @@ const file_clodex_controlplane_v1_admission_proto_rawDesc = "" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12%\n" +
 	"\x0ereservation_id\x18\x02 \x01(\tR\rreservationId\",\n" +
 	"\x0eCancelResponse\x12\x1a\n" +
-	"\brefunded\x18\x01 \x01(\bR\brefunded*`\n" +
+	"\brefunded\x18\x01 \x01(\bR\brefunded\"\x8a\x01\n" +
+	"\x13ReportGrantsRequest\x12\x1b\n" +
+	"\treport_id\x18\x01 \x01(\tR\breportId\x12\x19\n" +
+	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12;\n" +
+	"\x06grants\x18\x03 \x03(\v2#.clodex.controlplane.v1.LocalGrantsR\x06grants\"\x83\x01\n" +
+	"\vLocalGrants\x12\x18\n" +
+	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\x12\"\n" +
+	"\rfirst_unix_ms\x18\x03 \x01(\x03R\vfirstUnixMs\x12 \n" +
+	"\flast_unix_ms\x18\x04 \x01(\x03R\n" +
+	"lastUnixMs\"R\n" +
+	"\x14ReportGrantsResponse\x12:\n" +
+	"\x06debits\x18\x01 \x03(\v2\".clodex.controlplane.v1.GrantDebitR\x06debits\"v\n" +
+	"\n" +
+	"GrantDebit\x12\x18\n" +
+	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x18\n" +
+	"\adebited\x18\x02 \x01(\x05R\adebited\x12\x1c\n" +
+	"\tduplicate\x18\x03 \x01(\bR\tduplicate\x12\x16\n" +
+	"\x06tokens\x18\x04 \x01(\x01R\x06tokens*`\n" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eDECISION_ADMIT\x10\x01\x12\x11\n" +
 	"\rDECISION_WAIT\x10\x02\x12\x13\n" +
-	"\x0fDECISION_REFUSE\x10\x032\xc1\x01\n" +
+	"\x0fDECISION_REFUSE\x10\x032\xac\x02\n" +
 	"\x10AdmissionService\x12T\n" +
 	"\x05Admit\x12$.clodex.controlplane.v1.AdmitRequest\x1a%.clodex.controlplane.v1.AdmitResponse\x12W\n" +
-	"\x06Cancel\x12%.clodex.controlplane.v1.CancelRequest\x1a&.clodex.controlplane.v1.CancelResponseBMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
+	"\x06Cancel\x12%.clodex.controlplane.v1.CancelRequest\x1a&.clodex.controlplane.v1.CancelResponse\x12i\n" +
+	"\fReportGrants\x12+.clodex.controlplane.v1.ReportGrantsRequest\x1a,.clodex.controlplane.v1.ReportGrantsResponseBMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
 
 var (
 	file_clodex_controlplane_v1_admission_proto_rawDescOnce sync.Once
@@ -401,25 +678,33 @@ func file_clodex_controlplane_v1_admission_proto_rawDescGZIP() []byte {
 }
 
 var file_clodex_controlplane_v1_admission_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_clodex_controlplane_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_clodex_controlplane_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_clodex_controlplane_v1_admission_proto_goTypes = []any{
-	(Decision)(0),          // 0: clodex.controlplane.v1.Decision
-	(*AdmitRequest)(nil),   // 1: clodex.controlplane.v1.AdmitRequest
-	(*AdmitResponse)(nil),  // 2: clodex.controlplane.v1.AdmitResponse
-	(*CancelRequest)(nil),  // 3: clodex.controlplane.v1.CancelRequest
-	(*CancelResponse)(nil), // 4: clodex.controlplane.v1.CancelResponse
+	(Decision)(0),                // 0: clodex.controlplane.v1.Decision
+	(*AdmitRequest)(nil),         // 1: clodex.controlplane.v1.AdmitRequest
+	(*AdmitResponse)(nil),        // 2: clodex.controlplane.v1.AdmitResponse
+	(*CancelRequest)(nil),        // 3: clodex.controlplane.v1.CancelRequest
+	(*CancelResponse)(nil),       // 4: clodex.controlplane.v1.CancelResponse
+	(*ReportGrantsRequest)(nil),  // 5: clodex.controlplane.v1.ReportGrantsRequest
+	(*LocalGrants)(nil),          // 6: clodex.controlplane.v1.LocalGrants
+	(*ReportGrantsResponse)(nil), // 7: clodex.controlplane.v1.ReportGrantsResponse
+	(*GrantDebit)(nil),           // 8: clodex.controlplane.v1.GrantDebit
 }
 var file_clodex_controlplane_v1_admission_proto_depIdxs = []int32{
 	0, // 0: clodex.controlplane.v1.AdmitResponse.decision:type_name -> clodex.controlplane.v1.Decision
-	1, // 1: clodex.controlplane.v1.AdmissionService.Admit:input_type -> clodex.controlplane.v1.AdmitRequest
-	3, // 2: clodex.controlplane.v1.AdmissionService.Cancel:input_type -> clodex.controlplane.v1.CancelRequest
-	2, // 3: clodex.controlplane.v1.AdmissionService.Admit:output_type -> clodex.controlplane.v1.AdmitResponse
-	4, // 4: clodex.controlplane.v1.AdmissionService.Cancel:output_type -> clodex.controlplane.v1.CancelResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	6, // 1: clodex.controlplane.v1.ReportGrantsRequest.grants:type_name -> clodex.controlplane.v1.LocalGrants
+	8, // 2: clodex.controlplane.v1.ReportGrantsResponse.debits:type_name -> clodex.controlplane.v1.GrantDebit
+	1, // 3: clodex.controlplane.v1.AdmissionService.Admit:input_type -> clodex.controlplane.v1.AdmitRequest
+	3, // 4: clodex.controlplane.v1.AdmissionService.Cancel:input_type -> clodex.controlplane.v1.CancelRequest
+	5, // 5: clodex.controlplane.v1.AdmissionService.ReportGrants:input_type -> clodex.controlplane.v1.ReportGrantsRequest
+	2, // 6: clodex.controlplane.v1.AdmissionService.Admit:output_type -> clodex.controlplane.v1.AdmitResponse
+	4, // 7: clodex.controlplane.v1.AdmissionService.Cancel:output_type -> clodex.controlplane.v1.CancelResponse
+	7, // 8: clodex.controlplane.v1.AdmissionService.ReportGrants:output_type -> clodex.controlplane.v1.ReportGrantsResponse
+	6, // [6:9] is the sub-list for method output_type
+	3, // [3:6] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_clodex_controlplane_v1_admission_proto_init() }
@@ -433,7 +718,7 @@ func file_clodex_controlplane_v1_admission_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_admission_proto_rawDesc), len(file_clodex_controlplane_v1_admission_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

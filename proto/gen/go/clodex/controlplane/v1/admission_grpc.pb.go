@@ -28,8 +28,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdmissionService_Admit_FullMethodName  = "/clodex.controlplane.v1.AdmissionService/Admit"
-	AdmissionService_Cancel_FullMethodName = "/clodex.controlplane.v1.AdmissionService/Cancel"
+	AdmissionService_Admit_FullMethodName        = "/clodex.controlplane.v1.AdmissionService/Admit"
+	AdmissionService_Cancel_FullMethodName       = "/clodex.controlplane.v1.AdmissionService/Cancel"
+	AdmissionService_ReportGrants_FullMethodName = "/clodex.controlplane.v1.AdmissionService/ReportGrants"
 )
 
 // AdmissionServiceClient is the client API for AdmissionService service.
@@ -48,6 +49,15 @@ type AdmissionServiceClient interface {
 	// not elapsed) exactly once. Cancelling an unknown, departed or already
 	// cancelled reservation is not an error: refunded is false.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
+	// ReportGrants hands over the new upstream sockets a data plane admitted
+	// from its local share while it could not reach the control plane (the
+	// hand-over): each account's bucket is debited as if those requests had
+	// been admitted centrally now, stopping where central admission would
+	// have refused, so the sockets opened during an outage count against
+	// the account after it. A report retried with the same report_id within
+	// 10 minutes is applied once. Unavailable while the store cannot record
+	// it (retry later). Since CAPABILITY_VERSION_HANDOVER.
+	ReportGrants(ctx context.Context, in *ReportGrantsRequest, opts ...grpc.CallOption) (*ReportGrantsResponse, error)
 }
 
 type admissionServiceClient struct {
@@ -78,6 +88,16 @@ func (c *admissionServiceClient) Cancel(ctx context.Context, in *CancelRequest, 
 	return out, nil
 }
 
+func (c *admissionServiceClient) ReportGrants(ctx context.Context, in *ReportGrantsRequest, opts ...grpc.CallOption) (*ReportGrantsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportGrantsResponse)
+	err := c.cc.Invoke(ctx, AdmissionService_ReportGrants_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdmissionServiceServer is the server API for AdmissionService service.
 // All implementations must embed UnimplementedAdmissionServiceServer
 // for forward compatibility.
@@ -94,6 +114,15 @@ type AdmissionServiceServer interface {
 	// not elapsed) exactly once. Cancelling an unknown, departed or already
 	// cancelled reservation is not an error: refunded is false.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
+	// ReportGrants hands over the new upstream sockets a data plane admitted
+	// from its local share while it could not reach the control plane (the
+	// hand-over): each account's bucket is debited as if those requests had
+	// been admitted centrally now, stopping where central admission would
+	// have refused, so the sockets opened during an outage count against
+	// the account after it. A report retried with the same report_id within
+	// 10 minutes is applied once. Unavailable while the store cannot record
+	// it (retry later). Since CAPABILITY_VERSION_HANDOVER.
+	ReportGrants(context.Context, *ReportGrantsRequest) (*ReportGrantsResponse, error)
 	mustEmbedUnimplementedAdmissionServiceServer()
 }
 
@@ -109,6 +138,9 @@ func (UnimplementedAdmissionServiceServer) Admit(context.Context, *AdmitRequest)
 }
 func (UnimplementedAdmissionServiceServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
+}
+func (UnimplementedAdmissionServiceServer) ReportGrants(context.Context, *ReportGrantsRequest) (*ReportGrantsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportGrants not implemented")
 }
 func (UnimplementedAdmissionServiceServer) mustEmbedUnimplementedAdmissionServiceServer() {}
 func (UnimplementedAdmissionServiceServer) testEmbeddedByValue()                          {}
@@ -167,6 +199,24 @@ func _AdmissionService_Cancel_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdmissionService_ReportGrants_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportGrantsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdmissionServiceServer).ReportGrants(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdmissionService_ReportGrants_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdmissionServiceServer).ReportGrants(ctx, req.(*ReportGrantsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdmissionService_ServiceDesc is the grpc.ServiceDesc for AdmissionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -181,6 +231,10 @@ var AdmissionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Cancel",
 			Handler:    _AdmissionService_Cancel_Handler,
+		},
+		{
+			MethodName: "ReportGrants",
+			Handler:    _AdmissionService_ReportGrants_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

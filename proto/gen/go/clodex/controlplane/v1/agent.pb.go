@@ -33,14 +33,19 @@ const (
 //	                goodbye; policy pushes with live agent counts, close);
 //	                AdminService ListAgents and SetAdaptive; effective
 //	                rates.
+//	3 (2026-12-01): AdmissionService.ReportGrants (the hand-over of grants
+//	                made locally during an outage); control planes may be
+//	                replicas over one Redis (StoreInfo on admin reads).
 type CapabilityVersion int32
 
 const (
 	CapabilityVersion_CAPABILITY_VERSION_UNSPECIFIED CapabilityVersion = 0
 	// CAPABILITY_VERSION_ADMISSION: admission and admin only (no agents).
 	CapabilityVersion_CAPABILITY_VERSION_ADMISSION CapabilityVersion = 1
-	// CAPABILITY_VERSION_AGENTS: the agent stream. The current version.
+	// CAPABILITY_VERSION_AGENTS: the agent stream.
 	CapabilityVersion_CAPABILITY_VERSION_AGENTS CapabilityVersion = 2
+	// CAPABILITY_VERSION_HANDOVER: ReportGrants. The current version.
+	CapabilityVersion_CAPABILITY_VERSION_HANDOVER CapabilityVersion = 3
 )
 
 // Enum value maps for CapabilityVersion.
@@ -49,11 +54,13 @@ var (
 		0: "CAPABILITY_VERSION_UNSPECIFIED",
 		1: "CAPABILITY_VERSION_ADMISSION",
 		2: "CAPABILITY_VERSION_AGENTS",
+		3: "CAPABILITY_VERSION_HANDOVER",
 	}
 	CapabilityVersion_value = map[string]int32{
 		"CAPABILITY_VERSION_UNSPECIFIED": 0,
 		"CAPABILITY_VERSION_ADMISSION":   1,
 		"CAPABILITY_VERSION_AGENTS":      2,
+		"CAPABILITY_VERSION_HANDOVER":    3,
 	}
 )
 
@@ -750,11 +757,12 @@ const file_clodex_controlplane_v1_agent_proto_rawDesc = "" +
 	"\badaptive\x18\v \x01(\bR\badaptive\"$\n" +
 	"\n" +
 	"AgentClose\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*x\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason*\x99\x01\n" +
 	"\x11CapabilityVersion\x12\"\n" +
 	"\x1eCAPABILITY_VERSION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cCAPABILITY_VERSION_ADMISSION\x10\x01\x12\x1d\n" +
-	"\x19CAPABILITY_VERSION_AGENTS\x10\x022n\n" +
+	"\x19CAPABILITY_VERSION_AGENTS\x10\x02\x12\x1f\n" +
+	"\x1bCAPABILITY_VERSION_HANDOVER\x10\x032n\n" +
 	"\fAgentService\x12^\n" +
 	"\aConnect\x12&.clodex.controlplane.v1.ConnectRequest\x1a'.clodex.controlplane.v1.ConnectResponse(\x010\x01BMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
 
