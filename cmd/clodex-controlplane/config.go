@@ -25,6 +25,8 @@ const (
 	envAdminTokenFile = "CLODEX_ADMIN_TOKEN_FILE"
 	envAgentTokenFile = "CLODEX_AGENT_TOKEN_FILE"
 	envAdminListen    = "CLODEX_CONTROLPLANE_ADMIN_LISTEN"
+	envRedis          = "CLODEX_REDIS_URL"
+	envReplica        = "CLODEX_CONTROLPLANE_REPLICA"
 )
 
 const defaultListen = "127.0.0.1:17700"
@@ -33,8 +35,20 @@ const defaultListen = "127.0.0.1:17700"
 type config struct {
 	// Listen is the gRPC listen address. (Optional; default 127.0.0.1:17700)
 	Listen string
-	// DataDir holds policy.json. (Required)
+	// DataDir holds policy.json. (Required without Redis)
 	DataDir string
+	// Redis, when set, serves from Redis at this URL (redis://, rediss://,
+	// or a Sentinel URL with master_name) as one replica among any number.
+	// (Optional; default the memory store)
+	Redis string
+	// RedisPrefix prefixes every Redis key. (Optional; default "clodex:")
+	RedisPrefix string
+	// RedisTimeout is the hard deadline of every Redis call. (Optional;
+	// default 100ms)
+	RedisTimeout time.Duration
+	// Replica names this replica in Redis. (Optional; default
+	// hostname-random)
+	Replica string
 	// AdminTokenFile holds the admin token. (Required unless
 	// CLODEX_ADMIN_TOKEN is set)
 	AdminTokenFile string
@@ -58,7 +72,9 @@ type config struct {
 	// ShutdownGrace bounds GracefulStop before Stop. (Optional; default 5s)
 	ShutdownGrace time.Duration
 	// ColdStart is how long after start new buckets start empty (store
-	// Options.ColdStart). (Optional; default 1m.)
+	// Options.ColdStart), memory store only. (Optional; default 0: buckets
+	// start full; data planes hand over the grants they made while the
+	// control plane was down.)
 	ColdStart time.Duration
 	// DrainDelay is the wait between health NOT_SERVING and stopping.
 	// (Optional; default 0)
@@ -100,7 +116,11 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs := flag.NewFlagSet("clodex-controlplane", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.Listen, "listen", or(env(envListen), defaultListen), "gRPC listen `address` (env "+envListen+")")
-	fs.StringVar(&c.DataDir, "data-dir", env(envDataDir), "data `directory` holding policy.json (required; env "+envDataDir+")")
+	fs.StringVar(&c.DataDir, "data-dir", env(envDataDir), "data `directory` holding policy.json (required without --redis; env "+envDataDir+")")
+	fs.StringVar(&c.Redis, "redis", env(envRedis), "serve from Redis at this `URL` as one of any number of replicas: redis://[user:pass@]host:port[/db], rediss://..., or redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379 (env "+envRedis+", which keeps a password out of the process list)")
+	fs.StringVar(&c.RedisPrefix, "redis-prefix", "clodex:", "`prefix` of every Redis key and channel")
+	fs.DurationVar(&c.RedisTimeout, "redis-timeout", 100*time.Millisecond, "hard deadline of every Redis call (1ms..5s); past it, or with Redis down, this replica admits from its share of the policy")
+	fs.StringVar(&c.Replica, "replica", env(envReplica), "this replica's `id` in Redis (default hostname-random; env "+envReplica+")")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env(envAdminTokenFile), "`file` holding the admin token (or env "+envAdminToken+")")
 	fs.StringVar(&c.AgentTokenFile, "agent-token-file", env(envAgentTokenFile), "`file` holding the agent token (or env "+envAgentToken+")")
 	fs.StringVar(&c.AdminListen, "admin-listen", env(envAdminListen), "serve /metrics and /debug/pprof on this `address` (default off)")
@@ -110,7 +130,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.Func("default-rate", "rate per minute for accounts without a stored policy, 0..600 (default from "+pacing.EnvRate+", else 60)", intFlag(&c.DefaultRate, &c.setRate, "0..600"))
 	fs.Func("default-burst", "burst for accounts without a stored policy, 1..1000 (default 10)", intFlag(&c.DefaultBurst, &c.setBurst, "1..1000"))
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 5*time.Second, "bound on graceful stop before connections are closed")
-	fs.DurationVar(&c.ColdStart, "cold-start", time.Minute, "after start, new buckets start empty for this long: the fleet admitted locally while this control plane was down (0..10m)")
+	fs.DurationVar(&c.ColdStart, "cold-start", 0, "memory store: after start, new buckets start empty for this long, an explicit stand-in for grants made while this control plane was down (0..10m; default 0: full buckets, grants are handed over)")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "wait after marking health NOT_SERVING before stopping")
 	fs.BoolVar(&c.BenchService, "bench-service", false, "register the benchmark's no-op BenchService")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error")
@@ -157,8 +177,22 @@ func intFlag(dst *int, set *bool, allowed string) func(string) error {
 // allowed.
 func (c *config) Validate() error {
 	var errs []error
-	if c.DataDir == "" {
-		errs = append(errs, fmt.Errorf("--data-dir is required (or %s)", envDataDir))
+	if c.DataDir == "" && c.Redis == "" {
+		errs = append(errs, fmt.Errorf("--data-dir is required (or %s), or --redis", envDataDir))
+	}
+	if c.Redis != "" {
+		if c.ColdStart != 0 {
+			errs = append(errs, errors.New("--cold-start applies to the memory store only; with --redis the buckets live in Redis and survive a replica's restart"))
+		}
+		if c.RedisTimeout < time.Millisecond || c.RedisTimeout > 5*time.Second {
+			errs = append(errs, fmt.Errorf("--redis-timeout %v is out of range; allowed 1ms..5s", c.RedisTimeout))
+		}
+		if c.RedisPrefix == "" || strings.ContainsAny(c.RedisPrefix, " \t\r\n") {
+			errs = append(errs, fmt.Errorf("--redis-prefix %q is invalid; want a non-empty prefix without spaces such as clodex:", c.RedisPrefix))
+		}
+		if err := validReplica(c.Replica); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.AdminTokenFile == "" && c.AdminTokenEnv == "" {
 		errs = append(errs, fmt.Errorf("--admin-token-file or %s is required", envAdminToken))
@@ -227,6 +261,18 @@ func joinLine(errs []error) error {
 		return nil
 	}
 	return lineErrors(errs)
+}
+
+func validReplica(id string) error {
+	if len(id) > 128 {
+		return fmt.Errorf("--replica is %d bytes; allowed 1..128 printable ASCII bytes without spaces", len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("--replica %q has a byte 0x%02x at %d; allowed printable ASCII without spaces", id, c, i)
+		}
+	}
+	return nil
 }
 
 func validAddr(flagName, addr string) error {

@@ -5,6 +5,11 @@
 //	    --admin-token-file admin.token --agent-token-file agent.token \
 //	    [--admin-listen 127.0.0.1:17701] [--tls-cert F --tls-key F [--client-ca F]]
 //
+// Replicas share one Redis instead of a data directory; run any number:
+//
+//	CLODEX_REDIS_URL=redis://:PASSWORD@redis:6379/0 clodex-controlplane --listen 0.0.0.0:17700 \
+//	    --admin-token-file admin.token --agent-token-file agent.token [--redis-timeout 100ms]
+//
 // Run with --help for every flag and its environment variable.
 package main
 

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/clodex/clodex/controlplane/bearer"
+	"github.com/clodex/clodex/controlplane/store/redistest"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
@@ -216,7 +217,12 @@ func TestRunBadInput(t *testing.T) {
 	}{
 		{"unknown flag", []string{"--bogus"}, nil, "flag provided but not defined: -bogus"},
 		{"positional", with("extra"), nil, `unexpected argument "extra"`},
-		{"nothing", nil, nil, "--data-dir is required (or CLODEX_DATA_DIR); --admin-token-file or CLODEX_ADMIN_TOKEN is required; --agent-token-file or CLODEX_AGENT_TOKEN is required"},
+		{"nothing", nil, nil, "--data-dir is required (or CLODEX_DATA_DIR), or --redis; --admin-token-file or CLODEX_ADMIN_TOKEN is required; --agent-token-file or CLODEX_AGENT_TOKEN is required"},
+		{"redis timeout", with("--redis", "redis://127.0.0.1:1", "--redis-timeout", "0s"), nil, "--redis-timeout 0s is out of range; allowed 1ms..5s"},
+		{"redis cold start", with("--redis", "redis://127.0.0.1:1", "--cold-start", "1m"), nil, "--cold-start applies to the memory store only"},
+		{"redis prefix", with("--redis", "redis://127.0.0.1:1", "--redis-prefix", "a b"), nil, `--redis-prefix "a b" is invalid`},
+		{"replica id", with("--redis", "redis://127.0.0.1:1", "--replica", "a b"), nil, `--replica "a b" has a byte 0x20 at 1`},
+		{"redis scheme", with("--redis", "http://user:hunter2@127.0.0.1:1"), nil, `redis URL "http://REDACTED@127.0.0.1:1" is invalid; want redis://`},
 		{"rate abc", with("--default-rate", "abc"), nil, `invalid value "abc" for flag -default-rate: not an integer; allowed 0..600`},
 		{"rate 601", with("--default-rate", "601"), nil, "--default-rate: rate_per_minute 601 is out of range; allowed 0..600"},
 		{"rate -1", with("--default-rate", "-1"), nil, "--default-rate: rate_per_minute -1 is out of range; allowed 0..600"},
@@ -283,5 +289,58 @@ func TestListenInUse(t *testing.T) {
 	err := runEnv(ctx, []string{"--listen", r.grpcAddr, "--data-dir", t.TempDir()}, env, io.Discard, io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "listen: ") {
 		t.Errorf("second run on %s = %v, want a listen error", r.grpcAddr, err)
+	}
+}
+
+// With --redis the control plane is a replica: policies and buckets live
+// in Redis (a second replica sees them), the store is named in the log
+// and the metrics, and the password in the URL appears nowhere.
+func TestRunRedisReplicas(t *testing.T) {
+	rs := redistest.Start(t)
+	env := envMap(map[string]string{"CLODEX_ADMIN_TOKEN": "admin-secret-1", "CLODEX_AGENT_TOKEN": "agent-secret-1",
+		"CLODEX_REDIS_URL": "redis://:hunter2@" + rs.Addr}) // redis-server ignores a password it does not require
+	args := []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--replica", "cp-1"}
+	a := start(t, args, env)
+	b := start(t, []string{"--listen", "127.0.0.1:0", "--replica", "cp-2"}, env)
+	key := "acct_0123456789abcdef"
+	admin := controlplanev1.NewAdminServiceClient(dial(t, a.grpcAddr, "admin-secret-1"))
+	if _, err := admin.SetRate(t.Context(), &controlplanev1.SetRateRequest{Key: key, RatePerMinute: 42, Burst: proto.Int32(1)}); err != nil {
+		t.Fatal(err)
+	}
+	// A new account starts with a full bucket: burst 1 is admitted at once,
+	// through the other replica, under the policy set on the first.
+	resp, err := controlplanev1.NewAdmissionServiceClient(dial(t, b.grpcAddr, "agent-secret-1")).Admit(t.Context(), &controlplanev1.AdmitRequest{Account: key})
+	if err != nil || resp.GetDecision() != controlplanev1.Decision_DECISION_ADMIT || resp.GetPolicyVersion() != 1 {
+		t.Fatalf("Admit on the second replica = %v, %v; want ADMIT under version 1", resp, err)
+	}
+	got, err := admin.GetAccount(t.Context(), &controlplanev1.GetAccountRequest{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetAccount().GetTokens() >= 0.5 || got.GetStore().GetKind() != "redis" || got.GetStore().GetReplica() != "cp-1" || got.GetStore().GetAddress() != "redis://"+rs.Addr {
+		t.Errorf("GetAccount on the first replica = %v; want the burst spent (under half a token), store redis at redis://%s, replica cp-1", got, rs.Addr)
+	}
+	res, err := http.Get("http://" + a.adminAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	for _, m := range []string{"clodex_controlplane_redis_call_seconds_bucket", "clodex_controlplane_redis_breaker_open 0", "clodex_controlplane_store_degraded 0"} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("/metrics lacks %q", m)
+		}
+	}
+	for _, r := range []*running{a, b} {
+		if err := r.stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+		out := r.stderr.String()
+		if strings.Contains(out, "hunter2") {
+			t.Errorf("the log leaks the Redis password:\n%s", out)
+		}
+		if !strings.Contains(out, "store=redis") {
+			t.Errorf("the log does not name the store:\n%s", out)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/clodex/clodex/controlplane"
@@ -78,13 +79,12 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		fmt.Fprintln(stdout, "configuration ok")
 		return nil
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("create data dir: %w", err)
-	}
-	st, err := store.Open(store.Options{Dir: cfg.DataDir, Defaults: &cfg.Defaults, ColdStart: cfg.ColdStart})
+	reg := telemetry.NewRegistry()
+	st, now, closeStore, err := openStore(ctx, cfg, log, reg)
 	if err != nil {
 		return err
 	}
+	defer closeStore()
 
 	instance := instanceID()
 	shutdownTelemetry, err := telemetry.Setup(ctx, telemetry.Config{
@@ -101,7 +101,6 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		}
 	}()
 
-	reg := telemetry.NewRegistry()
 	srv, err := controlplane.New(controlplane.Options{
 		Admissions:    st,
 		Policies:      st,
@@ -109,6 +108,7 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		AgentToken:    agentTok,
 		TLS:           tlsCfg,
 		Logger:        log,
+		Now:           now,
 		Registerer:    reg,
 		EnableBench:   cfg.BenchService,
 		ShutdownGrace: cfg.ShutdownGrace,
@@ -131,16 +131,18 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 			return fmt.Errorf("admin listen: %w", err)
 		}
 	}
-	log.Info("starting", "version", version, "instance", instance, "data_dir", cfg.DataDir,
-		"default_rate_per_minute", cfg.Defaults.RatePerMinute, "default_burst", cfg.Defaults.Burst)
+	info := st.Info()
+	log.Info("starting", "version", version, "instance", instance, "store", info.Kind, "store_address", info.Address,
+		"replica", info.Replica, "default_rate_per_minute", cfg.Defaults.RatePerMinute, "default_burst", cfg.Defaults.Burst)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis) })
-	g.Go(func() error { return st.Run(gctx) }) // forgets idle default-policy accounts
+	g.Go(func() error { return st.Run(gctx) }) // memory: forgets idle accounts; redis: registration, clock, notifications, probes
 	if adminLis != nil {
 		facts := map[string]string{
 			"service": "clodex-controlplane", "version": version, "instance": instance,
 			"listen": lis.Addr().String(), "tls": fmt.Sprint(tlsCfg != nil),
+			"store": info.Kind, "store_address": info.Address, "replica": info.Replica,
 		}
 		hs := &http.Server{
 			Handler:           telemetry.AdminHandler(reg, facts),
@@ -171,6 +173,30 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 	err = g.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// openStore opens the memory store (policies under --data-dir) or, with
+// --redis, the Redis store, whose clock (Redis's) the server then decides
+// on. closeStore releases it.
+func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheus.Registerer) (st store.Store, now func() time.Time, closeStore func(), err error) {
+	if cfg.Redis == "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, nil, nil, fmt.Errorf("create data dir: %w", err)
+		}
+		m, err := store.Open(store.Options{Dir: cfg.DataDir, Defaults: &cfg.Defaults, ColdStart: cfg.ColdStart})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return m, time.Now, func() {}, nil
+	}
+	r, err := store.OpenRedis(ctx, store.RedisOptions{
+		URL: cfg.Redis, Prefix: cfg.RedisPrefix, Defaults: &cfg.Defaults, Timeout: cfg.RedisTimeout,
+		Replica: cfg.Replica, Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return r, r.Now, func() { _ = r.Close() }, nil
 }
 
 func instanceID() string {
