@@ -13,7 +13,7 @@ const accountsUsage = "accounts"
 var accountsCmd = &command{
 	name:  "accounts",
 	usage: accountsUsage,
-	short: "list every known account key",
+	short: "list every known account key and the store that serves them",
 	run:   runAccounts,
 }
 
@@ -46,12 +46,15 @@ func runAccounts(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return c.rpcError(err, "", "")
 	}
+	store := storeOf(resp.GetStore())
 	views := make([]accountView, 0, len(resp.GetAccounts()))
 	for _, a := range resp.GetAccounts() {
-		views = append(views, view("", a))
+		v := view("", a)
+		v.Store = store
+		views = append(views, v)
 	}
 	if e.g.output == "json" {
 		return writeJSON(e.stdout, views)
 	}
-	return writeAccounts(e.stdout, views)
+	return writeAccounts(e.stdout, views, store)
 }

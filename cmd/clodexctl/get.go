@@ -53,5 +53,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return c.rpcError(err, label, key)
 	}
-	return e.printAccount(view(label, resp.GetAccount()))
+	v := view(label, resp.GetAccount())
+	v.Store = storeOf(resp.GetStore())
+	return e.printAccount(v)
 }

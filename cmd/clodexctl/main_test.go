@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/clodex/clodex/controlplane/controlplanetest"
+	"github.com/clodex/clodex/controlplane/store/redistest"
 	"github.com/clodex/clodex/controlplane/tlsconfig"
 	"github.com/clodex/clodex/internal/account"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
@@ -126,7 +127,7 @@ func TestGolden(t *testing.T) {
 			if err != nil || errOut != "" {
 				t.Fatalf("clodexctl %v: %v, stderr %q", tt.args, err, errOut)
 			}
-			golden(t, tt.name, out)
+			golden(t, tt.name, strings.ReplaceAll(out, srv.DataDir, "DATA_DIR"))
 		})
 	}
 }
@@ -195,7 +196,8 @@ func TestBadInput(t *testing.T) {
 		{"budget idle unit", []string{"set-budget", acct1, "--idle-timeout", "120"}, `invalid value "120" for flag -idle-timeout: not a duration; want a duration like 90s or 2m, 10s..1h`, 2},
 		{"budget retries", []string{"set-budget", acct1, "--max-retries", "-1"}, "set-budget: --max-retries -1 is out of range; allowed 0..10", 2},
 		{"budget retries abc", []string{"set-budget", acct1, "--max-retries", "abc"}, "not an integer; allowed 0..10", 2},
-		{"budget inconsistent", []string{"set-budget", acct1, "--idle-timeout", "10s", "--max-retries", "5"}, "set-budget: budget idle_timeout_ms=10000 total_timeout_ms=600000 max_retries=5 is inconsistent and is not clamped", 2},
+		{"budget retries do not fit", []string{"set-budget", acct1, "--idle-timeout", "10s", "--max-retries", "5"}, "set-budget: max_retries 5 does not fit the 10000ms idle timeout: its backoff ladder takes 62000ms; the largest that fits is 2", 2},
+		{"budget total below idle", []string{"set-budget", acct1, "--total-timeout", "60s"}, "set-budget: budget idle_timeout_ms=120000 total_timeout_ms=60000 max_retries=5 is inconsistent and is not clamped", 2},
 		{"accounts extra", []string{"accounts", "x"}, `accounts: unexpected argument "x"; accounts takes no arguments`, 2},
 	}
 	for _, tt := range tests {
@@ -365,5 +367,48 @@ func TestNoServerDeps(t *testing.T) {
 		if bad[pkg] || strings.HasSuffix(pkg, "test") && strings.HasPrefix(pkg, "github.com/clodex/") {
 			t.Errorf("clodexctl depends on %s", pkg)
 		}
+	}
+}
+
+// set-budget with only --idle-timeout lowers the retries by the budget
+// rule; an explicit --max-retries that does not fit is refused (exit 2)
+// naming the largest that fits.
+func TestSetBudgetDerivesRetries(t *testing.T) {
+	srv := startServer(t)
+	out, _, err := ctl(t, srv, "set-budget", acct1, "--idle-timeout", "30s", "-o", "json")
+	if err != nil {
+		t.Fatalf("set-budget --idle-timeout 30s: %v", err)
+	}
+	var v struct {
+		MaxRetries  int   `json:"max_retries"`
+		IdleMs      int64 `json:"idle_timeout_ms"`
+		WaitBoundMs int64 `json:"wait_bound_ms"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.MaxRetries != 3 || v.IdleMs != 30000 || v.WaitBoundMs != 2000 {
+		t.Errorf("set-budget --idle-timeout 30s = %+v, want max_retries 3, idle 30000, wait bound 2000", v)
+	}
+	_, _, err = ctl(t, srv, "set-budget", acct1, "--idle-timeout", "30s", "--max-retries", "4")
+	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "the largest that fits is 3") {
+		t.Errorf("set-budget --idle-timeout 30s --max-retries 4 = %v (exit %d), want exit 2 naming 3", err, exitCode(err))
+	}
+}
+
+// get and accounts name the Redis store, its address and the replica.
+func TestStoreShownForRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	clk := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now, RedisURL: rs.URL, Replica: "cp-7"})
+	admitN(t, srv, acct1, 1)
+	want := "redis redis://" + rs.Addr + ", replica cp-7 of 1 live"
+	out, _, err := ctl(t, srv, "get", acct1)
+	if err != nil || !strings.Contains(out, "STORE           "+want+"\n") {
+		t.Errorf("get = %v\n%s\nwant a STORE row %q", err, out, want)
+	}
+	out, _, err = ctl(t, srv, "accounts")
+	if err != nil || !strings.HasSuffix(out, "store: "+want+"\n") {
+		t.Errorf("accounts = %v\n%s\nwant a last line %q", err, out, "store: "+want)
 	}
 }

@@ -32,6 +32,42 @@ type accountView struct {
 	// (configured) unless adaptive mode has lowered it.
 	EffectiveRatePerMinute int32 `json:"effective_rate_per_minute"`
 	Adaptive               bool  `json:"adaptive"`
+	// Store is the store that served a get or accounts (absent from the
+	// answers of changes).
+	Store *storeView `json:"store,omitempty"`
+}
+
+// storeView is the store that served an answer.
+type storeView struct {
+	Kind     string `json:"kind"`              // memory or redis
+	Address  string `json:"address,omitempty"` // the policy file, or Redis without credentials
+	Replica  string `json:"replica,omitempty"`
+	Replicas int32  `json:"replicas"`
+	Degraded bool   `json:"degraded"`
+}
+
+func storeOf(s *controlplanev1.StoreInfo) *storeView {
+	if s == nil {
+		return nil
+	}
+	return &storeView{Kind: s.GetKind(), Address: s.GetAddress(), Replica: s.GetReplica(), Replicas: s.GetReplicas(), Degraded: s.GetDegraded()}
+}
+
+// String describes the store on one line.
+func (s *storeView) String() string {
+	var out string
+	switch {
+	case s.Kind == "memory" && s.Address == "":
+		out = "memory (not persisted)"
+	case s.Kind == "memory":
+		out = "memory (" + s.Address + ")"
+	default:
+		out = fmt.Sprintf("%s %s, replica %s of %d live", s.Kind, s.Address, s.Replica, s.Replicas)
+	}
+	if s.Degraded {
+		out += "; DEGRADED: the store is unreachable, this replica answers from the last known policies and admits from its share"
+	}
+	return out
 }
 
 func view(label string, a *controlplanev1.Account) accountView {
@@ -91,6 +127,9 @@ func writeAccount(w io.Writer, v accountView) error {
 		{"PACING", onOff(v.Enabled)},
 		{"POLICY", fmt.Sprintf("%s (version %d)", policyKind(v), v.PolicyVersion)},
 	}
+	if v.Store != nil {
+		rows = append(rows, [2]string{"STORE", v.Store.String()})
+	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}
@@ -104,8 +143,9 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// writeAccounts prints accounts as a table, one per row.
-func writeAccounts(w io.Writer, vs []accountView) error {
+// writeAccounts prints accounts as a table, one per row, then the store
+// that served them.
+func writeAccounts(w io.Writer, vs []accountView, store *storeView) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tRATE/MIN\tEFFECTIVE\tADAPTIVE\tBURST\tTOKENS\tWAIT BOUND\tIDLE\tTOTAL\tRETRIES\tPOLICY\tVERSION")
 	for _, v := range vs {
@@ -113,7 +153,14 @@ func writeAccounts(w io.Writer, vs []accountView) error {
 			onOff(v.Adaptive), v.Burst, tokens(v.Tokens), ms(v.WaitBoundMs), ms(v.IdleTimeoutMs), ms(v.TotalTimeoutMs),
 			v.MaxRetries, policyKind(v), v.PolicyVersion)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if store != nil {
+		_, err := fmt.Fprintf(w, "store: %s\n", store)
+		return err
+	}
+	return nil
 }
 
 // printAccount writes one account in the chosen format.

@@ -19,7 +19,7 @@ const setBudgetUsage = "set-budget ACCOUNT [--idle-timeout D] [--total-timeout D
 var setBudgetCmd = &command{
 	name:  "set-budget",
 	usage: setBudgetUsage,
-	short: "set the request budget; the wait bound is derived from it",
+	short: "set the request budget; the wait bound is derived from it, and retries left unset are lowered to fit a shorter idle timeout",
 	run:   runSetBudget,
 }
 
@@ -46,7 +46,7 @@ func runSetBudget(ctx context.Context, e *env, args []string) error {
 	a.target.register(fs)
 	fs.Func("idle-timeout", "no-data deadline `D` every attempt of a request shares, 10s..1h", durationFlag(&a.idle, "10s..1h"))
 	fs.Func("total-timeout", "total deadline `D` of a request, 10s or more", durationFlag(&a.total, "10s or more"))
-	fs.Func("max-retries", "retries `N` the client makes, 0..10", func(s string) error {
+	fs.Func("max-retries", "retries `N` the client makes, 0..10; its backoff ladder must fit the idle timeout (unset: the current retries, lowered to the largest that fits)", func(s string) error {
 		n, err := strconv.Atoi(s)
 		if err != nil {
 			return errors.New("not an integer; allowed 0..10")
