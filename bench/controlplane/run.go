@@ -27,8 +27,10 @@ import (
 )
 
 type options struct {
-	addr      string
-	tokenFile string
+	addr       string
+	redisAddr  string
+	tokenFile  string
+	redisToken string
 	inflight  []int
 	accounts  []int
 	modes     []string
@@ -71,11 +73,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("controlplane-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	inflight, accounts, modes := "1,16,64", "1,10000", "noop,admit"
-	fs.StringVar(&o.addr, "addr", "127.0.0.1:17700", "control plane `address`")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:17700", "control plane `address` (memory store; the noop and admit modes)")
+	fs.StringVar(&o.redisAddr, "redis-addr", "", "`address` of a control plane on the Redis store (the redis mode)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "agent token `file` (required)")
+	fs.StringVar(&o.redisToken, "redis-token-file", "", "agent token `file` of the --redis-addr control plane (default --token-file)")
 	fs.StringVar(&inflight, "inflight", inflight, "comma-separated in-flight counts")
 	fs.StringVar(&accounts, "accounts", accounts, "comma-separated account counts")
-	fs.StringVar(&modes, "modes", modes, "comma-separated modes: noop, admit")
+	fs.StringVar(&modes, "modes", modes, "comma-separated modes: noop (the floor), admit (memory store), redis (Admit on the Redis store, needs --redis-addr)")
 	fs.DurationVar(&o.duration, "duration", time.Second, "measured duration per mode and round")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds per combination; the modes alternate within and across rounds so load drift hits both alike")
 	fs.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "unmeasured warm-up per measurement")
@@ -93,8 +97,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--accounts: %w", err)
 	}
 	for _, m := range strings.Split(modes, ",") {
-		if m != "noop" && m != "admit" {
-			return fmt.Errorf("--modes: %q is invalid; allowed noop, admit", m)
+		if m != "noop" && m != "admit" && m != "redis" {
+			return fmt.Errorf("--modes: %q is invalid; allowed noop, admit, redis", m)
+		}
+		if m == "redis" && o.redisAddr == "" {
+			return errors.New("--modes redis needs --redis-addr")
 		}
 		o.modes = append(o.modes, m)
 	}
@@ -112,20 +119,45 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	conns := make([]*grpc.ClientConn, o.conns)
-	for i := range conns {
-		cc, err := grpc.NewClient(o.addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithPerRPCCredentials(bearer.Credentials(tok)),
-			grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
-		if err != nil {
-			return fmt.Errorf("dial %s: %w", o.addr, err)
+	dialAll := func(addr string, tok bearer.Token) ([]*grpc.ClientConn, error) {
+		conns := make([]*grpc.ClientConn, 0, o.conns)
+		for range o.conns {
+			cc, err := grpc.NewClient(addr,
+				grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithPerRPCCredentials(bearer.Credentials(tok)),
+				grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+			if err != nil {
+				closeAll(conns)
+				return nil, fmt.Errorf("dial %s: %w", addr, err)
+			}
+			conns = append(conns, cc)
 		}
-		defer cc.Close()
-		conns[i] = cc
+		if err := waitReady(ctx, conns[0], o.ready); err != nil {
+			closeAll(conns)
+			return nil, err
+		}
+		return conns, nil
 	}
-	if err := waitReady(ctx, conns[0], o.ready); err != nil {
+	targets := map[string][]*grpc.ClientConn{}
+	conns, err := dialAll(o.addr, tok)
+	if err != nil {
 		return err
+	}
+	defer closeAll(conns)
+	targets["noop"], targets["admit"] = conns, conns
+	if slices.Contains(o.modes, "redis") {
+		rtok := tok
+		if o.redisToken != "" {
+			if rtok, _, err = bearer.ReadFile(o.redisToken); err != nil {
+				return err
+			}
+		}
+		rconns, err := dialAll(o.redisAddr, rtok)
+		if err != nil {
+			return err
+		}
+		defer closeAll(rconns)
+		targets["redis"] = rconns
 	}
 
 	fmt.Fprintf(stderr, "controlplane-bench: %s, GOMAXPROCS %d, %d connection(s), %v per run after %v warm-up\n",
@@ -147,7 +179,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
-					byMode[mode] = append(byMode[mode], measure(ctx, conns, mode, keys, inf, o.warmup, o.duration))
+					byMode[mode] = append(byMode[mode], measure(ctx, targets[mode], mode, keys, inf, o.warmup, o.duration))
 				}
 			}
 			for _, mode := range o.modes {
@@ -172,6 +204,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+func closeAll(conns []*grpc.ClientConn) {
+	for _, cc := range conns {
+		_ = cc.Close()
+	}
 }
 
 func waitReady(ctx context.Context, cc *grpc.ClientConn, d time.Duration) error {
@@ -234,7 +272,7 @@ func combine(mode string, accounts, inflight int, ss []sample) result {
 		r.P50us = float64(all[len(all)*50/100]) / 1e3
 		r.P99us = float64(all[min(len(all)-1, len(all)*99/100)]) / 1e3
 	}
-	if mode == "admit" {
+	if mode != "noop" {
 		r.Decisions = map[string]int64{}
 		for d, n := range decisions {
 			if n > 0 {
@@ -267,7 +305,7 @@ func measure(ctx context.Context, conns []*grpc.ClientConn, mode string, keys []
 				start := time.Now()
 				var err error
 				var d controlplanev1.Decision
-				if mode == "admit" {
+				if mode != "noop" {
 					var resp *controlplanev1.AdmitResponse
 					resp, err = admit.Admit(ctx, &controlplanev1.AdmitRequest{Account: key})
 					d = resp.GetDecision()
@@ -316,41 +354,49 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// printTable prints the floor and Admit side by side per accounts × inflight.
+// printTable prints the floor, Admit on the memory store and Admit on the
+// Redis store side by side per accounts x inflight.
 func printTable(w io.Writer, rs []result) {
 	type k struct{ a, i int }
-	noop, admit := map[k]result{}, map[k]result{}
+	by := map[string]map[k]result{"noop": {}, "admit": {}, "redis": {}}
 	var order []k
+	seen := map[k]bool{}
 	for _, r := range rs {
 		key := k{r.Accounts, r.Inflight}
-		if _, seen := noop[key]; !seen {
-			if _, seen := admit[key]; !seen {
-				order = append(order, key)
-			}
+		if !seen[key] {
+			seen[key] = true
+			order = append(order, key)
 		}
-		if r.Mode == "noop" {
-			noop[key] = r
-		} else {
-			admit[key] = r
-		}
+		by[r.Mode][key] = r
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "accounts\tin flight\tfloor rps\tfloor p50 µs\tfloor p99 µs\tAdmit rps\tAdmit p50 µs\tAdmit p99 µs\tAdmit/floor rps\tΔp50 µs\tAdmit decisions\t")
-	for _, key := range order {
-		n, a := noop[key], admit[key]
-		ratio, dp50 := "-", "-"
+	fmt.Fprintln(tw, "accounts\tin flight\tfloor rps\tfloor p50 µs\tfloor p99 µs\tAdmit rps\tAdmit p50 µs\tAdmit p99 µs\tAdmit/floor rps\tRedis rps\tRedis p50 µs\tRedis p99 µs\tRedis/floor rps\tAdmit decisions\tRedis decisions\t")
+	ratio := func(a, n result) string {
 		if n.RPS > 0 && a.RPS > 0 {
-			ratio = fmt.Sprintf("%.1f%%", 100*a.RPS/n.RPS)
-			dp50 = fmt.Sprintf("%+.0f", a.P50us-n.P50us)
+			return fmt.Sprintf("%.1f%%", 100*a.RPS/n.RPS)
 		}
+		return "-"
+	}
+	cell := func(v float64) string {
+		if v == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f", v)
+	}
+	decisions := func(r result) string {
 		var dec []string
 		for _, name := range []string{"admit", "wait", "refuse"} {
-			if v := a.Decisions[name]; v > 0 {
+			if v := r.Decisions[name]; v > 0 {
 				dec = append(dec, fmt.Sprintf("%s %d", name, v))
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t\n", key.a, key.i,
-			n.RPS, n.P50us, n.P99us, a.RPS, a.P50us, a.P99us, ratio, dp50, strings.Join(dec, ", "))
+		return strings.Join(dec, ", ")
+	}
+	for _, key := range order {
+		n, a, r := by["noop"][key], by["admit"][key], by["redis"][key]
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", key.a, key.i,
+			cell(n.RPS), cell(n.P50us), cell(n.P99us), cell(a.RPS), cell(a.P50us), cell(a.P99us), ratio(a, n),
+			cell(r.RPS), cell(r.P50us), cell(r.P99us), ratio(r, n), decisions(a), decisions(r))
 	}
 	_ = tw.Flush()
 }

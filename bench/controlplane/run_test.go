@@ -8,21 +8,26 @@ import (
 	"time"
 
 	"github.com/clodex/clodex/controlplane/controlplanetest"
+	"github.com/clodex/clodex/controlplane/store/redistest"
 )
 
-// A short run against a real server: every combination is measured, with
-// no errors, and Admit really ran the buckets.
+// A short run against real servers (one on the memory store, one on a
+// real redis-server): every combination is measured, with no errors, and
+// Admit really ran the buckets of both stores.
 func TestRunSmoke(t *testing.T) {
 	srv := controlplanetest.Start(t, &controlplanetest.Options{EnableBench: true})
+	rs := redistest.Start(t)
+	rsrv := controlplanetest.Start(t, &controlplanetest.Options{EnableBench: true, RedisURL: rs.URL})
 	var out, errOut bytes.Buffer
 	err := run(t.Context(), []string{"--addr", srv.Addr, "--token-file", srv.AgentTokenFile, "--inflight", "1,4",
+		"--redis-addr", rsrv.Addr, "--redis-token-file", rsrv.AgentTokenFile, "--modes", "noop,admit,redis",
 		"--accounts", "1,20", "--duration", "50ms", "--warmup", "10ms", "--rounds", "2", "--json"}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 8 {
-		t.Fatalf("got %d result lines, want 8 (2 modes x 2 in flight x 2 account counts):\n%s", len(lines), out.String())
+	if len(lines) != 12 {
+		t.Fatalf("got %d result lines, want 12 (3 modes x 2 in flight x 2 account counts):\n%s", len(lines), out.String())
 	}
 	for _, l := range lines {
 		var r result
@@ -32,7 +37,7 @@ func TestRunSmoke(t *testing.T) {
 		if r.Requests == 0 || r.Errors != 0 || r.RPS <= 0 || r.P50us <= 0 || r.P99us < r.P50us {
 			t.Errorf("result %+v: want requests, no errors, p99 >= p50 > 0", r)
 		}
-		if r.Mode == "admit" && len(r.Decisions) == 0 {
+		if r.Mode != "noop" && len(r.Decisions) == 0 {
 			t.Errorf("admit result without decisions: %+v", r)
 		}
 	}
@@ -43,6 +48,9 @@ func TestRunSmoke(t *testing.T) {
 	if len(accts) != 20 { // bench-account-0..19; the 1-account runs use bench-account-0
 		t.Errorf("server knows %d accounts, want 20", len(accts))
 	}
+	if accts, err := rsrv.Store().Accounts(t.Context(), time.Now()); err != nil || len(accts) != 20 {
+		t.Errorf("the Redis store knows %d accounts (%v), want 20", len(accts), err)
+	}
 }
 
 func TestBadFlags(t *testing.T) {
@@ -51,7 +59,8 @@ func TestBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{}, "--token-file is required"},
-		{[]string{"--token-file", "x", "--modes", "fast"}, `--modes: "fast" is invalid; allowed noop, admit`},
+		{[]string{"--token-file", "x", "--modes", "fast"}, `--modes: "fast" is invalid; allowed noop, admit, redis`},
+		{[]string{"--token-file", "x", "--modes", "redis"}, "--modes redis needs --redis-addr"},
 		{[]string{"--token-file", "x", "--inflight", "0"}, `--inflight: "0" is not a positive integer`},
 		{[]string{"--token-file", "x", "--rounds", "0"}, "--rounds must be at least 1"},
 	}
