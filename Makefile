@@ -40,7 +40,7 @@ bench: ## microbenchmarks and the control-plane RPC benchmark, side by side
 	$(GO) test -run='^$$' -bench='IdleHeadMemory|UpstreamBytes30Turns|SubagentFanOutSockets' -benchtime=1x -benchmem ./dataplane/pool
 	./scripts/bench-controlplane.sh
 
-bench-controlplane: ## Admit vs a no-op RPC floor over a real loopback listener
+bench-controlplane: ## Admit on the memory and Redis stores vs a no-op RPC floor over real loopback listeners
 	./scripts/bench-controlplane.sh
 
 bench-pool: ## memory per idle pooled conversation with real sockets to clodex-sim, bytes saved, fan-out sockets

@@ -6,7 +6,8 @@
 #   3. the pinned real clients (Claude Code, Codex CLI) are installed into a cache outside the repo,
 #      and tmux; under CI=true anything missing fails here, otherwise the tests that need it skip
 #      and a note at the end says so
-#   4. every package's tests, with the race detector
+#   4. redis-server is installed (the Redis store's tests start their own on a free loopback port)
+#   5. every package's tests, with the race detector
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +27,18 @@ go vet ./...
 
 step "real clients (pinned Claude Code and Codex CLI, cached outside the repo)"
 ./scripts/install-clients.sh
+
+step "redis-server (the Redis store's tests start their own)"
+if ! command -v redis-server >/dev/null; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+	fi
+	if ! command -v redis-server >/dev/null; then
+		echo "redis-server is not installed (apt-get install redis-server); the Redis tests fail under CI=true and skip otherwise"
+		if [ "${CI:-}" = true ]; then exit 1; fi
+	fi
+fi
+redis-server --version 2>/dev/null || true
 
 step "go test -race"
 # -p 2: this runs on 2 cores; packages that drive real clients serialise themselves.
