@@ -1,6 +1,8 @@
 // Package store keeps the control plane's per-account state: one pacing
 // bucket per account key, and the per-account policy that survives a
-// restart.
+// restart. Store is what the control plane needs; Memory serves one
+// process and Redis serves any number of replicas. One conformance suite
+// runs against both.
 //
 // Memory is the default store: buckets live in memory, sharded so many
 // concurrent Admit calls over many accounts do not serialize on one lock,
@@ -25,7 +27,26 @@
 // due). Account.Policy is always the configured policy; EffectiveRate is
 // what the bucket paces at. The effective rate is not persisted.
 //
-// The server consumes the store through small interfaces it declares, so
-// a shared store (Redis, with the bucket math in a script) can replace
-// Memory for several replicas.
+// HandOver debits grants made elsewhere during an outage (a data plane's
+// local share, or a Redis replica's) as if they had been admitted now,
+// stopping where the bucket would refuse; a report id is applied once.
+//
+// Redis keeps the same state in Redis: every decision is one Lua script
+// (lua/) over one hash per account with a time to live, the bucket,
+// adaptive and pending-reservation rules mirrored in integers below 2^53
+// (instants in microseconds, Redis TIME's resolution; tokens in units of
+// 1/60e9). Policies live in one hash with a store-wide version; every
+// change is published, and WatchPolicies delivers other replicas'
+// changes. Decisions use Redis's clock: TIME, re-read every tick and
+// advanced by the local monotonic clock in between, so all replicas share
+// one clock (an injected clock replaces it in tests). Every Redis call
+// has a hard deadline; consecutive failures open a breaker, and while it
+// is open Admit answers from a local bucket with this replica's share of
+// the last known policy (live replicas register in Redis), policy changes
+// fail with ErrUnavailable, and a probe every 250 ms closes the breaker
+// and hands the local grants over when Redis answers. A call that timed
+// out may still run when Redis recovers; it then counts twice, which errs
+// toward fewer admissions.
+//
+// redistest starts a real redis-server for tests.
 package store

@@ -479,7 +479,7 @@ func (r *Redis) HandOver(ctx context.Context, key string, grants int, reportID s
 		[]string{r.acctKey(key), r.policiesKey(), r.prefix + "h:" + reportID + ":" + key},
 		key, micros(now), r.defRec, r.idleMs, grants, HandOverIdempotency.Milliseconds())
 	if err != nil {
-		return HandOverResult{}, r.writeErr("hand over", ctx, err)
+		return HandOverResult{}, r.writeErr(ctx, "hand over", err)
 	}
 	if len(v) == 1 {
 		return HandOverResult{Duplicate: true}, nil
@@ -718,7 +718,7 @@ func (r *Redis) updateStored(ctx context.Context, key string, now time.Time, upd
 			return err
 		})
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return Account{}, r.writeErr("update policy", ctx, err)
+			return Account{}, r.writeErr(ctx, "update policy", err)
 		}
 		sp := newStoredPolicy(r.defaults, 0)
 		if cur != "" {
@@ -734,7 +734,7 @@ func (r *Redis) updateStored(ctx context.Context, key string, now time.Time, upd
 			[]string{r.acctKey(key), r.policiesKey(), r.versionKey(), r.adaptiveKey()},
 			key, micros(now), r.defRec, r.idleMs, cur, encodeRecord(next.policy(), next.Adaptive), r.channel, r.replica)
 		if err != nil {
-			return Account{}, r.writeErr("update policy", ctx, err)
+			return Account{}, r.writeErr(ctx, "update policy", err)
 		}
 		if len(v) == 1 {
 			continue // another replica changed the policy in between
@@ -744,7 +744,7 @@ func (r *Redis) updateStored(ctx context.Context, key string, now time.Time, upd
 	return Account{}, errors.New("update policy: the policy kept changing under concurrent updates; try again")
 }
 
-func (r *Redis) writeErr(op string, ctx context.Context, err error) error {
+func (r *Redis) writeErr(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

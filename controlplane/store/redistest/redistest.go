@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -135,6 +136,7 @@ func (s *Server) Kill() {
 	if cmd == nil {
 		return
 	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused server dies too
 	_ = cmd.Process.Kill()
 	for range 1000 {
 		c, err := net.DialTimeout("tcp", s.Addr, 50*time.Millisecond)
@@ -143,6 +145,21 @@ func (s *Server) Kill() {
 		}
 		_ = c.Close()
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Pause stops redis-server with SIGSTOP: it keeps its connections and
+// answers nothing, as a hung server does, until Resume.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused redis-server (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
 	}
 }
 
