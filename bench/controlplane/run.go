@@ -31,15 +31,15 @@ type options struct {
 	redisAddr  string
 	tokenFile  string
 	redisToken string
-	inflight  []int
-	accounts  []int
-	modes     []string
-	duration  time.Duration
-	warmup    time.Duration
-	conns     int
-	ready     time.Duration
-	jsonOut   bool
-	rounds    int
+	inflight   []int
+	accounts   []int
+	modes      []string
+	duration   time.Duration
+	warmup     time.Duration
+	conns      int
+	ready      time.Duration
+	jsonOut    bool
+	rounds     int
 }
 
 // result is one measured run.
