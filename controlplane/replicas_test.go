@@ -187,7 +187,7 @@ func waitPush(t *testing.T, pushes <-chan *controlplanev1.PolicyPush, ok func(*c
 func TestReplicasSharePoliciesAndBuckets(t *testing.T) {
 	rs := redistest.Start(t)
 	clk := newClock()
-	base := controlplanetest.Options{Now: clk.Now, RedisURL: rs.URL, RedisPrefix: "share:", RedisTick: time.Hour}
+	base := controlplanetest.Options{Now: clk.Now, RedisURL: rs.URL, RedisPrefix: "share:", RedisTick: time.Hour, RedisTimeout: 5 * time.Second}
 	optsA, optsB := base, base
 	optsA.Replica, optsB.Replica = "cp-a", "cp-b"
 	a := controlplanetest.Start(t, &optsA)
@@ -394,7 +394,12 @@ func TestAccuracyAcrossReplicas(t *testing.T) {
 	rs := redistest.Start(t)
 	clk := newClock()
 	start := clk.Now()
-	base := controlplanetest.Options{Now: clk.Now, RedisURL: rs.URL, RedisPrefix: "accuracy:", RedisTick: time.Hour}
+	// The central path is under test, not the breaker: a deadline no
+	// loaded test machine reaches keeps every decision in Redis (a replica
+	// answering from its share would be a different claim).
+	var logs syncBuffer
+	base := controlplanetest.Options{Now: clk.Now, RedisURL: rs.URL, RedisPrefix: "accuracy:", RedisTick: time.Hour,
+		RedisTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	a := controlplanetest.Start(t, &base)
 	b := controlplanetest.Start(t, &base)
 	if _, err := controlplanev1.NewAdminServiceClient(a.Dial(a.AdminToken, nil)).SetRate(t.Context(),
@@ -439,5 +444,8 @@ func TestAccuracyAcrossReplicas(t *testing.T) {
 	}
 	if dialed < 30 {
 		t.Errorf("%d admissions dialed within %v; want about 35 (the bucket admits at its rate)", dialed, window)
+	}
+	if strings.Contains(logs.String(), "redis unreachable") {
+		t.Errorf("a replica left Redis during the run:\n%s", logs.String())
 	}
 }
