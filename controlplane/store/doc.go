@@ -42,7 +42,8 @@
 // one clock (an injected clock replaces it in tests). Every Redis call
 // has a hard deadline; consecutive failures open a breaker, and while it
 // is open Admit answers from a local bucket with this replica's share of
-// the last known policy (live replicas register in Redis), policy changes
+// the last known policy (live replicas register in Redis; each outage
+// starts with an empty bucket refilling at the share's rate), policy changes
 // fail with ErrUnavailable, and a probe every 250 ms closes the breaker
 // and hands the local grants over when Redis answers. A call that timed
 // out may still run when Redis recovers; it then counts twice, which errs

@@ -121,8 +121,8 @@ var (
 // Every Redis call has a hard deadline; consecutive failures open a
 // breaker, and while it is open Admit answers from a local bucket holding
 // this replica's share of the policy (rate and burst divided by the live
-// replicas), says so once, and hands its local grants over when Redis
-// answers again. It is safe for concurrent use.
+// replicas; empty when the outage starts, refilling at the share's rate),
+// says so once, and hands its local grants over when Redis answers again. It is safe for concurrent use.
 type Redis struct {
 	client   redis.UniversalClient
 	addr     string // for display: no credentials

@@ -63,9 +63,12 @@ func share(p pacing.Policy, live int) pacing.Policy {
 }
 
 // fallback holds the local buckets a replica admits from while Redis
-// cannot be reached. Each starts full with the replica's share when the
-// outage starts; the grants it debits are handed over to Redis when it
-// answers again.
+// cannot be reached. Each outage starts with new, empty buckets refilling
+// at the replica's share of the rate, as a data plane's local fallback
+// does: the switch follows admissions Redis just made that this replica
+// cannot see, and a full local burst on top of them could release a
+// whole extra burst. The grants it debits are handed over to Redis when
+// it answers again.
 type fallback struct {
 	now func() time.Time
 
@@ -90,7 +93,7 @@ func (f *fallback) admit(key string, p pacing.Policy, live int, now time.Time) A
 	defer f.mu.Unlock()
 	lb := f.buckets[key]
 	if lb == nil {
-		lb = &localBucket{bucket: pacing.NewBucket(sh, now), share: sh, pending: map[uint64]time.Time{}}
+		lb = &localBucket{bucket: pacing.Restore(sh, pacing.State{Tokens: 0, Updated: now}), share: sh, pending: map[uint64]time.Time{}}
 		f.buckets[key] = lb
 	} else if lb.share != sh {
 		lb.bucket.SetPolicy(now, sh)
