@@ -17,7 +17,7 @@ import (
 // (a real redis-server), with the same clock readings. The Redis store
 // reads instants at microsecond resolution (Redis TIME's), so the suite's
 // instants are whole microseconds; the nanosecond edges of the bucket
-// math are covered by internal/pacing's own vectors.
+// math are covered by internal/pacing's own tests.
 
 // fakeClock is a clock safe for concurrent use.
 type fakeClock struct {
@@ -154,7 +154,8 @@ func setPolicy(t *testing.T, s Store, key string, now time.Time, rate, burst int
 func msp(n int64) *time.Duration { d := time.Duration(n) * time.Millisecond; return &d }
 func intp(n int) *int            { return &n }
 
-// The seed's vector: 15 simultaneous requests at the defaults.
+// 15 simultaneous requests at the defaults (docs/pacing.md §3 and §4.2):
+// 10 now, waits of 1..4 s, then a refusal with the 4 s hint.
 func TestConformanceFifteenAtDefaults(t *testing.T) {
 	forEach(t, func(t *testing.T, k storeKind) {
 		s := k.open(t, nil, nil)
@@ -185,7 +186,7 @@ func TestConformanceFifteenAtDefaults(t *testing.T) {
 	})
 }
 
-// The seed's vector: 20 simultaneous at 1/min and 2/min (policies that
+// docs/pacing.md §5: 20 simultaneous at 1/min and 2/min (policies that
 // cannot refuse): 10 now, one waits the bound, 9 past the ceiling.
 func TestConformanceTwentyAtLowRates(t *testing.T) {
 	forEach(t, func(t *testing.T, k storeKind) {
@@ -249,7 +250,7 @@ func TestConformanceNoRetriesNeverRefuses(t *testing.T) {
 	})
 }
 
-// The seed's boundaries, at microsecond instants.
+// The bucket's boundaries (docs/pacing.md §3), at microsecond instants.
 func TestConformanceBoundaries(t *testing.T) {
 	type setup struct {
 		rate  int
@@ -287,7 +288,7 @@ func TestConformanceBoundaries(t *testing.T) {
 	})
 }
 
-// The seed's four-minute overload: 82/min offered against 60/min; the last
+// The four-minute overload of docs/pacing.md §3: 82/min offered against 60/min; the last
 // minute admits 60 ± 1.
 func TestConformanceSustainedRate(t *testing.T) {
 	forEach(t, func(t *testing.T, k storeKind) {
