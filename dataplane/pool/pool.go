@@ -183,10 +183,52 @@ func (p *Pool) Acquire(ctx context.Context, part Partition, items [][]byte) (*Le
 	return l, err
 }
 
+// acquire runs the three steps of a keyed request in order: look for an
+// idle head, ask for admission, look again or dial.
 func (p *Pool) acquire(ctx context.Context, part Partition, items [][]byte, full []digest, rec *decisionRecord) (*Lease, error) {
 	if !part.keyed() {
 		return p.acquireUnpartitioned(ctx, part, full, rec)
 	}
+	if l, found, err := p.firstLook(ctx, part, items, full, rec); found {
+		return l, err
+	}
+	if err := p.admit(ctx, part.Account); err != nil {
+		if rec != nil {
+			rec.Outcome = "admission_refused"
+		}
+		return nil, err
+	}
+	return p.secondLook(ctx, part, items, full, rec)
+}
+
+// firstLook continues, or rotates, the idle head whose conversation the
+// request extends. found is false when there is none: the request needs a
+// new socket, and rec holds the miss's decision.
+func (p *Pool) firstLook(ctx context.Context, part Partition, items [][]byte, full []digest, rec *decisionRecord) (l *Lease, found bool, err error) {
+	now := p.now()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, true, ErrClosed
+	}
+	var evicted []*head
+	pt, m := p.lookLocked(now, part, full, items, rec, rec, &evicted)
+	if m.h != nil {
+		l, err := p.takeHeadUnlock(ctx, part, m, full, now, rec, evicted, false)
+		return l, true, err
+	}
+	if rec != nil {
+		rec.Decision = p.missDecisionLocked(pt)
+	}
+	p.mu.Unlock()
+	closeHeads(evicted)
+	return nil, false, nil
+}
+
+// secondLook runs after admission, which may have waited: a head that
+// freed up meanwhile is used instead of a new socket (docs/pool.md §6);
+// otherwise the new head is registered, in flight, and dialled.
+func (p *Pool) secondLook(ctx context.Context, part Partition, items [][]byte, full []digest, rec *decisionRecord) (*Lease, error) {
 	now := p.now()
 	p.mu.Lock()
 	if p.closed {
@@ -194,64 +236,58 @@ func (p *Pool) acquire(ctx context.Context, part Partition, items [][]byte, full
 		return nil, ErrClosed
 	}
 	var evicted []*head
-	evicted = p.sweepLocked(now, evicted, rec)
-	pt := p.parts[part]
-	m := p.bestMatchLocked(pt, full, items, rec, now)
+	pt, m := p.lookLocked(now, part, full, items, rec, nil, &evicted)
 	if m.h != nil {
-		if now.Sub(m.h.created) < p.cfg.RotateAge {
-			l := p.continueLocked(m, full, now, rec, &evicted)
-			p.mu.Unlock()
-			closeHeads(evicted)
-			return l, nil
-		}
-		p.reserveLocked(m.h, now)
-		p.mu.Unlock()
-		closeHeads(evicted)
-		return p.rotate(ctx, part, m, full, rec, false)
+		p.countRematchLocked(rec)
+		return p.takeHeadUnlock(ctx, part, m, full, now, rec, evicted, true)
 	}
-	if rec != nil {
-		rec.Decision = p.missDecisionLocked(pt)
-	}
+	h, decision := p.newHeadLocked(part, pt, now, rec, &evicted)
 	p.mu.Unlock()
 	closeHeads(evicted)
+	return p.dialHead(ctx, part, h, decision, full, rec)
+}
 
-	if err := p.admit(ctx, part.Account); err != nil {
-		if rec != nil {
-			rec.Outcome = "admission_refused"
-		}
-		return nil, err
-	}
+// lookLocked sweeps expired idle heads into *evicted, then returns the
+// request's partition and its best idle match. sweepRec records the
+// evictions, matchRec the candidates (the second look does not).
+func (p *Pool) lookLocked(now time.Time, part Partition, full []digest, items [][]byte, sweepRec, matchRec *decisionRecord, evicted *[]*head) (*partition, match) {
+	*evicted = p.sweepLocked(now, *evicted, sweepRec)
+	pt := p.parts[part]
+	return pt, p.bestMatchLocked(pt, full, items, matchRec, now)
+}
 
-	now = p.now()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, ErrClosed
-	}
-	evicted = p.sweepLocked(now, evicted[:0], rec)
-	pt = p.parts[part]
-	if m := p.bestMatchLocked(pt, full, items, nil, now); m.h != nil {
-		// A head freed up while we waited for admission (docs/pool.md §6).
-		p.stats.Rematches++
-		p.metrics.rematches.Inc()
-		if rec != nil {
-			rec.RematchedAfterAdmission = true
-			rec.Heads = nil
-		}
-		if now.Sub(m.h.created) < p.cfg.RotateAge {
-			l := p.continueLocked(m, full, now, rec, &evicted)
-			p.mu.Unlock()
-			closeHeads(evicted)
-			return l, nil
-		}
-		p.reserveLocked(m.h, now)
+// takeHeadUnlock gives the matched idle head to the request: a
+// continuation on its socket, or a rotation when the socket reached
+// RotateAge (admitted says whether the request already passed admission).
+// It is called with p.mu held and unlocks it.
+func (p *Pool) takeHeadUnlock(ctx context.Context, part Partition, m match, full []digest, now time.Time, rec *decisionRecord, evicted []*head, admitted bool) (*Lease, error) {
+	if now.Sub(m.h.created) < p.cfg.RotateAge {
+		l := p.continueLocked(m, full, now, rec, &evicted)
 		p.mu.Unlock()
 		closeHeads(evicted)
-		return p.rotate(ctx, part, m, full, rec, true)
+		return l, nil
 	}
+	p.reserveLocked(m.h, now)
+	p.mu.Unlock()
+	closeHeads(evicted)
+	return p.rotate(ctx, part, m, full, rec, admitted)
+}
+
+func (p *Pool) countRematchLocked(rec *decisionRecord) {
+	p.stats.Rematches++
+	p.metrics.rematches.Inc()
+	if rec != nil {
+		rec.RematchedAfterAdmission = true
+		rec.Heads = nil
+	}
+}
+
+// newHeadLocked counts the miss, makes room under the nursery cap and
+// registers a new head, in flight, for the socket about to be dialled.
+func (p *Pool) newHeadLocked(part Partition, pt *partition, now time.Time, rec *decisionRecord, evicted *[]*head) (*head, string) {
 	decision := p.missDecisionLocked(pt)
 	p.countMissLocked(decision)
-	evicted = p.evictCapLocked(GenerationNursery, p.cfg.MaxNurseryConnections, nil, evicted, rec)
+	*evicted = p.evictCapLocked(GenerationNursery, p.cfg.MaxNurseryConnections, nil, *evicted, rec)
 	h := p.registerLocked(part, decision == DecisionParallelHead, now)
 	if rec != nil {
 		rec.Decision = decision
@@ -259,9 +295,11 @@ func (p *Pool) acquire(ctx context.Context, part Partition, items [][]byte, full
 		rec.Generation = GenerationNursery
 		rec.fillCountsLocked(p)
 	}
-	p.mu.Unlock()
-	closeHeads(evicted)
+	return h, decision
+}
 
+// dialHead dials the socket of new head h; on failure h is unregistered.
+func (p *Pool) dialHead(ctx context.Context, part Partition, h *head, decision string, full []digest, rec *decisionRecord) (*Lease, error) {
 	conn, err := p.dial(ctx, part)
 	p.mu.Lock()
 	if err != nil {
@@ -274,14 +312,14 @@ func (p *Pool) acquire(ctx context.Context, part Partition, items [][]byte, full
 		}
 		return nil, fmt.Errorf("acquire socket: %w", err)
 	}
-	now = p.now()
+	now := p.now()
 	h.conn = conn
 	h.created = now
 	h.inFlightSince = now
 	p.countDecisionLocked(decision)
 	p.mu.Unlock()
 	return &Lease{
-		Conn:         conn,
+		Conn:         h.conn,
 		Decision:     decision,
 		Generation:   GenerationNursery,
 		ConnectionID: h.id,
