@@ -21,7 +21,10 @@
 // A Conn has one reader at a time: the caller that drives a turn calls Next
 // until the response ends. Cancelling the context given to Next closes the
 // socket (coder/websocket semantics), which is how a client disconnect
-// cancels the upstream response.
+// cancels the upstream response. Control frames are handled inside reads,
+// so a socket must always have a reader: between turns package pool keeps
+// one in Next, which is also what reads the pong of [Conn.Ping] (a
+// keepalive check that the peer still answers).
 //
 // The connection pool (dataplane/pool) keeps Conns open as continuation
 // heads; the gateway's pool dialer (gateway.PoolDialer) opens them.

@@ -223,6 +223,18 @@ func (c *Conn) Close(code websocket.StatusCode, reason string) error {
 	return nil
 }
 
+// Ping sends a ping frame and waits until the pong arrives or ctx ends.
+// The pong is read by whoever is reading the socket: Ping needs a
+// concurrent Next (coder/websocket answers control frames inside reads).
+// When ctx ends first the socket stays open; the caller decides whether a
+// peer that did not answer in time is dead.
+func (c *Conn) Ping(ctx context.Context) error {
+	if err := c.ws.Ping(ctx); err != nil {
+		return fmt.Errorf("ping upstream: %w", err)
+	}
+	return nil
+}
+
 // CloseNow releases the socket at once without a close handshake.
 func (c *Conn) CloseNow() error { return c.ws.CloseNow() }
 

@@ -297,3 +297,57 @@ func TestNextPeerClose(t *testing.T) {
 		t.Errorf("CloseStatus(Next error) = %v (err %v), want 1001", got, err)
 	}
 }
+
+func TestPingNeedsAReaderAndTimesOutOnASilentPeer(t *testing.T) {
+	_, ts := newEchoServer(t, func([]byte) [][]byte { return nil })
+	conn, err := Dial(t.Context(), DialOptions{URL: wsURL(ts), Credential: testCred})
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	defer conn.CloseNow()
+	// The pong is read by a concurrent Next, as the pool's idle reader does.
+	readCtx, stopRead := context.WithCancel(t.Context())
+	readDone := make(chan error, 1)
+	go func() {
+		_, err := conn.Next(readCtx)
+		readDone <- err
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := conn.Ping(ctx); err != nil {
+		t.Errorf("Ping with a reader = %v, want nil", err)
+	}
+	stopRead()
+	<-readDone
+
+	// A peer that accepts but never reads never answers the ping.
+	silent := make(chan struct{})
+	ts2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		<-silent
+	}))
+	defer ts2.Close()
+	defer close(silent)
+	conn2, err := Dial(t.Context(), DialOptions{URL: wsURL(ts2), Credential: testCred})
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	defer conn2.CloseNow()
+	readCtx2, stopRead2 := context.WithCancel(t.Context())
+	readDone2 := make(chan error, 1)
+	go func() {
+		_, err := conn2.Next(readCtx2)
+		readDone2 <- err
+	}()
+	pctx, pcancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer pcancel()
+	if err := conn2.Ping(pctx); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ping upstream") {
+		t.Errorf("Ping to a silent peer = %v, want a ping upstream error wrapping DeadlineExceeded", err)
+	}
+	stopRead2()
+	<-readDone2
+}
