@@ -12,6 +12,7 @@
 //	GET  /v1/responses                  WebSocket, API-key style (chatgpt-account-id optional)
 //	GET  /sim/stats                     counters (Stats) as one JSON object
 //	GET  /sim/config, POST /sim/config  running knobs; POST takes a ConfigPatch
+//	POST /sim/close-idle                close an account's idle sockets (a CloseIdleRequest)
 //	POST /oauth/token, /api/accounts/deviceauth/*, /codex/device,
 //	GET  /backend-api/wham/accounts/check
 //	                                    the OAuth emulator (Config.Auth, package simauth)
@@ -108,6 +109,17 @@
 // both directions (one sequence across sockets) and the close status the
 // client sent: what the backend's peer really did, for in-process tests
 // that assert on the wire rather than on their own instrumentation.
+//
+// # Idle sockets
+//
+// [Server.CloseIdle] (POST /sim/close-idle) closes every socket of an
+// account that has no response in flight, as a backend that ends idle
+// connections would: with a close frame (code 1000 and reason "idle
+// connection closed" unless the request names others), or with Drop
+// without one, so the client's read fails with no close status. Frames
+// that reach such a socket meanwhile are ignored; Stats.IdleSocketsClosed
+// counts them. It lets a client's idle-socket handling be tested on
+// demand.
 //
 // # Shutdown
 //

@@ -24,6 +24,8 @@ const (
 	APIKeyPath  = "/v1/responses"                // API-key-style WebSocket endpoint
 	StatsPath   = "/sim/stats"
 	ConfigPath  = "/sim/config"
+	// CloseIdlePath closes an account's idle sockets (POST, a CloseIdleRequest).
+	CloseIdlePath = "/sim/close-idle"
 	// BetaHeaderValue is the OpenAI-Beta value every upgrade must carry.
 	BetaHeaderValue = "responses_websockets=2026-02-06"
 )
@@ -86,6 +88,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET "+StatsPath, s.serveStats)
 	mux.HandleFunc("GET "+ConfigPath, s.serveConfig)
 	mux.HandleFunc("POST "+ConfigPath, s.serveConfig)
+	mux.HandleFunc("POST "+CloseIdlePath, s.serveCloseIdle)
 	authPaths := []string{"/oauth/token", "/api/accounts/deviceauth/", "/codex/device", "/backend-api/wham/accounts/check"}
 	for _, p := range authPaths {
 		if s.auth != nil {
@@ -103,7 +106,8 @@ func (s *Server) routes() *http.ServeMux {
 }
 
 // Handler serves every route: the two WebSocket endpoints, /sim/stats,
-// /sim/config and, with Config.Auth, the OAuth emulator's endpoints.
+// /sim/config, /sim/close-idle and, with Config.Auth, the OAuth emulator's
+// endpoints.
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // config returns the running configuration.
@@ -376,4 +380,99 @@ func (s *Server) serveConfig(w http.ResponseWriter, r *http.Request) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(viewOf(s.config()))
+}
+
+// CloseIdleRequest is the body of POST /sim/close-idle and the argument of
+// [Server.CloseIdle].
+type CloseIdleRequest struct {
+	// Account is the account whose idle sockets close (Required).
+	Account string `json:"account"`
+	// Code is the close frame's status (Optional; default 1000). Allowed:
+	// 1000-1003, 1007-1014 and 3000-4999.
+	Code int `json:"code,omitempty"`
+	// Reason is the close frame's reason (Optional; default "idle
+	// connection closed"; at most 123 bytes).
+	Reason string `json:"reason,omitempty"`
+	// Drop ends the sockets without a close frame, as a server that
+	// crashed or a proxy that gave up would: the client's read fails with
+	// no close status (Optional).
+	Drop bool `json:"drop,omitempty"`
+}
+
+const defaultIdleCloseReason = "idle connection closed"
+
+func (r CloseIdleRequest) validate() error {
+	var errs []error
+	if r.Account == "" {
+		errs = append(errs, errors.New("account is required: the account whose idle sockets close"))
+	}
+	if c := r.Code; c != 0 && !(c >= 1000 && c <= 1003 || c >= 1007 && c <= 1014 || c >= 3000 && c <= 4999) {
+		errs = append(errs, fmt.Errorf("code %d cannot be sent in a close frame; allowed: 1000-1003, 1007-1014, 3000-4999", c))
+	}
+	if len(r.Reason) > 123 {
+		errs = append(errs, fmt.Errorf("reason is %d bytes; allowed: at most 123", len(r.Reason)))
+	}
+	if r.Drop && (r.Code != 0 || r.Reason != "") {
+		errs = append(errs, errors.New("drop sends no close frame; leave code and reason out"))
+	}
+	return errors.Join(errs...)
+}
+
+// CloseIdle closes every open socket of req.Account that has no response
+// in flight, as a backend that ends idle connections would: with a close
+// frame (req.Code, req.Reason), or, with req.Drop, without one. A frame
+// that arrives on such a socket meanwhile is ignored. It returns how many
+// sockets it closed, once their close handshakes ended (each bounded by
+// coder/websocket's 5 s per step).
+func (s *Server) CloseIdle(req CloseIdleRequest) (int, error) {
+	if err := req.validate(); err != nil {
+		return 0, fmt.Errorf("close idle sockets: %w", err)
+	}
+	code, reason := websocket.StatusCode(req.Code), req.Reason
+	if code == 0 {
+		code = websocket.StatusNormalClosure
+	}
+	if reason == "" {
+		reason = defaultIdleCloseReason
+	}
+	s.mu.Lock()
+	var idle []*session
+	for sess := range s.sessions {
+		if sess.account == req.Account && sess.closeIfIdle() {
+			idle = append(idle, sess)
+		}
+	}
+	s.mu.Unlock()
+	s.count(func(st *Stats) { st.IdleSocketsClosed += int64(len(idle)) })
+	var closers sync.WaitGroup
+	for _, sess := range idle {
+		closers.Go(func() {
+			if req.Drop {
+				_ = sess.conn.CloseNow()
+				return
+			}
+			_ = sess.conn.Close(code, reason)
+		})
+	}
+	closers.Wait()
+	s.logger.Debug("idle sockets closed", "account", req.Account, "sockets", len(idle), "drop", req.Drop)
+	return len(idle), nil
+}
+
+func (s *Server) serveCloseIdle(w http.ResponseWriter, r *http.Request) {
+	var req CloseIdleRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		httpError(w, http.StatusBadRequest, "invalid_request", "close-idle request is invalid: "+clip(err.Error(), 300)+
+			`; want {"account": ACCOUNT, "code": N, "reason": TEXT, "drop": BOOL}`)
+		return
+	}
+	n, err := s.CloseIdle(req)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]int{"closed": n})
 }

@@ -33,6 +33,7 @@ type session struct {
 	events   int // events sent on this socket
 	held     map[string]heldResponse
 	dropped  bool // the CloseAfterEvents fault fired
+	closing  bool // CloseIdle is closing the socket: frames are ignored
 }
 
 // heldResponse is what the socket keeps of a completed response so it can
@@ -48,6 +49,18 @@ func newSession(s *Server, conn *websocket.Conn, id uint64, account string, now 
 		s: s, conn: conn, id: id, account: account, created: now,
 		held: make(map[string]heldResponse),
 	}
+}
+
+// closeIfIdle marks an idle socket as closing and reports whether it was
+// idle (no response in flight).
+func (ss *session) closeIfIdle() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.inFlight || ss.closing {
+		return false
+	}
+	ss.closing = true
+	return true
 }
 
 // goAway closes the socket with 1001; readLoop then returns.
@@ -110,6 +123,12 @@ func readLimited(r io.Reader, limit int64) (data []byte, over bool, err error) {
 // handleFrame answers one client frame: an error frame, or a response
 // started on its own goroutine.
 func (ss *session) handleFrame(ctx context.Context, data []byte) {
+	ss.mu.Lock()
+	closing := ss.closing
+	ss.mu.Unlock()
+	if closing {
+		return // CloseIdle is ending the socket
+	}
 	req, werr := decodeFrame(data)
 	if werr != nil {
 		ss.sendError(ctx, werr)

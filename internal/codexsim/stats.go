@@ -39,6 +39,9 @@ type Stats struct {
 	InputTokens  int64 `json:"input_tokens"`
 	CachedTokens int64 `json:"cached_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
+	// IdleSocketsClosed counts sockets closed by CloseIdle (POST
+	// /sim/close-idle).
+	IdleSocketsClosed int64 `json:"idle_sockets_closed"`
 	// Events counts server events sent on sockets (error frames included).
 	Events int64 `json:"events"`
 	// TokenRefreshes and RefreshReuseDetected come from the OAuth emulator.
