@@ -49,6 +49,7 @@ type poolConn struct{ c *upstream.Conn }
 
 func (p *poolConn) Send(ctx context.Context, frame []byte) error { return p.c.Send(ctx, frame) }
 func (p *poolConn) Next(ctx context.Context) ([]byte, error)     { return p.c.Next(ctx) }
+func (p *poolConn) Ping(ctx context.Context) error               { return p.c.Ping(ctx) } // the pool's keepalive of idle heads
 func (p *poolConn) Close(reason string) error {
 	if reason != pool.ReasonPoolClosed {
 		return p.c.CloseNow()
@@ -62,7 +63,9 @@ func (p *poolConn) Close(reason string) error {
 // timeout passes first its read's deadline hard-closes the socket, which
 // also ends the handshake. The reader is started first and waited for. (If
 // the close handshake still takes the socket's read lock before the reader
-// does, coder/websocket's own bound applies: at most 5 s for the answer.)
+// does, coder/websocket's own bound applies: at most 5 s for the answer. An
+// idle pooled socket already has a reader, the pool's: it reads the answer,
+// and the pool ends its read after a second.)
 func closeGoingAway(c *upstream.Conn, reason string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

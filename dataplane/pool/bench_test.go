@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -114,24 +115,32 @@ func ccTurn(conv string, i int) (assistantOut [][]byte, toolResult []byte) {
 		callOutput(id, filler(fmt.Sprintf("%s-%d", conv, i), 2048))
 }
 
-// benchConn stands in for a socket: it holds a little state so that the
-// pool's per-head figure is not flattered by a zero-size fake. A real
-// socket's buffers (coder/websocket + TLS) are measured when the pool is
-// wired to upstream.Conn.
+// benchConn stands in for a socket whose peer is silent: Next blocks until
+// Close, as the pool's idle reader expects. It holds a little state so that
+// the pool's per-head figure is not flattered by a zero-size fake. A real
+// socket's buffers (coder/websocket + TLS) are measured by bench/pool.
 type benchConn struct {
 	id     int
-	closed bool
+	done   chan struct{}
+	closed sync.Once
 }
 
-func (c *benchConn) Send(context.Context, []byte) error   { return nil }
-func (c *benchConn) Next(context.Context) ([]byte, error) { return nil, nil }
-func (c *benchConn) Close(string) error                   { c.closed = true; return nil }
+func (c *benchConn) Send(context.Context, []byte) error { return nil }
+func (c *benchConn) Next(ctx context.Context) ([]byte, error) {
+	select {
+	case <-c.done:
+		return nil, errFakeClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+func (c *benchConn) Close(string) error { c.closed.Do(func() { close(c.done) }); return nil }
 
 type benchDialer struct{ n int }
 
 func (d *benchDialer) Dial(context.Context, Partition) (Conn, error) {
 	d.n++
-	return &benchConn{id: d.n}, nil
+	return &benchConn{id: d.n, done: make(chan struct{})}, nil
 }
 
 func rssBytes() uint64 {

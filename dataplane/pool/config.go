@@ -23,20 +23,33 @@ const (
 	DefaultMaxSocketAge   = 58 * time.Minute
 )
 
+// Default keepalive of idle heads (see Config.KeepaliveInterval).
+const (
+	DefaultKeepaliveInterval = time.Minute
+	DefaultKeepaliveTimeout  = 15 * time.Second
+)
+
 // Env names of the optional caps; see [CapsFromEnv].
 const (
 	EnvMaxConnections        = "CLODEX_WS_MAX_CONNECTIONS"
 	EnvMaxNurseryConnections = "CLODEX_WS_MAX_NURSERY_CONNECTIONS"
 )
 
-// Conn is one upstream socket as the pool and its caller see it. The pool
-// itself only ever calls Close; Send and Next are for the caller driving a
-// turn on a [Lease].
+// Conn is one upstream socket as the pool and its caller see it. Send and
+// Next are for the caller driving a turn on a [Lease]; while a head is idle
+// the pool itself keeps one Next in progress (its idle reader, which is how
+// coder/websocket answers pings and sees close frames), and pings it when
+// the Conn is also a [Pinger].
 type Conn interface {
 	Send(ctx context.Context, frame []byte) error
+	// Next reads one frame. It must return once Close is called or ctx
+	// ends (ending ctx may close the socket).
 	Next(ctx context.Context) ([]byte, error)
 	// Close is a hard close: it must release the socket's file descriptor
 	// before it returns (coder/websocket CloseNow, not a close handshake).
+	// With [ReasonPoolClosed] it may do a close handshake first; the pool
+	// ends its idle reader's read after one second, which must release
+	// the socket.
 	Close(reason string) error
 }
 
@@ -109,7 +122,20 @@ type Config struct {
 	// (Optional; default 58m; the backend closes sockets at 60m).
 	MaxSocketAge time.Duration
 
-	// Diagnostics receives one ws_head_decision JSON line per request, and
+	// KeepaliveInterval is how long a head sits idle before the pool pings
+	// its socket, and the pause between pings while it stays idle
+	// (Optional; default 1m; negative disables pings). Only a Conn that
+	// implements [Pinger] is pinged. A socket that dies without a close
+	// frame (a NAT or proxy that dropped it, a peer that vanished) is then
+	// dropped within about KeepaliveInterval + KeepaliveTimeout of going
+	// silent, not found dead by the next request.
+	KeepaliveInterval time.Duration
+	// KeepaliveTimeout is how long a ping waits for its pong before the
+	// head is dropped (Optional; default 15s).
+	KeepaliveTimeout time.Duration
+
+	// Diagnostics receives one ws_head_decision JSON line per request,
+	// ws_head_lost lines for idle heads dropped by their watch, and
 	// ws_descriptor_exhaustion lines (Optional; nil disables). Writes are
 	// serialised; a write error is logged at debug level and ignored.
 	Diagnostics io.Writer
@@ -135,7 +161,7 @@ func (c *Config) Validate() error {
 		v    time.Duration
 	}{
 		{"NurseryIdleTTL", c.NurseryIdleTTL}, {"IdleTTL", c.IdleTTL}, {"HardTTL", c.HardTTL},
-		{"RotateAge", c.RotateAge}, {"MaxSocketAge", c.MaxSocketAge},
+		{"RotateAge", c.RotateAge}, {"MaxSocketAge", c.MaxSocketAge}, {"KeepaliveTimeout", c.KeepaliveTimeout},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s is %v; allowed: 0 (default) or a positive duration", d.name, d.v))
@@ -177,6 +203,8 @@ func (c Config) withDefaults() Config {
 	def(&c.HardTTL, DefaultHardTTL)
 	def(&c.MaxSocketAge, DefaultMaxSocketAge)
 	def(&c.RotateAge, min(DefaultRotateAge, c.MaxSocketAge))
+	def(&c.KeepaliveInterval, DefaultKeepaliveInterval)
+	def(&c.KeepaliveTimeout, DefaultKeepaliveTimeout)
 	return c
 }
 

@@ -69,6 +69,23 @@ type evictionRecord struct {
 	Reason        string `json:"reason"`
 }
 
+// lostRecord is one ws_head_lost line: an idle head dropped because its
+// socket closed, failed, sent a frame or stopped answering pings.
+type lostRecord struct {
+	Event                      string    `json:"event"`
+	Time                       time.Time `json:"time"`
+	Reason                     string    `json:"reason"`
+	CloseCode                  int       `json:"closeCode,omitempty"`
+	FrameType                  string    `json:"frameType,omitempty"`
+	ConnectionID               uint64    `json:"connectionId"`
+	PartitionHash              string    `json:"partitionHash"`
+	Generation                 string    `json:"generation"`
+	IdleMs                     int64     `json:"idleMs"`
+	PhysicalAgeMs              int64     `json:"physicalAgeMs"`
+	NurseryConnectionCount     int       `json:"nurseryConnectionCount"`
+	EstablishedConnectionCount int       `json:"establishedConnectionCount"`
+}
+
 type descriptorRecord struct {
 	Event           string    `json:"event"`
 	Time            time.Time `json:"time"`

@@ -61,11 +61,56 @@
 // Nursery heads live 5 minutes idle, established heads 30; a head whose
 // age not counting time in flight reaches 55 minutes is evicted, as is an
 // idle socket older than MaxSocketAge. Expiry is checked lazily at each
-// Acquire; the pool starts no goroutines. There is no fixed size: the
+// Acquire, on the requesting goroutine. There is no fixed size: the
 // optional caps MaxNurseryConnections and MaxConnections (0 = unbounded;
 // [CapsFromEnv] reads CLODEX_WS_MAX_NURSERY_CONNECTIONS and
 // CLODEX_WS_MAX_CONNECTIONS) evict the least recently used idle head of
 // the generation. Busy heads are never evicted.
+//
+// # Idle heads are watched
+//
+// An idle head's socket always has a reader: one goroutine per idle head,
+// blocked in Conn.Next. coder/websocket answers pings and sees close
+// frames only inside a read, so without it a close from the backend, or a
+// socket that died, would be found by the head's next request as a failed
+// attempt and a replacement. With it the head is dropped at once, its
+// socket closed (the descriptor released), counted under the eviction
+// reasons peer_closed (a close frame), connection_lost (a read error
+// without one), unexpected_frame (a data frame with no request in flight)
+// or keepalive_timeout, and reported in a ws_head_lost line. Its next
+// request dials once, as a new head, with nothing failed.
+//
+// A read cannot be stopped without closing the socket, so when a request
+// takes an idle head the reader is handed over, not stopped: if it is
+// still in Next, the request's first Next returns what that read returns
+// (the request's first frame, or the error that ended the socket). The
+// decision between "the head is idle: drop it" and "a request holds it:
+// deliver" is made under the pool's mutex, the same one that hands heads
+// to requests, so a frame is never lost or read twice.
+//
+// A socket can also die without a word: a NAT or firewall that forgot the
+// flow, a proxy that hung, a peer host that vanished. Kernel TCP
+// keepalive only checks the path to the nearest TCP peer, which for the
+// backend is a TLS-terminating edge that answers it while the WebSocket
+// behind it may be gone, and a NAT that dropped the flow is found only
+// after minutes. So the pool uses WebSocket pings, which reach whatever
+// serves the WebSocket: an idle head whose Conn is a [Pinger] is pinged
+// after KeepaliveInterval (1m) idle and every interval after; no pong
+// within KeepaliveTimeout (15s) drops it. A request then meets a dead
+// socket only if it died in the last ~75 s, instead of waiting out the
+// no-data deadline on it. The cost stays low for thousands of idle heads:
+// a timer per head and no goroutine between pings; at 10,000 idle heads
+// about 170 pings a second of a few dozen bytes each way. Pings stop while
+// a request holds the head (one already sent is then ignored, whatever
+// its outcome). The reader costs one goroutine stack per
+// idle head, within the pool's 64 KiB per held conversation (make
+// bench-pool measures it).
+//
+// The reader and the keepalive belong to the head's socket: whoever
+// closes it (an eviction, Close, a lease ending) waits for them. A Conn's
+// own close handshake (Close with [ReasonPoolClosed]) needs that reader to
+// read the peer's answer; it gets a second, then the reader's read ends,
+// which releases the socket.
 //
 // # File-descriptor exhaustion
 //
@@ -83,8 +128,10 @@
 // ws_head_decision JSON line: decision, outcome, generation, partition
 // hash, counts, caps (null when unbounded), selected/promoted/created
 // connection ids, evictions with reasons and, on a miss, each idle head's
-// first mismatching index with both items' hashes. No conversation text,
-// token or account id is written. Metrics (Config.Registerer) are named
+// first mismatching index with both items' hashes; a watched idle head
+// that is dropped writes one ws_head_lost line (reason, the peer's close
+// code or the unexpected frame's type, connection id, partition hash,
+// idle time). No conversation text, token or account id is written. Metrics (Config.Registerer) are named
 // clodex_dataplane_pool_*: decisions (reuse ratio), misses by reason,
 // evictions by reason, heads by generation, input and cached tokens,
 // rematches, saved sockets, rotations, replacements and shed connections.

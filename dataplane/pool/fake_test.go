@@ -34,10 +34,14 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// fakeConn records the frames sent on it and how it was closed.
+// fakeConn records the frames sent on it and how it was closed. Its peer
+// is silent unless the test pushes a frame or an error into in; Next
+// returns those, or an error once the conn is closed.
 type fakeConn struct {
-	id int
-	d  *fakeDialer
+	id   int
+	d    *fakeDialer
+	in   chan readResult
+	done chan struct{} // closed by Close
 
 	mu          sync.Mutex
 	frames      [][]byte
@@ -55,8 +59,18 @@ func (c *fakeConn) Send(ctx context.Context, frame []byte) error {
 	return nil
 }
 
+var errFakeClosed = errors.New("fake conn closed")
+
 func (c *fakeConn) Next(ctx context.Context) ([]byte, error) {
-	return nil, errors.New("fake conn has no server")
+	select {
+	case r := <-c.in:
+		return r.data, r.err
+	case <-c.done:
+		return nil, errFakeClosed
+	case <-ctx.Done():
+		_ = c.Close("read context ended")
+		return nil, ctx.Err()
+	}
 }
 
 func (c *fakeConn) Close(reason string) error {
@@ -67,6 +81,7 @@ func (c *fakeConn) Close(reason string) error {
 	}
 	c.closed = true
 	c.closeReason = reason
+	close(c.done)
 	c.mu.Unlock()
 	c.d.mu.Lock()
 	c.d.closeOrder = append(c.d.closeOrder, c.id)
@@ -80,14 +95,23 @@ func (c *fakeConn) isClosed() bool {
 	return c.closed
 }
 
+// pingingConn is a fakeConn that is also a Pinger.
+type pingingConn struct {
+	*fakeConn
+	ping func(ctx context.Context) error
+}
+
+func (c pingingConn) Ping(ctx context.Context) error { return c.ping(ctx) }
+
 // fakeDialer hands out fakeConns; fail, when set, can fail a dial (n is
-// the 1-based dial attempt).
+// the 1-based dial attempt); ping, when set, makes them Pingers.
 type fakeDialer struct {
 	mu         sync.Mutex
 	attempts   int
 	conns      []*fakeConn
 	closeOrder []int
 	fail       func(n int) error
+	ping       func(ctx context.Context) error
 }
 
 func (d *fakeDialer) Dial(ctx context.Context, p Partition) (Conn, error) {
@@ -99,8 +123,11 @@ func (d *fakeDialer) Dial(ctx context.Context, p Partition) (Conn, error) {
 			return nil, err
 		}
 	}
-	c := &fakeConn{id: len(d.conns) + 1, d: d}
+	c := &fakeConn{id: len(d.conns) + 1, d: d, in: make(chan readResult), done: make(chan struct{})}
 	d.conns = append(d.conns, c)
+	if d.ping != nil {
+		return pingingConn{c, d.ping}, nil
+	}
 	return c, nil
 }
 
@@ -150,31 +177,38 @@ type env struct {
 	admit  *countingAdmitter
 	diag   *bytes.Buffer
 	diagMu *sync.Mutex
+	wrote  chan struct{} // signalled after every diagnostics write
 	notes  *[]string
 	pool   *Pool
 }
 
 type syncBuffer struct {
-	mu  *sync.Mutex
-	buf *bytes.Buffer
+	mu    *sync.Mutex
+	buf   *bytes.Buffer
+	wrote chan struct{}
 }
 
 func (b syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
+	n, err := b.buf.Write(p)
+	b.mu.Unlock()
+	select {
+	case b.wrote <- struct{}{}:
+	default:
+	}
+	return n, err
 }
 
 func newEnv(t *testing.T, mutate func(*Config)) *env {
 	t.Helper()
 	e := &env{t: t, clock: newFakeClock(), dialer: &fakeDialer{}, admit: &countingAdmitter{},
-		diag: &bytes.Buffer{}, diagMu: &sync.Mutex{}, notes: new([]string)}
+		diag: &bytes.Buffer{}, diagMu: &sync.Mutex{}, wrote: make(chan struct{}, 1), notes: new([]string)}
 	var notesMu sync.Mutex
 	cfg := Config{
 		Dialer:      e.dialer,
 		Admitter:    e.admit,
 		Clock:       e.clock.Now,
-		Diagnostics: syncBuffer{mu: e.diagMu, buf: e.diag},
+		Diagnostics: syncBuffer{mu: e.diagMu, buf: e.diag, wrote: e.wrote},
 		Notify: func(msg string) {
 			notesMu.Lock()
 			*e.notes = append(*e.notes, msg)
@@ -298,9 +332,45 @@ type sentFrame struct {
 	Input              []json.RawMessage `json:"input"`
 }
 
+// fake returns the fakeConn under a lease's Conn.
+func fake(c Conn) *fakeConn {
+	if s, ok := c.(*sock); ok {
+		c = s.Conn
+	}
+	if pc, ok := c.(pingingConn); ok {
+		return pc.fakeConn
+	}
+	return c.(*fakeConn)
+}
+
+// waitRecords waits until n diagnostics records of event have been
+// written and returns them. The wait is event-driven; its deadline only
+// turns a hang into a failure.
+func (e *env) waitRecords(event string, n int) []map[string]any {
+	e.t.Helper()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for {
+		var got []map[string]any
+		for _, r := range e.records() {
+			if r["event"] == event {
+				got = append(got, r)
+			}
+		}
+		if len(got) >= n {
+			return got
+		}
+		select {
+		case <-e.wrote:
+		case <-deadline.C:
+			e.t.Fatalf("%d %s records after 30 s, want %d", len(got), event, n)
+		}
+	}
+}
+
 func lastFrame(t *testing.T, c Conn) sentFrame {
 	t.Helper()
-	fc := c.(*fakeConn)
+	fc := fake(c)
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	if len(fc.frames) == 0 {
@@ -313,6 +383,6 @@ func lastFrame(t *testing.T, c Conn) sentFrame {
 	return f
 }
 
-func connID(c Conn) int { return c.(*fakeConn).id }
+func connID(c Conn) int { return fake(c).id }
 
 func respID(i int) string { return fmt.Sprintf("resp_%03d", i) }

@@ -150,7 +150,8 @@ func (l *Lease) Replace(ctx context.Context, reason string) (*Lease, error) {
 	gen := GenerationIsolated
 	if h != nil {
 		h.id = id
-		h.conn = conn
+		h.conn = p.newSock(h, conn)
+		conn = h.conn
 		h.created = now
 		h.ttlPaused = 0
 		h.inFlightSince = now

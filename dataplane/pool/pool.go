@@ -62,6 +62,12 @@ const (
 	EvictDescriptorShed = "descriptor_shed"
 	EvictCredentials    = "credentials_rejected"
 	EvictPoolClosed     = "pool_closed"
+	// Reasons an idle head is dropped the moment its socket says so
+	// (watch.go), instead of being found dead by its next request.
+	EvictPeerClosed       = "peer_closed"       // the backend sent a close frame
+	EvictConnectionLost   = "connection_lost"   // the socket failed without a close frame
+	EvictUnexpectedFrame  = "unexpected_frame"  // a data frame arrived with no request in flight
+	EvictKeepaliveTimeout = "keepalive_timeout" // no pong within KeepaliveTimeout
 )
 
 // ReasonPoolClosed is the reason [Pool.Close] passes to Conn.Close.
@@ -88,7 +94,7 @@ type Usage struct {
 type head struct {
 	id   uint64
 	part *partition
-	conn Conn // nil while the socket is being dialled
+	conn *sock // nil while the socket is being dialled
 	gen  string
 
 	created       time.Time     // when the current socket opened (physical age)
@@ -116,13 +122,15 @@ type partition struct {
 	heads []*head
 }
 
-// Pool holds upstream sockets as continuation heads. It starts no
-// goroutines; every decision runs on the requesting goroutine.
+// Pool holds upstream sockets as continuation heads. Every decision runs
+// on the requesting goroutine; the only goroutines the pool starts watch
+// idle heads (watch.go), and Close waits for them.
 type Pool struct {
 	cfg     Config
 	metrics *metrics
 
-	diagMu sync.Mutex // serialises writes to cfg.Diagnostics
+	diagMu sync.Mutex     // serialises writes to cfg.Diagnostics
+	drops  sync.WaitGroup // idle heads being dropped by their watchers
 
 	mu          sync.Mutex // guards the following fields
 	closed      bool
@@ -313,7 +321,7 @@ func (p *Pool) dialHead(ctx context.Context, part Partition, h *head, decision s
 		return nil, fmt.Errorf("acquire socket: %w", err)
 	}
 	now := p.now()
-	h.conn = conn
+	h.conn = p.newSock(h, conn)
 	h.created = now
 	h.inFlightSince = now
 	p.countDecisionLocked(decision)
@@ -446,7 +454,7 @@ func (p *Pool) rotate(ctx context.Context, part Partition, m match, full []diges
 	old := h.conn
 	p.nextID++
 	h.id = p.nextID
-	h.conn = conn
+	h.conn = p.newSock(h, conn)
 	h.created = now
 	h.ttlPaused = 0
 	h.inFlightSince = now
@@ -474,7 +482,7 @@ func (p *Pool) rotate(ctx context.Context, part Partition, m match, full []diges
 		_ = old.Close("rotated: socket reached rotation age")
 	}
 	return &Lease{
-		Conn:         conn,
+		Conn:         h.conn,
 		Decision:     DecisionRotation,
 		Generation:   gen,
 		ConnectionID: h.id,
@@ -608,23 +616,31 @@ func (p *Pool) continueLocked(m match, full []digest, now time.Time, rec *decisi
 	}
 }
 
+// reserveLocked marks h in flight; its socket's idle watch hands over to
+// the request.
 func (p *Pool) reserveLocked(h *head, now time.Time) {
 	if !h.busy {
 		h.busy = true
 		if !h.removed {
 			p.nBusy++
 		}
+		if h.conn != nil {
+			h.conn.handOverLocked()
+		}
 	}
 	h.inFlightSince = now
 }
 
-// releaseLocked marks h idle again.
+// releaseLocked marks h idle again and starts watching its socket.
 func (p *Pool) releaseLocked(h *head) {
 	if h.busy {
 		h.busy = false
 		if !h.removed {
 			p.nBusy--
 			p.noteIdleLocked(h)
+			if h.conn != nil {
+				h.conn.watchLocked()
+			}
 		}
 	}
 }
@@ -728,8 +744,9 @@ func (p *Pool) DropAccount(account string) int {
 	return n
 }
 
-// Close unregisters every head and closes every idle socket; sockets in
-// flight close when their lease ends. Acquire fails with ErrClosed after.
+// Close unregisters every head and closes every idle socket, stopping the
+// goroutines that watch them; sockets in flight close when their lease
+// ends. Acquire fails with ErrClosed after.
 func (p *Pool) Close() error {
 	var idle []*head
 	p.mu.Lock()
@@ -759,6 +776,7 @@ func (p *Pool) Close() error {
 		}()
 	}
 	wg.Wait()
+	p.drops.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close pool: %w", err)
 	}

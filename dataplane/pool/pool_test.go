@@ -751,7 +751,7 @@ func TestUnpartitionedSocketIsNeverAHead(t *testing.T) {
 		if l.Decision != DecisionUnpartitioned || l.Generation != GenerationIsolated || connID(l.Conn) != i {
 			t.Fatalf("request %d: %q %q conn %d, want unpartitioned_socket isolated on conn %d", i, l.Decision, l.Generation, connID(l.Conn), i)
 		}
-		if !l.Conn.(*fakeConn).isClosed() {
+		if !fake(l.Conn).isClosed() {
 			t.Fatalf("request %d: socket left open", i)
 		}
 	}
@@ -781,7 +781,7 @@ func TestFailedTurnsDropTheHead(t *testing.T) {
 			}
 			tt.end(l)
 			tt.end(l) // a second end is a no-op
-			if !l.Conn.(*fakeConn).isClosed() {
+			if !fake(l.Conn).isClosed() {
 				t.Fatal("socket left open")
 			}
 			if s := e.pool.Stats(); s.Nursery+s.Established+s.InFlight != 0 {

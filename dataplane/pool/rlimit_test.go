@@ -130,6 +130,8 @@ func (w wsConn) Next(ctx context.Context) ([]byte, error) {
 
 func (w wsConn) Close(reason string) error { return w.c.CloseNow() }
 
+func (w wsConn) Ping(ctx context.Context) error { return w.c.Ping(ctx) }
+
 func fdChild(t *testing.T, wsURL string) {
 	lim := syscall.Rlimit{Cur: fdChildLimit, Max: fdChildLimit}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {

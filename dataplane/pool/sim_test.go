@@ -28,6 +28,7 @@ type simEnv struct {
 	clock *fakeClock
 	sim   *codexsim.Server
 	pool  *Pool
+	addr  string // the emulator's host:port
 }
 
 func newSimEnv(t *testing.T, simCfg codexsim.Config, mutate func(*Config)) *simEnv {
@@ -44,8 +45,24 @@ func newSimEnv(t *testing.T, simCfg codexsim.Config, mutate func(*Config)) *simE
 		_ = sim.Close()
 		ts.Close()
 	})
-	url := "ws" + strings.TrimPrefix(ts.URL, "http") + codexsim.ChatGPTPath
-	dialer := DialerFunc(func(ctx context.Context, _ Partition) (Conn, error) {
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	cfg := Config{Dialer: simDialer(addr), Clock: clock.Now}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return &simEnv{t: t, clock: clock, sim: sim, pool: p, addr: addr}
+}
+
+// simDialer dials the emulator's ChatGPT endpoint at host:port addr with
+// the test's credential, over a real coder/websocket socket.
+func simDialer(addr string) Dialer {
+	url := "ws://" + addr + codexsim.ChatGPTPath
+	return DialerFunc(func(ctx context.Context, _ Partition) (Conn, error) {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		h := http.Header{}
@@ -59,16 +76,6 @@ func newSimEnv(t *testing.T, simCfg codexsim.Config, mutate func(*Config)) *simE
 		c.SetReadLimit(32 << 20)
 		return wsConn{c}, nil
 	})
-	cfg := Config{Dialer: dialer, Clock: clock.Now}
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	p, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	return &simEnv{t: t, clock: clock, sim: sim, pool: p}
 }
 
 // simResult is one turn as the client saw it.
