@@ -50,6 +50,9 @@ var flagNames = strings.NewReplacer(
 	"Faults.Upgrade5xxShare", "--upgrade-5xx-share",
 	"Faults.Upgrade5xxStatus", "--upgrade-5xx-status",
 	"Faults.RetryAfter403", "--retry-after-403",
+	"Faults.FailResponses", "--fail-responses",
+	"Faults.UsageLimitResetsIn", "--usage-limit-resets-in",
+	"Faults.UsageLimitPlan", "--usage-limit-plan",
 	"UpgradeLimit", "--upgrade-limit",
 	"UpgradeWindow", "--upgrade-window",
 	"InstantLimit", "--instant-limit",
@@ -94,6 +97,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Faults.Upgrade5xxStatus, "upgrade-5xx-status", 503, "fault: status of injected upgrade failures (500-599)")
 	fs.BoolVar(&cfg.Faults.Stall, "stall", false, "fault: every response sends response.created and then nothing")
 	fs.DurationVar(&cfg.Faults.RetryAfter403, "retry-after-403", 0, "send a retry-after header (whole seconds) with throttle 403s (0 = none, like the real edge)")
+	fs.StringVar(&cfg.Faults.FailResponses, "fail-responses", "", "fault: every generating response fails with this error code (server_error, server_is_overloaded, rate_limit_exceeded, ...)")
+	fs.DurationVar(&cfg.Faults.UsageLimitResetsIn, "usage-limit-resets-in", 0, "fault: the plan's usage limit is reached and resets this long after start-up (0 = off)")
+	fs.StringVar(&cfg.Faults.UsageLimitPlan, "usage-limit-plan", codexsim.DefaultUsageLimitPlan, "plan_type of usage-limit errors")
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

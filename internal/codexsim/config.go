@@ -16,7 +16,23 @@ const (
 	DefaultUpgradeWindow  = 60 * time.Second
 	DefaultMaxFrameBytes  = 32 << 20
 	DefaultSocketLifetime = 60 * time.Minute
+	DefaultUsageLimitPlan = "plus"
 )
+
+// validCode reports whether s is a bounded identifier, as error codes and
+// plan names are: letters, digits, '_', '.', ':' and '-', at most 64 bytes.
+func validCode(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // Config configures a Server. New copies it; the caller's value is never
 // modified. The zero value is usable.
@@ -87,6 +103,20 @@ type Faults struct {
 	// RetryAfter403, when positive, adds a retry-after header (whole
 	// seconds) to throttle 403s. The real edge sends none reliably.
 	RetryAfter403 time.Duration
+	// FailResponses, when set, is an error code every generating response
+	// fails with (response.failed before any output), as "#sim fail" does
+	// for one response: server_error, server_is_overloaded,
+	// rate_limit_exceeded, ... Prewarms still complete.
+	FailResponses string
+	// UsageLimitResetsIn, when positive, reaches the plan's usage limit:
+	// every response.create is answered with a usage_limit_reached error
+	// frame (status 429) whose resets_in_seconds and resets_at count down to
+	// a reset UsageLimitResetsIn after the setting took effect (New, or the
+	// POST /sim/config that set it). From the reset on, responses run
+	// normally again.
+	UsageLimitResetsIn time.Duration
+	// UsageLimitPlan is the plan_type of usage-limit errors. Default "plus".
+	UsageLimitPlan string
 }
 
 // validate reports every bad value of c at once.
@@ -145,6 +175,15 @@ func (f *Faults) validate() []error {
 	if f.RetryAfter403 < 0 {
 		errs = append(errs, fmt.Errorf("Faults.RetryAfter403 %v is invalid; want 0 (none) or a positive duration", f.RetryAfter403))
 	}
+	if f.FailResponses != "" && !validCode(f.FailResponses) {
+		errs = append(errs, fmt.Errorf("Faults.FailResponses %q is invalid; want an error code of letters, digits, '_', '.', ':' or '-' (at most 64)", clip(f.FailResponses, 64)))
+	}
+	if f.UsageLimitResetsIn < 0 {
+		errs = append(errs, fmt.Errorf("Faults.UsageLimitResetsIn %v is invalid; want 0 (off) or a positive duration", f.UsageLimitResetsIn))
+	}
+	if f.UsageLimitPlan != "" && !validCode(f.UsageLimitPlan) {
+		errs = append(errs, fmt.Errorf("Faults.UsageLimitPlan %q is invalid; want a plan name such as plus or pro", clip(f.UsageLimitPlan, 64)))
+	}
 	return errs
 }
 
@@ -164,6 +203,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Faults.Upgrade5xxStatus == 0 {
 		c.Faults.Upgrade5xxStatus = 503
+	}
+	if c.Faults.UsageLimitPlan == "" {
+		c.Faults.UsageLimitPlan = DefaultUsageLimitPlan
 	}
 	accept := make(map[string]string, len(c.AcceptTokens))
 	for k, v := range c.AcceptTokens {
@@ -221,6 +263,12 @@ type ConfigPatch struct {
 	Upgrade5xxStatus *int              `json:"upgrade_5xx_status,omitempty"`
 	Stall            *bool             `json:"stall,omitempty"`
 	RetryAfter403    *Duration         `json:"retry_after_403,omitempty"`
+	// FailResponses "" turns the fault off.
+	FailResponses *string `json:"fail_responses,omitempty"`
+	// UsageLimitResetsIn "0s" lifts the limit; a positive value starts a
+	// new one that resets that long after this POST.
+	UsageLimitResetsIn *Duration `json:"usage_limit_resets_in,omitempty"`
+	UsageLimitPlan     *string   `json:"usage_limit_plan,omitempty"`
 }
 
 // apply returns c changed by p, validated; c is not modified.
@@ -288,6 +336,16 @@ func (p ConfigPatch) apply(c Config) (Config, error) {
 		c.Faults.Stall = *p.Stall
 	}
 	setD(&c.Faults.RetryAfter403, p.RetryAfter403)
+	if p.FailResponses != nil {
+		c.Faults.FailResponses = *p.FailResponses
+	}
+	setD(&c.Faults.UsageLimitResetsIn, p.UsageLimitResetsIn)
+	if p.UsageLimitPlan != nil {
+		c.Faults.UsageLimitPlan = *p.UsageLimitPlan
+		if c.Faults.UsageLimitPlan == "" {
+			c.Faults.UsageLimitPlan = DefaultUsageLimitPlan
+		}
+	}
 	if p.TokenTTL != nil {
 		if c.Auth == nil {
 			return c, errors.New("token_ttl needs the OAuth emulator, which this server runs without")
@@ -322,10 +380,19 @@ type configView struct {
 		Upgrade5xxStatus int      `json:"upgrade_5xx_status"`
 		Stall            bool     `json:"stall"`
 		RetryAfter403    Duration `json:"retry_after_403"`
+		FailResponses    string   `json:"fail_responses"`
+		// UsageLimitResetsIn is the time left until the usage limit
+		// resets (0s: no limit); UsageLimitResetsAt the reset in Unix
+		// seconds (0: no limit).
+		UsageLimitResetsIn Duration `json:"usage_limit_resets_in"`
+		UsageLimitResetsAt int64    `json:"usage_limit_resets_at"`
+		UsageLimitPlan     string   `json:"usage_limit_plan"`
 	} `json:"faults"`
 }
 
-func viewOf(c Config) configView {
+// viewOf renders c; usageReset is when the running usage limit resets
+// (zero: none) and now the emulator's time.
+func viewOf(c Config, usageReset, now time.Time) configView {
 	v := configView{
 		UpgradeLimit:   c.UpgradeLimit,
 		UpgradeWindow:  Duration(c.UpgradeWindow),
@@ -345,5 +412,11 @@ func viewOf(c Config) configView {
 	v.Faults.Upgrade5xxStatus = c.Faults.Upgrade5xxStatus
 	v.Faults.Stall = c.Faults.Stall
 	v.Faults.RetryAfter403 = Duration(c.Faults.RetryAfter403)
+	v.Faults.FailResponses = c.Faults.FailResponses
+	if left := usageReset.Sub(now); !usageReset.IsZero() && left > 0 {
+		v.Faults.UsageLimitResetsIn = Duration(left.Round(time.Second))
+		v.Faults.UsageLimitResetsAt = usageReset.Unix()
+	}
+	v.Faults.UsageLimitPlan = c.Faults.UsageLimitPlan
 	return v
 }

@@ -39,7 +39,14 @@
 // previous_response_id is connection-local: an id not completed on this
 // socket gets previous_response_not_found before any output. A socket older
 // than Config.SocketLifetime answers websocket_connection_limit_reached.
-// Malformed JSON, unknown frame types, bad field types, store:true and binary
+// Message content parts are checked as the backend checks them: user, system
+// and developer messages carry input_text, input_image (one of image_url —
+// an http(s) URL or a base64 data: URL of a PNG, JPEG, GIF or WebP image,
+// else unsupported_image_media_type — and file_id) and input_file (one of
+// file_data — a base64 data: URL, with a filename — file_url and file_id);
+// assistant messages carry output_text and refusal. An input_file counts
+// toward usage like any item, by its canonical JSON. Malformed JSON, unknown
+// frame types, bad field types, bad content parts, store:true and binary
 // frames get error frames of the form
 //
 //	{"type":"error","status":400,"error":{"type":"invalid_request_error","code":C,"message":M,"param":P}}
@@ -62,6 +69,9 @@
 //	                                        after the reply text if one is given
 //	#sim error <CODE> [STATUS]              only an error frame {"type":"error","status":STATUS,"error":{"code":CODE,...}};
 //	                                        STATUS defaults to 400, 0 leaves the status field out
+//	#sim usage-limit <SECONDS> [PLAN]       only a usage-limit error frame: status 429, code and type
+//	                                        usage_limit_reached, plan_type PLAN (default Faults.UsageLimitPlan),
+//	                                        resets_in_seconds SECONDS and resets_at (Unix seconds)
 //	#sim delay <DURATION>                   wait DURATION (Go syntax, e.g. 250ms, at most 1h) before the first event
 //	#sim context-length                     response.failed with code context_length_exceeded
 //	#sim stall                              send response.created, then nothing
@@ -100,8 +110,12 @@
 //
 // Config.Faults (flags, or POST /sim/config at run time) injects a first-byte
 // delay, an inter-event delay, dropping a socket after N events (no close
-// frame), a deterministic share of upgrades answered 5xx, and stalling every
-// response. Short Config.Auth token lifetimes exercise 401s for expired tokens.
+// frame), a deterministic share of upgrades answered 5xx, stalling every
+// response, failing every response with one error code (FailResponses), and
+// a reached usage limit that resets at a set time (UsageLimitResetsIn: every
+// response.create gets the usage-limit error frame until then).
+// Server.DropSockets drops every open socket at once, as a crashed backend
+// would. Short Config.Auth token lifetimes exercise 401s for expired tokens.
 //
 // # Recording
 //

@@ -2,6 +2,7 @@ package codexsim
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -15,6 +16,7 @@ type wireError struct {
 	Code    string // error.code
 	Message string
 	Param   string // "" = no param field
+	Extra   obj    // more fields of the error object (usage limits: plan_type, resets_in_seconds, resets_at)
 }
 
 func (e *wireError) Error() string { return e.Code + ": " + e.Message }
@@ -34,7 +36,8 @@ func (e *wireError) frame() obj {
 	if e.Status != 0 {
 		f = append(f, field{"status", e.Status})
 	}
-	return append(f, field{"error", obj{{"type", typ}, {"code", e.Code}, {"message", e.Message}, {"param", param}}})
+	eo := obj{{"type", typ}, {"code", e.Code}, {"message", e.Message}, {"param", param}}
+	return append(f, field{"error", append(eo, e.Extra...)})
 }
 
 func invalidRequest(code, param, format string, args ...any) *wireError {
@@ -195,6 +198,9 @@ func decodeFrame(data []byte) (*createRequest, *wireError) {
 		if isNull(it) || bytes.TrimSpace(it)[0] != '{' {
 			return nil, invalidRequest("invalid_type", fmt.Sprintf("input[%d]", i), "'input[%d]' is %s; want an input item object", i, jsonKind(it))
 		}
+		if e := checkMessageContent(i, it); e != nil {
+			return nil, e
+		}
 	}
 	if e := str("instructions", raw.Instructions, &req.Instructions); e != nil {
 		return nil, e
@@ -286,6 +292,164 @@ func decodeFrame(data []byte) (*createRequest, *wireError) {
 		return nil, invalidRequest("", "previous_response_id", "'previous_response_id' is empty; omit it or give a response id")
 	}
 	return req, nil
+}
+
+// contentPart is one part of a message's content array.
+type contentPart struct {
+	Type     string          `json:"type"`
+	Text     json.RawMessage `json:"text"`
+	ImageURL *string         `json:"image_url"`
+	FileID   *string         `json:"file_id"`
+	FileData *string         `json:"file_data"`
+	FileURL  *string         `json:"file_url"`
+	Filename *string         `json:"filename"`
+}
+
+// The content part types of user, system and developer messages, and of
+// assistant messages.
+var (
+	inputParts  = []string{"input_text", "input_image", "input_file"}
+	outputParts = []string{"output_text", "refusal"}
+)
+
+// imageMediaTypes are the image types the backend reads.
+var imageMediaTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
+
+// checkMessageContent checks the content parts of a message item (one with
+// a role and a content array), as the backend does: a user, system or
+// developer message carries input_text, input_image and input_file parts,
+// an assistant message output_text and refusal parts. An input_image needs
+// exactly one of image_url (a data: URL of a PNG, JPEG, GIF or WebP image,
+// or an http(s) URL) and file_id; an input_file exactly one of file_data (a
+// base64 data: URL, with a filename), file_url (http(s)) and file_id.
+func checkMessageContent(i int, item json.RawMessage) *wireError {
+	var m struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if json.Unmarshal(item, &m) != nil || m.Role == "" || isNull(m.Content) || bytes.TrimSpace(m.Content)[0] != '[' {
+		return nil
+	}
+	var parts []json.RawMessage
+	if json.Unmarshal(m.Content, &parts) != nil {
+		return invalidRequest("invalid_type", fmt.Sprintf("input[%d].content", i), "'input[%d].content' could not be decoded; want a string or an array of content parts", i)
+	}
+	for j, raw := range parts {
+		param := fmt.Sprintf("input[%d].content[%d]", i, j)
+		var p contentPart
+		if json.Unmarshal(raw, &p) != nil {
+			return invalidRequest("invalid_type", param, "'%s' is %s with fields of the wrong type; want a content part object", param, jsonKind(raw))
+		}
+		allowed := inputParts
+		if m.Role == "assistant" {
+			allowed = outputParts
+		}
+		if !slicesContains(allowed, p.Type) {
+			return invalidRequest("invalid_value", param+".type", "content part type %q is not allowed in a %s message; allowed: %s", clip(p.Type, 64), clip(m.Role, 32), strings.Join(allowed, ", "))
+		}
+		switch p.Type {
+		case "input_text", "output_text":
+			var text string
+			if json.Unmarshal(p.Text, &text) != nil {
+				return invalidRequest("invalid_type", param+".text", "'%s.text' is %s; want a string", param, jsonKind(p.Text))
+			}
+		case "input_image":
+			if e := checkImagePart(param, p); e != nil {
+				return e
+			}
+		case "input_file":
+			if e := checkFilePart(param, p); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+func countSet(ps ...*string) int {
+	n := 0
+	for _, p := range ps {
+		if p != nil {
+			n++
+		}
+	}
+	return n
+}
+
+func checkImagePart(param string, p contentPart) *wireError {
+	if countSet(p.ImageURL, p.FileID) != 1 {
+		return invalidRequest("invalid_value", param, "an input_image needs exactly one of image_url and file_id")
+	}
+	if p.ImageURL == nil {
+		return nil
+	}
+	u := *p.ImageURL
+	if strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://") {
+		return nil
+	}
+	mediaType, data, ok := parseDataURL(u)
+	switch {
+	case !ok:
+		return invalidRequest("invalid_image_url", param+".image_url", "image_url must be an http(s) URL or a base64 data: URL")
+	case !slicesContains(imageMediaTypes, mediaType):
+		return invalidRequest("unsupported_image_media_type", param+".image_url", "image media type %q is not supported; allowed: %s", clip(mediaType, 64), strings.Join(imageMediaTypes, ", "))
+	case data == "":
+		return invalidRequest("empty_image_file", param+".image_url", "the image data is empty")
+	}
+	if _, err := base64.StdEncoding.DecodeString(data); err != nil {
+		return invalidRequest("invalid_base64_image", param+".image_url", "the image data is not valid base64")
+	}
+	return nil
+}
+
+func checkFilePart(param string, p contentPart) *wireError {
+	if countSet(p.FileData, p.FileURL, p.FileID) != 1 {
+		return invalidRequest("invalid_value", param, "an input_file needs exactly one of file_data, file_url and file_id")
+	}
+	switch {
+	case p.FileURL != nil:
+		if u := *p.FileURL; !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return invalidRequest("invalid_value", param+".file_url", "file_url must be an http(s) URL")
+		}
+	case p.FileData != nil:
+		if p.Filename == nil || strings.TrimSpace(*p.Filename) == "" {
+			return invalidRequest("invalid_value", param+".filename", "an input_file with file_data needs a filename")
+		}
+		mediaType, data, ok := parseDataURL(*p.FileData)
+		if !ok || mediaType == "" {
+			return invalidRequest("invalid_value", param+".file_data", "file_data must be a base64 data: URL such as data:application/pdf;base64,...")
+		}
+		if data == "" {
+			return invalidRequest("invalid_value", param+".file_data", "the file data is empty")
+		}
+		if _, err := base64.StdEncoding.DecodeString(data); err != nil {
+			return invalidRequest("invalid_value", param+".file_data", "the file data is not valid base64")
+		}
+	}
+	return nil
+}
+
+// parseDataURL splits "data:<media type>;base64,<data>".
+func parseDataURL(u string) (mediaType, data string, ok bool) {
+	rest, ok := strings.CutPrefix(u, "data:")
+	if !ok {
+		return "", "", false
+	}
+	head, data, ok := strings.Cut(rest, ",")
+	if !ok {
+		return "", "", false
+	}
+	mediaType, ok = strings.CutSuffix(head, ";base64")
+	return strings.ToLower(mediaType), data, ok
+}
+
+func slicesContains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 // sanitizeErr shortens a json error for a message; it never echoes input

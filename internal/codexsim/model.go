@@ -24,6 +24,9 @@ type plan struct {
 	calls         []plannedCall
 	reply         *string
 	incomplete    string // #sim incomplete
+	usageLimit    bool   // #sim usage-limit
+	usageResetsIn time.Duration
+	usagePlan     string // "" = Faults.UsageLimitPlan
 	newest        string // the newest user text (or tool output)
 	toolOutput    bool   // newest is a function_call_output
 }
@@ -168,6 +171,22 @@ func parsePlan(text string, toolOutput bool) (*plan, *wireError) {
 				return nil, bad("#sim delay <DURATION> in Go syntax, 0 to 1h, such as 250ms")
 			}
 			p.delay += d
+		case "usage-limit":
+			f := strings.Fields(arg)
+			if len(f) < 1 || len(f) > 2 {
+				return nil, bad("#sim usage-limit <SECONDS> [PLAN]")
+			}
+			n, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil || n < 0 || n > 90*24*3600 {
+				return nil, bad("#sim usage-limit <SECONDS> [PLAN] with SECONDS a whole number from 0 to 7776000 (90 days)")
+			}
+			if len(f) == 2 && !validCode(f[1]) {
+				return nil, bad("#sim usage-limit <SECONDS> [PLAN] with PLAN a plan name such as plus or pro")
+			}
+			p.usageLimit, p.usageResetsIn = true, time.Duration(n)*time.Second
+			if len(f) == 2 {
+				p.usagePlan = f[1]
+			}
 		case "context-length":
 			p.contextLength = true
 		case "stall":
@@ -175,7 +194,7 @@ func parsePlan(text string, toolOutput bool) (*plan, *wireError) {
 		case "forget":
 			p.forget = true
 		default:
-			return nil, bad("one of reply, call, reasoning, fail, incomplete, error, delay, context-length, stall, forget")
+			return nil, bad("one of reply, call, reasoning, fail, incomplete, error, usage-limit, delay, context-length, stall, forget")
 		}
 	}
 	return p, nil

@@ -166,6 +166,17 @@ func (r *response) run(ctx context.Context) {
 		r.terminalFrame(ctx, e.frame())
 		return
 	}
+	if p != nil && p.usageLimit {
+		plan := p.usagePlan
+		if plan == "" {
+			plan = r.cfg.Faults.UsageLimitPlan
+		}
+		e := usageLimitError(plan, p.usageResetsIn, r.ss.s.clock())
+		r.ss.s.count(func(st *Stats) { st.Errors[e.Code]++ })
+		ended = true
+		r.terminalFrame(ctx, e.frame())
+		return
+	}
 	if !r.emit(ctx, r.rateLimits()) {
 		return
 	}
@@ -204,6 +215,11 @@ func (r *response) run(ctx context.Context) {
 		ended = true
 		r.fail(ctx, p.failCode, errorType(p.failCode, 0), fmt.Sprintf("clodex-sim scripted failure %s", p.failCode))
 		return
+	case r.cfg.Faults.FailResponses != "":
+		code := r.cfg.Faults.FailResponses
+		ended = true
+		r.fail(ctx, code, errorType(code, 0), fmt.Sprintf("clodex-sim injected failure %s", code))
+		return
 	}
 	for _, parts := range p.reasoning {
 		if !r.reasoningItem(ctx, parts) {
@@ -236,9 +252,13 @@ func errorType(code string, status int) string {
 	switch {
 	case code == "usage_limit_reached" || code == "usage_not_included":
 		return code
+	case code == "insufficient_quota":
+		return code
 	case code == "rate_limit_exceeded" || status == 429:
 		return "rate_limit_error"
-	case code == "server_error" || status >= 500:
+	case code == "server_is_overloaded" || code == "slow_down" || code == "overloaded" || status == 503:
+		return "service_unavailable_error"
+	case code == "server_error" || code == "internal_server_error" || status >= 500:
 		return "server_error"
 	}
 	return "invalid_request_error"

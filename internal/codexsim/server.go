@@ -46,6 +46,9 @@ type Server struct {
 	sessions map[*session]struct{}
 	nextID   uint64
 	dials    uint64 // upgrades that reached the 5xx fault check
+	// usageReset is when the usage limit of Faults.UsageLimitResetsIn
+	// resets; zero when none was set.
+	usageReset time.Time
 
 	statsMu sync.Mutex // guards stats
 	stats   Stats
@@ -76,6 +79,9 @@ func New(cfg Config) (*Server, error) {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
 	s.logger = s.logger.With("component", "codexsim")
+	if cfg.Faults.UsageLimitResetsIn > 0 {
+		s.usageReset = s.clock().Add(cfg.Faults.UsageLimitResetsIn)
+	}
 	s.stats.init()
 	s.mux = s.routes()
 	return s, nil
@@ -129,8 +135,38 @@ func (s *Server) SetConfig(patch ConfigPatch) error {
 	if patch.TokenTTL != nil {
 		s.auth.SetTokenTTL(time.Duration(*patch.TokenTTL))
 	}
+	if patch.UsageLimitResetsIn != nil {
+		s.usageReset = time.Time{}
+		if next.Faults.UsageLimitResetsIn > 0 {
+			s.usageReset = s.clock().Add(next.Faults.UsageLimitResetsIn)
+		}
+	}
 	s.cfg = next
 	return nil
+}
+
+// usageLimit returns when the running usage limit resets, and whether one
+// is in force at now.
+func (s *Server) usageLimit(now time.Time) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.usageReset, !s.usageReset.IsZero() && now.Before(s.usageReset)
+}
+
+// DropSockets drops every open socket at once, without a close frame, as a
+// backend that crashed would: clients see the connection end (1006). The
+// server keeps serving new upgrades. It returns how many sockets it dropped.
+func (s *Server) DropSockets() int {
+	s.mu.Lock()
+	sessions := make([]*session, 0, len(s.sessions))
+	for sess := range s.sessions {
+		sessions = append(sessions, sess)
+	}
+	s.mu.Unlock()
+	for _, sess := range sessions {
+		_ = sess.conn.CloseNow()
+	}
+	return len(sessions)
 }
 
 // Close ends every open socket with status 1001 (going away), waits for
@@ -379,7 +415,11 @@ func (s *Server) serveConfig(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(viewOf(s.config()))
+	now := s.clock()
+	s.mu.Lock()
+	cfg, reset := s.cfg, s.usageReset
+	s.mu.Unlock()
+	_ = enc.Encode(viewOf(cfg, reset, now))
 }
 
 // CloseIdleRequest is the body of POST /sim/close-idle and the argument of

@@ -143,6 +143,11 @@ func (ss *session) handleFrame(ctx context.Context, data []byte) {
 			return
 		}
 	}
+	now := ss.s.clock()
+	if reset, ok := ss.s.usageLimit(now); ok {
+		ss.sendError(ctx, usageLimitError(cfg.Faults.UsageLimitPlan, reset.Sub(now), now))
+		return
+	}
 
 	ss.mu.Lock()
 	if ss.inFlight {
@@ -175,6 +180,17 @@ func (ss *session) handleFrame(ctx context.Context, data []byte) {
 
 	r := &response{ss: ss, cfg: cfg, req: req, plan: p, prev: prev, id: rid}
 	ss.wg.Go(func() { r.run(ctx) })
+}
+
+// usageLimitError is the error frame of a reached plan usage limit that
+// resets in resetsIn: status 429, code and type usage_limit_reached, with
+// plan_type, resets_in_seconds (whole seconds, rounded up) and resets_at
+// (Unix seconds), as the real backend sends it.
+func usageLimitError(plan string, resetsIn time.Duration, now time.Time) *wireError {
+	secs := int64((max(resetsIn, 0) + time.Second - 1) / time.Second)
+	return &wireError{Status: 429, Type: "usage_limit_reached", Code: "usage_limit_reached",
+		Message: "The usage limit has been reached",
+		Extra:   obj{{"plan_type", plan}, {"resets_in_seconds", secs}, {"resets_at", now.Unix() + secs}}}
 }
 
 func lifetimeText(d time.Duration) string {
