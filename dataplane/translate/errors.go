@@ -37,10 +37,16 @@ type UpstreamError struct {
 	RetryAfter      time.Duration // hint for the retry-after header (0 = none)
 	ContextOverflow bool          // the prompt did not fit the model's window
 	RequestID       string        // request_id for the overflow body; ErrorBody invents one when empty
+	// UsageLimit marks a plan usage limit (usage_limit_reached,
+	// usage_not_included, insufficient_quota): waiting for the reset is
+	// the only fix, so it is never retried inside the data plane.
+	UsageLimit bool
 	// ResetsIn is how long until a usage limit resets (resets_in_seconds,
-	// at most MaxResetsIn), set only for usage_limit_reached and
-	// usage_not_included; 0 means unknown or not a usage limit.
+	// at most MaxResetsIn); 0 means unknown or not a usage limit.
 	ResetsIn time.Duration
+	// ResetsAt is when a usage limit resets (resets_at), zero when the
+	// backend did not say.
+	ResetsAt time.Time
 }
 
 func (e *UpstreamError) Error() string {
@@ -48,9 +54,12 @@ func (e *UpstreamError) Error() string {
 }
 
 // Retryable reports whether a client may retry the request: 408, 409, 429
-// and 5xx.
+// and 5xx, except a usage limit that resets more than MaxRetryAfter from
+// now or at an unknown time.
 func (e *UpstreamError) Retryable() bool {
 	switch {
+	case e.UsageLimit:
+		return e.ResetsIn > 0 && e.ResetsIn <= MaxRetryAfter
 	case e.Status == 408, e.Status == 409, e.Status == 429, e.Status >= 500:
 		return true
 	}
@@ -70,6 +79,7 @@ const (
 	CodePreviousResponseNotFound = "previous_response_not_found"
 	CodeUsageLimitReached        = "usage_limit_reached"
 	CodeUsageNotIncluded         = "usage_not_included"
+	CodeInsufficientQuota        = "insufficient_quota"
 )
 
 // MaxResetsIn bounds UpstreamError.ResetsIn: a larger resets_in_seconds is
@@ -147,6 +157,7 @@ func ClassifyUpgrade(status int, retryAfterHeader string) *UpstreamError {
 		e.RetryAfter = clampRetry(float64(secs), true)
 		e.Message += fmt.Sprintf("; retry after %ds", int(e.RetryAfter/time.Second))
 	}
+	e.Message += settledAdvice(e.Status)
 	return e
 }
 
@@ -161,6 +172,9 @@ type frameFields struct {
 	retryPresent     bool
 	resets           float64 // resets_in_seconds
 	resetsPresent    bool
+	resetsAt         float64 // resets_at, Unix seconds
+	resetsAtPresent  bool
+	plan             string // plan_type
 	overflow         bool
 }
 
@@ -248,6 +262,12 @@ func readFrame(m map[string]any) frameFields {
 		if v, ok := number(obj["resets_in_seconds"]); ok && !f.resetsPresent {
 			f.resets, f.resetsPresent = v, true
 		}
+		if v, ok := number(obj["resets_at"]); ok && !f.resetsAtPresent {
+			f.resetsAt, f.resetsAtPresent = v, true
+		}
+		if f.plan == "" {
+			f.plan = identifier(obj["plan_type"])
+		}
 	}
 	disc := strings.ToLower(f.code + " " + f.errType)
 	f.overflow = strings.Contains(disc, "context_length") || strings.Contains(disc, "context_window")
@@ -264,15 +284,115 @@ func readFrame(m map[string]any) frameFields {
 	return f
 }
 
-// frameStatusCode is the classifier of docs/errors.md §4.2 (rule 5): a
-// three-digit code, else the first matching word of the discriminator.
-func frameStatusCode(code, discriminator string) int {
+// knownCodes are the error codes the backend is known to send in error
+// frames and failed responses, with the status the client gets. A code
+// decides before the error type: the backend pairs codes with types loosely
+// (an overload code with invalid_request_error has been seen), and the code
+// is the precise half.
+var knownCodes = map[string]int{
+	// Overload: the backend is busy; retrying in a moment helps.
+	"server_is_overloaded":      529,
+	"overloaded":                529,
+	"overloaded_error":          529,
+	"slow_down":                 529,
+	"service_unavailable":       529,
+	"service_unavailable_error": 529,
+	// Other server failures: indeterminate, retryable.
+	"server_error":          502,
+	"internal_server_error": 502,
+	"internal_error":        502,
+	"api_error":             502,
+	"bad_gateway":           502,
+	"vector_store_timeout":  502,
+	"timeout":               502,
+	"upstream_timeout":      502,
+	// Rate and plan limits.
+	"rate_limit_exceeded":     429,
+	"rate_limit_error":        429,
+	"too_many_requests":       429,
+	CodeUsageLimitReached:     429,
+	CodeUsageNotIncluded:      429,
+	CodeInsufficientQuota:     429,
+	"response_in_progress":    409,
+	"conflict":                409,
+	"request_timeout":         408,
+	"authentication_error":    401,
+	"token_expired":           401,
+	"token_invalidated":       401,
+	"account_deactivated":     403,
+	"permission_error":        403,
+	"permission_denied":       403,
+	"unsupported_country":     403,
+	"not_found_error":         404,
+	"model_not_found":         404,
+	"request_too_large":       413,
+	"string_above_max_length": 400,
+	// The request itself is refused; retrying it unchanged will not help.
+	"invalid_request_error":          400,
+	"invalid_prompt":                 400,
+	"invalid_value":                  400,
+	"invalid_type":                   400,
+	"invalid_json":                   400,
+	"unsupported_parameter":          400,
+	"unsupported_value":              400,
+	"unknown_parameter":              400,
+	"missing_required_parameter":     400,
+	"invalid_api_key":                400, // a quirk kept on purpose: not an expired sign-in
+	"context_length_exceeded":        400,
+	"content_policy_violation":       400,
+	"cyber_policy":                   400,
+	"invalid_image":                  400,
+	"invalid_image_format":           400,
+	"invalid_base64_image":           400,
+	"invalid_image_url":              400,
+	"image_too_large":                400,
+	"image_too_small":                400,
+	"image_parse_error":              400,
+	"image_content_policy_violation": 400,
+	"invalid_image_mode":             400,
+	"image_file_too_large":           400,
+	"unsupported_image_media_type":   400,
+	"empty_image_file":               400,
+	"failed_to_download_image":       400,
+	"image_file_not_found":           400,
+	"invalid_file":                   400,
+	"unsupported_file":               400,
+}
+
+// frameStatusCode is the classifier of docs/errors.md §4.2, code first: a code of
+// three digits 400-599 is that status; a known code (knownCodes) gives its
+// status; otherwise the substring rules run on the code alone, then on the
+// type alone. It returns 0 when nothing matched (the caller decides: 502 or
+// a settled 400).
+func frameStatusCode(code, errType string) int {
 	if len(code) == 3 {
 		if n, err := strconv.Atoi(code); err == nil && n >= 400 && n <= 599 {
 			return n
 		}
 	}
-	d := strings.ToLower(discriminator)
+	for _, id := range []string{code, errType} {
+		if id == "" {
+			continue
+		}
+		if s, ok := knownCodes[strings.ToLower(id)]; ok {
+			return s
+		}
+	}
+	for _, id := range []string{code, errType} {
+		if s := discriminatorStatus(strings.ToLower(id)); s != 0 {
+			return s
+		}
+	}
+	return 0
+}
+
+// discriminatorStatus applies the substring rules of docs/errors.md §4.2 to one
+// identifier, with overload and throttling ahead of "invalid" so that an
+// overload code never reads as a bad request; 0 when none matches.
+func discriminatorStatus(d string) int {
+	if d == "" {
+		return 0
+	}
 	has := func(subs ...string) bool {
 		for _, s := range subs {
 			if strings.Contains(d, s) {
@@ -284,6 +404,8 @@ func frameStatusCode(code, discriminator string) int {
 	switch {
 	case has("insufficient_quota", "rate_limit", "usage_limit", "usage_not_included"):
 		return 429
+	case has("overload", "slow_down", "unavailable"):
+		return 529
 	case has("authentication"):
 		return 401
 	case has("permission"):
@@ -292,12 +414,10 @@ func frameStatusCode(code, discriminator string) int {
 		return 404
 	case has("invalid", "bad_request", "context_length"):
 		return 400
-	case has("overload"):
-		return 503
 	case has("timeout"):
 		return 504
 	}
-	return 500
+	return 0
 }
 
 func (f frameFields) identifiers() string {
@@ -310,14 +430,16 @@ func (f frameFields) identifiers() string {
 	return strings.Join(ids, " / ")
 }
 
-// usageLimit reports whether the frame is a plan usage limit.
-func (f frameFields) usageLimit() bool {
+// usageLimit returns the plan usage-limit code of the frame
+// (usage_limit_reached, usage_not_included, insufficient_quota), or "".
+func (f frameFields) usageLimit() string {
 	for _, s := range []string{f.code, f.errType} {
-		if s == CodeUsageLimitReached || s == CodeUsageNotIncluded {
-			return true
+		switch s {
+		case CodeUsageLimitReached, CodeUsageNotIncluded, CodeInsufficientQuota:
+			return s
 		}
 	}
-	return false
+	return ""
 }
 
 func contains(list []string, s string) bool {
@@ -374,8 +496,8 @@ func classifyFrame(event []byte, afterOutput bool) *UpstreamError {
 			msg = fmt.Sprintf("OpenAI rejected the request (HTTP %d: %s)", status, ids)
 		}
 	} else {
-		status = frameStatusCode(f.code, f.code+" "+f.errType)
-		if status == 500 {
+		status = frameStatusCode(f.code, f.errType)
+		if status == 0 || status == 500 {
 			status = 502
 			if f.incompleteReason == "content_filter" || f.incompleteReason == "max_output_tokens" {
 				status = 400
@@ -388,14 +510,94 @@ func classifyFrame(event []byte, afterOutput bool) *UpstreamError {
 		msg = fmt.Sprintf("%s (%s)", what, firstNonEmpty(ids, f.frameType))
 	}
 	e := newUpstreamError(status, f.code, msg)
-	if e.Status == 429 && f.usageLimit() {
+	if code := f.usageLimit(); e.Status == 429 && code != "" {
+		e.UsageLimit = true
 		e.ResetsIn = resetsIn(f.resets, f.resetsPresent)
+		e.ResetsAt = resetsAt(f.resetsAt, f.resetsAtPresent)
+		e.Message = usageLimitMessage(code, f.plan, e.ResetsIn, e.ResetsAt)
+		return e
 	}
 	if e.Status == 429 && f.retryPresent {
 		e.RetryAfter = clampRetry(f.retry, true)
 		e.Message += fmt.Sprintf("; retry after %ds", int(e.RetryAfter/time.Second))
 	}
+	e.Message += settledAdvice(e.Status)
 	return e
+}
+
+// settledAdvice is the clause that tells the user a retry will not help,
+// for a status no client should retry; "" for the retryable ones (the
+// gateway adds when to retry).
+func settledAdvice(status int) string {
+	switch {
+	case status == 408, status == 409, status == 429, status >= 500:
+		return ""
+	}
+	return "; retrying the same request will not help"
+}
+
+// resetsAt converts resets_at (Unix seconds) to a time: zero when absent,
+// not a positive finite number, or implausible (before 2001 or after 5138).
+func resetsAt(secs float64, present bool) time.Time {
+	if !present || math.IsNaN(secs) || secs < 1e9 || secs > 1e11 {
+		return time.Time{}
+	}
+	return time.Unix(int64(math.Round(secs)), 0).UTC()
+}
+
+// usageLimitMessage says which plan limit was reached and when it resets,
+// in our own words. A reset more than MaxRetryAfter away ends with the only
+// fix (waiting); a nearer one is left for the gateway's "retry after".
+func usageLimitMessage(code, plan string, in time.Duration, at time.Time) string {
+	var b strings.Builder
+	switch code {
+	case CodeUsageNotIncluded:
+		b.WriteString("The ChatGPT plan does not include this usage")
+	case CodeInsufficientQuota:
+		b.WriteString("The account has no quota left")
+	default:
+		b.WriteString("The ChatGPT plan's usage limit was reached")
+	}
+	b.WriteString(" (" + code)
+	if plan != "" {
+		b.WriteString(", " + plan + " plan")
+	}
+	b.WriteString(")")
+	switch {
+	case in > 0:
+		b.WriteString("; it resets in " + FormatWait(in))
+		if !at.IsZero() {
+			b.WriteString(" (at " + at.Format(time.RFC3339) + ")")
+		}
+		if in > MaxRetryAfter {
+			b.WriteString("; retrying before then will not help")
+		}
+	case !at.IsZero():
+		b.WriteString("; it resets at " + at.Format(time.RFC3339) + "; retrying before then will not help")
+	default:
+		b.WriteString("; the backend did not say when it resets, so retrying soon will not help")
+	}
+	return b.String()
+}
+
+// FormatWait renders a wait for a person, rounded up to the unit shown:
+// "42s", "12m5s", "2h16m", "3d4h".
+func FormatWait(d time.Duration) string {
+	s := int64((d + time.Second - 1) / time.Second)
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", max(s, 0))
+	case s < 3600:
+		if s%60 == 0 {
+			return fmt.Sprintf("%dm", s/60)
+		}
+		return fmt.Sprintf("%dm%ds", s/60, s%60)
+	case s < 48*3600:
+		m := (s + 59) / 60 // whole minutes, rounded up: never promise too early
+		return fmt.Sprintf("%dh%dm", m/60, m%60)
+	}
+	h := (s + 3599) / 3600
+	return fmt.Sprintf("%dd%dh", h/24, h%24)
 }
 
 // Overflow returns e with the context-overflow message Claude Code parses
