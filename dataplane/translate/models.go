@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -32,8 +33,29 @@ type alias struct {
 // reach the backend as requested. A ModelTable is immutable once built and
 // safe for concurrent use.
 type ModelTable struct {
-	configured []alias // checked first, in order
-	defaults   []alias
+	configured  []alias // checked first, in order
+	defaults    []alias
+	passthrough bool // accept names no alias matches and no known model has
+}
+
+// claudeModels are the Claude model ids Claude Code knows (2.1.332); the
+// list shows the ones an alias maps. Any other name an alias pattern
+// matches is accepted as well.
+var claudeModels = []string{
+	"claude-opus-5-5", "claude-opus-5", "claude-opus-4-8", "claude-opus-4-7", "claude-opus-4-6",
+	"claude-opus-4-5", "claude-opus-4-5-20251101", "claude-opus-4-1", "claude-opus-4-1-20250805",
+	"claude-opus-4-0", "claude-opus-4-20250514",
+	"claude-sonnet-5-5", "claude-sonnet-5", "claude-sonnet-4-6", "claude-sonnet-4-5",
+	"claude-sonnet-4-5-20250929", "claude-sonnet-4-0", "claude-sonnet-4-20250514",
+	"claude-haiku-5-5", "claude-haiku-4-5", "claude-haiku-4-5-20251001",
+}
+
+// upstreamModels are the Codex models a ChatGPT account is known to serve
+// (the backend's static model catalog, and gpt-5-codex); their names are
+// accepted as they are, as are the targets of the aliases.
+var upstreamModels = []string{
+	"gpt-5.6-sol", "gpt-5.6-terra", "gpt-5.6-luna", "gpt-5.5", "gpt-5.4", "gpt-5.4-mini",
+	"gpt-5", "gpt-5-codex", "o4-mini", "o3", "o3-mini", "o1", "o1-mini",
 }
 
 // DefaultModels returns the table built from DefaultModelAliases:
@@ -146,6 +168,80 @@ func lookup(list []alias, name string) (string, bool) {
 	return "", false
 }
 
+// WithPassthrough returns a copy of m that accepts any model name (Check
+// never fails): names no alias matches go to the backend unchanged.
+func (m *ModelTable) WithPassthrough() *ModelTable {
+	if m == nil {
+		m = DefaultModels()
+	}
+	c := *m
+	c.passthrough = true
+	return &c
+}
+
+// Accepts reports whether requested is a name the table serves: one an
+// alias matches, a known upstream model or an alias target, or any name
+// with passthrough.
+func (m *ModelTable) Accepts(requested string) bool {
+	if m == nil {
+		m = DefaultModels()
+	}
+	name := normalizeModel(requested)
+	if m.passthrough {
+		return true
+	}
+	if _, ok := lookup(m.configured, name); ok {
+		return true
+	}
+	if _, ok := lookup(m.defaults, name); ok {
+		return true
+	}
+	return slices.Contains(upstreamModels, name) || m.isTarget(name)
+}
+
+func (m *ModelTable) isTarget(name string) bool {
+	for _, list := range [][]alias{m.configured, m.defaults} {
+		for _, a := range list {
+			if a.model == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Check returns nil when the table accepts requested, else a *RequestError
+// for the model field that lists what is accepted.
+func (m *ModelTable) Check(requested string) error {
+	if m == nil {
+		m = DefaultModels()
+	}
+	if m.Accepts(requested) {
+		return nil
+	}
+	var pats []string
+	for _, list := range [][]alias{m.configured, m.defaults} {
+		for _, a := range list {
+			p := a.pattern
+			if a.prefix {
+				p += "*"
+			}
+			pats = append(pats, p+" (→ "+a.model+")")
+		}
+	}
+	targets := slices.Clone(upstreamModels)
+	for _, list := range [][]alias{m.configured, m.defaults} {
+		for _, a := range list {
+			if !slices.Contains(targets, a.model) {
+				targets = append(targets, a.model)
+			}
+		}
+	}
+	return reqErr("model", "model %q is not served here; accepted: %s, and the upstream models %s; "+
+		"GET /v1/models lists them (start clodex-dataplane with --model-passthrough to send any name to the backend unchanged)",
+		bounded(requested), strings.Join(pats, ", "), strings.Join(targets, ", "))
+}
+
 // Resolve returns the upstream model for a requested name.
 func (m *ModelTable) Resolve(requested string) string {
 	name := normalizeModel(requested)
@@ -174,34 +270,84 @@ func (m *ModelTable) ContextWindow(upstream string) int {
 // ModelInfo describes one model for GET /v1/models.
 type ModelInfo struct {
 	ID, DisplayName string
+	Upstream        string // the upstream model the id maps to
 	ContextWindow   int
 }
 
-// List returns the concrete (non-wildcard) alias names and the distinct
-// upstream models of the table, sorted by id.
+// Info describes any name the table accepts, listed or not; false for a
+// name it does not accept.
+func (m *ModelTable) Info(id string) (ModelInfo, bool) {
+	if m == nil {
+		m = DefaultModels()
+	}
+	if !m.Accepts(id) {
+		return ModelInfo{}, false
+	}
+	up := m.Resolve(id)
+	return ModelInfo{ID: id, DisplayName: displayName(id, up), Upstream: up, ContextWindow: m.ContextWindow(up)}, true
+}
+
+// displayName names a model for people: "Claude Opus 4.5 (gpt-5.5)" for a
+// Claude id, "alias (model)" for another alias, the id for an upstream
+// model.
+func displayName(id, upstream string) string {
+	if id == upstream {
+		return id
+	}
+	if rest, ok := strings.CutPrefix(id, "claude-"); ok {
+		parts := strings.Split(rest, "-")
+		var words, version []string
+		for _, p := range parts {
+			switch {
+			case len(p) == 8 && strings.Trim(p, "0123456789") == "":
+				continue // a date suffix
+			case strings.Trim(p, "0123456789") == "":
+				version = append(version, p)
+			default:
+				words = append(words, strings.ToUpper(p[:1])+p[1:])
+			}
+		}
+		name := "Claude " + strings.Join(words, " ")
+		if len(version) > 0 {
+			name += " " + strings.Join(version, ".")
+		}
+		return name + " (" + upstream + ")"
+	}
+	return id + " (" + upstream + ")"
+}
+
+// List returns what GET /v1/models shows, sorted by id: the Claude ids
+// Claude Code knows that an alias maps, the concrete (non-wildcard) alias
+// names, and the distinct upstream models the aliases map to, each with its
+// upstream model.
 func (m *ModelTable) List() []ModelInfo {
 	if m == nil {
 		m = DefaultModels()
 	}
 	seen := map[string]bool{}
 	var out []ModelInfo
-	add := func(id, display, upstream string) {
+	add := func(id string) {
 		if seen[id] {
 			return
 		}
-		seen[id] = true
-		out = append(out, ModelInfo{ID: id, DisplayName: display, ContextWindow: m.ContextWindow(upstream)})
+		if info, ok := m.Info(id); ok {
+			seen[id] = true
+			out = append(out, info)
+		}
+	}
+	for _, id := range claudeModels {
+		if _, ok := lookup(m.configured, id); ok {
+			add(id)
+		} else if _, ok := lookup(m.defaults, id); ok {
+			add(id)
+		}
 	}
 	for _, list := range [][]alias{m.configured, m.defaults} {
 		for _, a := range list {
 			if !a.prefix {
-				add(a.pattern, a.pattern+" ("+a.model+")", a.model)
+				add(a.pattern)
 			}
-		}
-	}
-	for _, list := range [][]alias{m.configured, m.defaults} {
-		for _, a := range list {
-			add(a.model, a.model, a.model)
+			add(a.model)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

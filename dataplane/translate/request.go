@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 var errTrailingData = errors.New("unexpected data after the JSON value")
@@ -44,8 +46,15 @@ type block struct {
 
 	text string // text
 
-	// image
+	// image, document
 	sourceType, mediaType, data, url string
+
+	// document (also uses sourceType, mediaType, data, url; a content
+	// source keeps its blocks in content)
+	title, context string
+
+	// search_result
+	source string
 
 	// tool_use
 	id, name string
@@ -146,7 +155,28 @@ func reqErr(field, format string, args ...any) *RequestError {
 // model, messages and max_tokens are required. The request may share
 // memory with body: do not modify it afterwards. Bad input of any kind
 // yields a *RequestError naming the offending field; it never panics.
+//
+// Everything the upstream would certainly reject is refused here, before
+// any socket: an empty messages list, an empty content array (except for a
+// final assistant message), a content block type that cannot be carried
+// where it sits (see the package doc), an image that is not PNG, JPEG, GIF
+// or WebP, a source that is missing its data or is not base64, a URL that
+// is not http(s), a document source the upstream cannot read.
 func DecodeRequest(body []byte) (*MessagesRequest, error) {
+	return decodeRequest(body, true)
+}
+
+// DecodeCountTokens decodes and validates a count_tokens body: the rules
+// of DecodeRequest, except that max_tokens is optional.
+func DecodeCountTokens(body []byte) (*MessagesRequest, error) {
+	return decodeRequest(body, false)
+}
+
+// EstimatedTokens is the local estimate of the request body (docs/translation.md §10), what
+// count_tokens answers.
+func (r *MessagesRequest) EstimatedTokens() int { return r.estimate }
+
+func decodeRequest(body []byte, needMaxTokens bool) (*MessagesRequest, error) {
 	if jsonKind(body) != '{' {
 		if !validJSON(body) {
 			return nil, reqErr("", "Invalid JSON body: the request body must be a JSON object")
@@ -170,14 +200,16 @@ func DecodeRequest(body []byte) (*MessagesRequest, error) {
 	if r.model == "" {
 		return nil, reqErr("model", "must be a non-empty string")
 	}
-	if d.null(w[wMaxTokens]) {
+	switch {
+	case d.null(w[wMaxTokens]) && needMaxTokens:
 		return nil, reqErr("max_tokens", "field required")
-	}
-	if r.maxTokens, err = d.decodeInt(w[wMaxTokens], "max_tokens"); err != nil {
-		return nil, err
-	}
-	if r.maxTokens < 1 {
-		return nil, reqErr("max_tokens", "must be an integer of at least 1")
+	case !d.null(w[wMaxTokens]):
+		if r.maxTokens, err = d.decodeInt(w[wMaxTokens], "max_tokens"); err != nil {
+			return nil, err
+		}
+		if r.maxTokens < 1 {
+			return nil, reqErr("max_tokens", "must be an integer of at least 1")
+		}
 	}
 	if d.null(w[wMessages]) {
 		return nil, reqErr("messages", "field required")
@@ -386,7 +418,11 @@ func (d *jsonDoc) decodeMessages(msgs int) ([]message, error) {
 	if err := d.decodeArray(msgs, "messages"); err != nil {
 		return nil, err
 	}
-	out := make([]message, 0, d.count(msgs))
+	n := d.count(msgs)
+	if n == 0 {
+		return nil, reqErr("messages", "must contain at least one message")
+	}
+	out := make([]message, 0, n)
 	i := 0
 	for it := d.nodes[msgs].first; it >= 0; it, i = d.nodes[it].next, i+1 {
 		field := indexField("messages", i)
@@ -406,17 +442,42 @@ func (d *jsonDoc) decodeMessages(msgs int) ([]message, error) {
 		if d.null(c) {
 			return nil, reqErr(field+".content", "field required")
 		}
-		content, err := d.decodeContent(c, field+".content")
+		content, err := d.decodeContent(c, field+".content", role)
 		if err != nil {
 			return nil, err
+		}
+		if d.kind(c) == '[' && len(content) == 0 && !(role == "assistant" && i == n-1) {
+			return nil, reqErr(field+".content", "must contain at least one content block (only a final assistant message may be empty)")
 		}
 		out = append(out, message{role: role, content: content})
 	}
 	return out, nil
 }
 
-// decodeContent decodes a string or an array of content blocks.
-func (d *jsonDoc) decodeContent(c int, field string) ([]block, error) {
+// Where a content block sits decides which types it may have: what the
+// upstream can carry there.
+var blockTypes = map[string][]string{
+	"user":        {"text", "image", "document", "search_result", "tool_result", "tool_reference"},
+	"assistant":   {"text", "thinking", "redacted_thinking", "tool_use"},
+	"system":      {"text"},
+	"tool_result": {"text", "image", "document", "search_result", "tool_reference"},
+	"document":    {"text", "image"}, // a document's content source
+}
+
+// placeName names where blocks of place sit, for error messages.
+func placeName(place string) string {
+	switch place {
+	case "tool_result":
+		return "a tool_result's content"
+	case "document":
+		return "a document's content source"
+	}
+	return place + " messages"
+}
+
+// decodeContent decodes a string or an array of content blocks found in
+// place (a role, "tool_result" or "document"; see blockTypes).
+func (d *jsonDoc) decodeContent(c int, field, place string) ([]block, error) {
 	switch d.kind(c) {
 	case '"':
 		return []block{{typ: "text", text: d.str(c)}}, nil
@@ -427,7 +488,7 @@ func (d *jsonDoc) decodeContent(c int, field string) ([]block, error) {
 	out := make([]block, 0, d.count(c))
 	i := 0
 	for it := d.nodes[c].first; it >= 0; it, i = d.nodes[it].next, i+1 {
-		b, err := d.decodeBlock(it, indexField(field, i))
+		b, err := d.decodeBlock(it, indexField(field, i), place)
 		if err != nil {
 			return nil, err
 		}
@@ -436,13 +497,17 @@ func (d *jsonDoc) decodeContent(c int, field string) ([]block, error) {
 	return out, nil
 }
 
-func (d *jsonDoc) decodeBlock(m int, field string) (block, error) {
+func (d *jsonDoc) decodeBlock(m int, field, place string) (block, error) {
 	if err := d.decodeObject(m, field); err != nil {
 		return block{}, err
 	}
 	typ, err := d.reqString(m, "type", field)
 	if err != nil {
 		return block{}, err
+	}
+	if allowed := blockTypes[place]; !slices.Contains(allowed, typ) {
+		return block{}, reqErr(field+".type", "content block type %q cannot be sent to the OpenAI backend in %s; allowed there: %s",
+			bounded(typ), placeName(place), strings.Join(allowed, ", "))
 	}
 	b := block{typ: typ, raw: d.raw(m), spaced: d.nodes[m].flags&flagSpace != 0}
 	switch typ {
@@ -481,7 +546,7 @@ func (d *jsonDoc) decodeBlock(m int, field string) (block, error) {
 				b.contentString = d.str(c)
 				b.contentIsStr = true
 			case '[':
-				if b.content, err = d.decodeContent(c, field+".content"); err != nil {
+				if b.content, err = d.decodeContent(c, field+".content", "tool_result"); err != nil {
 					return block{}, err
 				}
 			default:
@@ -506,9 +571,20 @@ func (d *jsonDoc) decodeBlock(m int, field string) (block, error) {
 		if b.toolName, err = d.reqString(m, "tool_name", field); err != nil {
 			return block{}, err
 		}
+	case "document":
+		if err := d.decodeDocument(m, field, &b); err != nil {
+			return block{}, err
+		}
+	case "search_result":
+		if err := d.decodeSearchResult(m, field, &b); err != nil {
+			return block{}, err
+		}
 	}
 	return b, nil
 }
+
+// imageMediaTypes are the image types the upstream reads.
+var imageMediaTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
 
 func (d *jsonDoc) decodeImageSource(m int, field string, b *block) error {
 	s := d.get(m, "source")
@@ -528,16 +604,172 @@ func (d *jsonDoc) decodeImageSource(m int, field string, b *block) error {
 		if b.mediaType, err = d.reqString(s, "media_type", f); err != nil {
 			return err
 		}
+		if !slices.Contains(imageMediaTypes, b.mediaType) {
+			return reqErr(f+".media_type", "image media type %q cannot be sent to the OpenAI backend; allowed: %s", bounded(b.mediaType), strings.Join(imageMediaTypes, ", "))
+		}
+		return d.base64Data(s, f, &b.data)
+	case "url":
+		return d.httpURL(s, f, &b.url)
+	}
+	return reqErr(f+".type", "image source type %q cannot be sent to the OpenAI backend; allowed: base64, url", bounded(b.sourceType))
+}
+
+// base64Data decodes the required, non-empty base64 string "data" of
+// source object s.
+func (d *jsonDoc) base64Data(s int, f string, dst *string) error {
+	data, err := d.reqString(s, "data", f)
+	if err != nil {
+		return err
+	}
+	switch {
+	case data == "":
+		return reqErr(f+".data", "must not be empty")
+	case !isBase64(data):
+		return reqErr(f+".data", "is not valid base64 (standard alphabet, padded, no spaces or line breaks)")
+	}
+	*dst = data
+	return nil
+}
+
+// httpURL decodes the required http(s) URL "url" of source object s.
+func (d *jsonDoc) httpURL(s int, f string, dst *string) error {
+	u, err := d.reqString(s, "url", f)
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
+		return reqErr(f+".url", "must be an http:// or https:// URL")
+	}
+	*dst = u
+	return nil
+}
+
+// isBase64 reports whether s is standard, padded base64: the check is a
+// scan, nothing is decoded.
+func isBase64(s string) bool {
+	if len(s)%4 != 0 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '+', c == '/':
+		case c == '=' && i >= len(s)-2 && (i == len(s)-1 || s[len(s)-1] == '='):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// decodeDocument decodes a document block: a base64 PDF, a PDF URL, plain
+// text, or a content source of text and image blocks, with an optional
+// title and context. A file source (the Files API) has no upstream
+// equivalent.
+func (d *jsonDoc) decodeDocument(m int, field string, b *block) error {
+	var err error
+	if b.title, _, err = d.optString(m, "title", field); err != nil {
+		return err
+	}
+	if b.context, _, err = d.optString(m, "context", field); err != nil {
+		return err
+	}
+	s := d.get(m, "source")
+	if d.null(s) {
+		return reqErr(field+".source", "field required")
+	}
+	f := field + ".source"
+	if err := d.decodeObject(s, f); err != nil {
+		return err
+	}
+	if b.sourceType, err = d.reqString(s, "type", f); err != nil {
+		return err
+	}
+	switch b.sourceType {
+	case "base64":
+		if b.mediaType, err = d.reqString(s, "media_type", f); err != nil {
+			return err
+		}
+		if b.mediaType != "application/pdf" {
+			return reqErr(f+".media_type", "document media type %q cannot be sent as base64; allowed: application/pdf (send text as a text source)", bounded(b.mediaType))
+		}
+		return d.base64Data(s, f, &b.data)
+	case "url":
+		return d.httpURL(s, f, &b.url)
+	case "text":
+		if mt, ok, err := d.optString(s, "media_type", f); err != nil {
+			return err
+		} else if ok && mt != "text/plain" {
+			return reqErr(f+".media_type", "text document media type %q is not supported; allowed: text/plain", bounded(mt))
+		}
 		if b.data, err = d.reqString(s, "data", f); err != nil {
 			return err
 		}
-	case "url":
-		if b.url, err = d.reqString(s, "url", f); err != nil {
+		if b.data == "" {
+			return reqErr(f+".data", "must not be empty")
+		}
+		return nil
+	case "content":
+		c := d.get(s, "content")
+		if d.null(c) {
+			return reqErr(f+".content", "field required")
+		}
+		if d.kind(c) == '"' {
+			if b.contentString = d.str(c); b.contentString == "" {
+				return reqErr(f+".content", "must not be empty")
+			}
+			b.contentIsStr = true
+			return nil
+		}
+		if d.kind(c) != '[' {
+			return reqErr(f+".content", "must be a string or an array of text and image blocks, got %s", kindNameOf(d.kind(c)))
+		}
+		if b.content, err = d.decodeContent(c, f+".content", "document"); err != nil {
 			return err
 		}
-	default:
-		// Other sources (file ids, …) have no upstream equivalent; the image
-		// is dropped during translation (docs/translation.md §4.2).
+		if len(b.content) == 0 {
+			return reqErr(f+".content", "must contain at least one block")
+		}
+		return nil
+	}
+	return reqErr(f+".type", "document source type %q cannot be sent to the OpenAI backend; allowed: base64 (PDF), url (PDF), text, content", bounded(b.sourceType))
+}
+
+// decodeSearchResult decodes a search_result block: source, title and text
+// content, carried upstream as text.
+func (d *jsonDoc) decodeSearchResult(m int, field string, b *block) error {
+	var err error
+	if b.source, err = d.reqString(m, "source", field); err != nil {
+		return err
+	}
+	if b.title, err = d.reqString(m, "title", field); err != nil {
+		return err
+	}
+	c := d.get(m, "content")
+	if d.null(c) {
+		return reqErr(field+".content", "field required")
+	}
+	if err := d.decodeArray(c, field+".content"); err != nil {
+		return err
+	}
+	i := 0
+	for it := d.nodes[c].first; it >= 0; it, i = d.nodes[it].next, i+1 {
+		bf := indexField(field+".content", i)
+		if err := d.decodeObject(it, bf); err != nil {
+			return err
+		}
+		typ, err := d.reqString(it, "type", bf)
+		if err != nil {
+			return err
+		}
+		if typ != "text" {
+			return reqErr(bf+".type", "search result content block type %q is not supported; allowed: text", bounded(typ))
+		}
+		text, err := d.reqString(it, "text", bf)
+		if err != nil {
+			return err
+		}
+		b.content = append(b.content, block{typ: "text", text: text})
 	}
 	return nil
 }

@@ -40,21 +40,21 @@ func TestDecodeRequestErrors(t *testing.T) {
 		{"nested block error", `{` + ok + `,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"i","content":[{"type":"text"}]}]}]}`, "messages[0].content[0].content[0].text", "field required"},
 		{"is_error string", `{` + ok + `,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"i","is_error":"yes"}]}]}`, "messages[0].content[0].is_error", "must be a boolean"},
 		{"thinking without text", `{` + ok + `,"messages":[{"role":"assistant","content":[{"type":"thinking","signature":"s"}]}]}`, "messages[0].content[0].thinking", "field required"},
-		{"stream string", `{` + ok + `,"messages":[],"stream":"true"}`, "stream", "must be a boolean"},
-		{"system number", `{` + ok + `,"messages":[],"system":5}`, "system", "must be a string or an array"},
-		{"system block type", `{` + ok + `,"messages":[],"system":[{"type":"image"}]}`, "system[0].type", "allowed: text"},
-		{"tools object", `{` + ok + `,"messages":[],"tools":{}}`, "tools", "must be an array"},
-		{"tool without name", `{` + ok + `,"messages":[],"tools":[{"input_schema":{}}]}`, "tools[0].name", "field required"},
-		{"custom tool without schema", `{` + ok + `,"messages":[],"tools":[{"name":"a","input_schema":{}},{"name":"b"}]}`, "tools[1].input_schema", "field required"},
-		{"schema not object", `{` + ok + `,"messages":[],"tools":[{"name":"a","input_schema":"x"}]}`, "tools[0].input_schema", "must be an object"},
-		{"defer_loading string", `{` + ok + `,"messages":[],"tools":[{"name":"a","input_schema":{},"defer_loading":"yes"}]}`, "tools[0].defer_loading", "must be a boolean"},
-		{"tool_choice type", `{` + ok + `,"messages":[],"tool_choice":{"type":"sometimes"}}`, "tool_choice.type", "allowed: auto, any, tool, none"},
-		{"tool_choice tool without name", `{` + ok + `,"messages":[],"tool_choice":{"type":"tool"}}`, "tool_choice.name", "field required"},
-		{"user_id number", `{` + ok + `,"messages":[],"metadata":{"user_id":1}}`, "metadata.user_id", "must be a string"},
-		{"thinking budget string", `{` + ok + `,"messages":[],"thinking":{"type":"enabled","budget_tokens":"x"}}`, "thinking.budget_tokens", "must be an integer"},
-		{"thinking enabled without budget", `{` + ok + `,"messages":[],"thinking":{"type":"enabled"}}`, "thinking.budget_tokens", "field required"},
-		{"effort number", `{` + ok + `,"messages":[],"output_config":{"effort":3}}`, "output_config.effort", "must be a string"},
-		{"temperature string", `{` + ok + `,"messages":[],"temperature":"hot"}`, "temperature", "must be a number"},
+		{"stream string", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"stream":"true"}`, "stream", "must be a boolean"},
+		{"system number", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"system":5}`, "system", "must be a string or an array"},
+		{"system block type", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"system":[{"type":"image"}]}`, "system[0].type", "allowed: text"},
+		{"tools object", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"tools":{}}`, "tools", "must be an array"},
+		{"tool without name", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"tools":[{"input_schema":{}}]}`, "tools[0].name", "field required"},
+		{"custom tool without schema", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"a","input_schema":{}},{"name":"b"}]}`, "tools[1].input_schema", "field required"},
+		{"schema not object", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"a","input_schema":"x"}]}`, "tools[0].input_schema", "must be an object"},
+		{"defer_loading string", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"a","input_schema":{},"defer_loading":"yes"}]}`, "tools[0].defer_loading", "must be a boolean"},
+		{"tool_choice type", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"tool_choice":{"type":"sometimes"}}`, "tool_choice.type", "allowed: auto, any, tool, none"},
+		{"tool_choice tool without name", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"tool_choice":{"type":"tool"}}`, "tool_choice.name", "field required"},
+		{"user_id number", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"metadata":{"user_id":1}}`, "metadata.user_id", "must be a string"},
+		{"thinking budget string", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"thinking":{"type":"enabled","budget_tokens":"x"}}`, "thinking.budget_tokens", "must be an integer"},
+		{"thinking enabled without budget", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"thinking":{"type":"enabled"}}`, "thinking.budget_tokens", "field required"},
+		{"effort number", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"output_config":{"effort":3}}`, "output_config.effort", "must be a string"},
+		{"temperature string", `{` + ok + `,"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}`, "temperature", "must be a number"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,7 +79,7 @@ func TestDecodeRequestAccepts(t *testing.T) {
 		t.Errorf("decoded %q stream=%v max=%d", r.Model(), r.Stream(), r.MaxTokens())
 	}
 	// 2.1.197's non-streaming retry has no stream field at all.
-	r, err = DecodeRequest([]byte(`{"model":"m","max_tokens":1,"messages":[]}`))
+	r, err = DecodeRequest([]byte(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`))
 	if err != nil || r.Stream() {
 		t.Errorf("no stream field: %v %v", r, err)
 	}

@@ -177,6 +177,9 @@ func ToResponses(req *MessagesRequest, opts Options) (*Turn, error) {
 	}
 
 	t.Input = buildInput(req, upstream)
+	if len(t.Input) == 0 {
+		return nil, reqErr("messages", "nothing would reach the model: every message is empty once unsigned thinking, redacted thinking and blank system text are left out")
+	}
 	t.built = slices.Clone(t.Input)
 	t.EstimatedInputTokens = req.estimate
 	return t, nil
@@ -248,8 +251,10 @@ func selectTools(req *MessagesRequest) []tool {
 }
 
 // referencedTools collects tool names named by tool_reference blocks
-// anywhere in the history (including inside tool results) and by
-// tool_search_tool_result blocks.
+// anywhere in the history (including inside tool results). Server tool
+// blocks such as tool_search_tool_result are refused while decoding: the
+// backend never runs Anthropic's server tools, so no history made through
+// the data plane has them.
 func referencedTools(msgs []message) map[string]bool {
 	refs := map[string]bool{}
 	var walk func([]block)
@@ -260,19 +265,6 @@ func referencedTools(msgs []message) map[string]bool {
 				refs[b.toolName] = true
 			case "tool_result":
 				walk(b.content)
-			case "tool_search_tool_result":
-				var r struct {
-					Content struct {
-						ToolReferences []struct {
-							ToolName string `json:"tool_name"`
-						} `json:"tool_references"`
-					} `json:"content"`
-				}
-				if json.Unmarshal(b.raw, &r) == nil {
-					for _, tr := range r.Content.ToolReferences {
-						refs[tr.ToolName] = true
-					}
-				}
 			}
 		}
 	}
@@ -562,8 +554,98 @@ func appendTextPart(parts []byte, text string) []byte {
 	return append(parts, `,"type":"input_text"}`...)
 }
 
-func usableImage(b block) bool {
-	return b.sourceType == "base64" && b.data != "" || b.sourceType == "url" && b.url != ""
+// defaultDocumentName is the filename of a PDF sent without a title.
+const defaultDocumentName = "document.pdf"
+
+// documentFilename is the input_file filename of a base64 PDF: its title
+// (path separators and control characters replaced, at most 100 bytes,
+// ".pdf" added when missing), else document.pdf.
+func documentFilename(title string) string {
+	name := strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == '/' || r == '\\' {
+			return '_'
+		}
+		return r
+	}, strings.TrimSpace(title))
+	if name == "" {
+		return defaultDocumentName
+	}
+	if len(name) > 100 {
+		cut := 100
+		for cut > 0 && name[cut]&0xC0 == 0x80 {
+			cut--
+		}
+		name = name[:cut]
+	}
+	if !strings.HasSuffix(strings.ToLower(name), ".pdf") {
+		name += ".pdf"
+	}
+	return name
+}
+
+// appendDocumentParts carries a document block upstream: a line naming its
+// title and context when it has them, then an input_file (a base64 PDF as a
+// data: URL with a filename, a PDF URL as file_url), or input_text (a text
+// source), or the parts of a content source (input_text, input_image).
+func appendDocumentParts(parts []byte, b block) []byte {
+	var head []string
+	if b.title != "" {
+		head = append(head, "Document title: "+b.title)
+	}
+	if b.context != "" {
+		head = append(head, "Document context: "+b.context)
+	}
+	if len(head) > 0 {
+		parts = appendTextPart(parts, strings.Join(head, "\n"))
+	}
+	switch b.sourceType {
+	case "base64":
+		if len(parts) > 1 {
+			parts = append(parts, ',')
+		}
+		parts = append(parts, `{"file_data":`...)
+		parts = appendString(parts, "data:"+b.mediaType+";base64,"+b.data)
+		parts = append(parts, `,"filename":`...)
+		parts = appendString(parts, documentFilename(b.title))
+		return append(parts, `,"type":"input_file"}`...)
+	case "url":
+		if len(parts) > 1 {
+			parts = append(parts, ',')
+		}
+		parts = append(parts, `{"file_url":`...)
+		parts = appendString(parts, b.url)
+		return append(parts, `,"type":"input_file"}`...)
+	case "text":
+		return appendTextPart(parts, b.data)
+	case "content":
+		if b.contentIsStr {
+			return appendTextPart(parts, b.contentString)
+		}
+		for _, c := range b.content {
+			switch c.typ {
+			case "text":
+				parts = appendTextPart(parts, c.text)
+			case "image":
+				parts = appendImagePart(parts, c)
+			}
+		}
+	}
+	return parts
+}
+
+// searchResultText is the text a search_result block is carried as.
+func searchResultText(b block) string {
+	var t strings.Builder
+	t.WriteString("Search result: ")
+	t.WriteString(b.title)
+	t.WriteString(" (")
+	t.WriteString(b.source)
+	t.WriteString(")")
+	for _, c := range b.content {
+		t.WriteString("\n")
+		t.WriteString(c.text)
+	}
+	return t.String()
 }
 
 func appendUser(items []json.RawMessage, content []block) []json.RawMessage {
@@ -574,9 +656,11 @@ func appendUser(items []json.RawMessage, content []block) []json.RawMessage {
 		case "text":
 			own = appendTextPart(own, b.text)
 		case "image":
-			if usableImage(b) {
-				own = appendImagePart(own, b)
-			}
+			own = appendImagePart(own, b)
+		case "document":
+			own = appendDocumentParts(own, b)
+		case "search_result":
+			own = appendTextPart(own, searchResultText(b))
 		case "tool_reference":
 			own = appendTextPart(own, toolReferenceText(b.toolName))
 		case "tool_result":
@@ -606,7 +690,9 @@ func appendUser(items []json.RawMessage, content []block) []json.RawMessage {
 }
 
 // toolResultOutput renders a tool_result's content as the
-// function_call_output string, lifting images into *lifted (docs/translation.md §4.3).
+// function_call_output string, lifting images and documents into *lifted
+// (docs/translation.md §4.3): the output keeps a note where each was, and the next user
+// message carries it, introduced by a line naming the tool call.
 func toolResultOutput(b block, callID string, lifted *[]byte) string {
 	if b.contentIsStr {
 		return b.contentString
@@ -625,20 +711,28 @@ func toolResultOutput(b block, callID string, lifted *[]byte) string {
 		return strings.Join(lines, "\n")
 	}
 	out := []byte{'['}
-	n := 0
+	images, docs := 0, 0
 	for i, c := range b.content {
 		if i > 0 {
 			out = append(out, ',')
 		}
 		switch {
-		case c.typ == "image" && usableImage(c):
-			n++
-			note := fmt.Sprintf("attached to the next user message as image %d of tool call %s", n, callID)
+		case c.typ == "image":
+			images++
+			note := fmt.Sprintf("attached to the next user message as image %d of tool call %s", images, callID)
 			out = append(out, `{"type":"image","note":`...)
 			out = appendString(out, note)
 			out = append(out, '}')
-			*lifted = appendTextPart(*lifted, fmt.Sprintf("The following image is image %d of tool call %s:", n, callID))
+			*lifted = appendTextPart(*lifted, fmt.Sprintf("The following image is image %d of tool call %s:", images, callID))
 			*lifted = appendImagePart(*lifted, c)
+		case c.typ == "document":
+			docs++
+			note := fmt.Sprintf("attached to the next user message as document %d of tool call %s", docs, callID)
+			out = append(out, `{"type":"document","note":`...)
+			out = appendString(out, note)
+			out = append(out, '}')
+			*lifted = appendTextPart(*lifted, fmt.Sprintf("The following document is document %d of tool call %s:", docs, callID))
+			*lifted = appendDocumentParts(*lifted, c)
 		case c.typ == "tool_reference":
 			out = append(out, `{"type":"text","text":`...)
 			out = appendString(out, toolReferenceText(c.toolName))

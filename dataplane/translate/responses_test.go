@@ -130,7 +130,7 @@ func TestInputTranslation(t *testing.T) {
 			`[{"role":"system","content":"env"}]`,
 			`[{"role":"system","content":"env"}]`},
 		{"images", "gpt-5.5",
-			`[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}},{"type":"image","source":{"type":"url","url":"https://x/y.png"}},{"type":"image","source":{"type":"file","file_id":"f"}},{"type":"text","text":"what?"}]}]`,
+			`[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}},{"type":"image","source":{"type":"url","url":"https://x/y.png"}},{"type":"text","text":"what?"}]}]`,
 			`[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,AAAA"},{"type":"input_image","image_url":"https://x/y.png"},{"type":"input_text","text":"what?"}]}]`},
 		{"assistant text, thinking, tool_use", "gpt-5.5",
 			`[{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"SIG"},{"type":"thinking","thinking":"","signature":"SIG2"},{"type":"thinking","thinking":"no sig"},{"type":"redacted_thinking","data":"x"},{"type":"text","text":"one"},{"type":"text","text":"two"},{"type":"tool_use","id":"call_1__ts__abc","name":"Bash","input":{"z":1,"a":[true,null]}}]}]`,
@@ -139,17 +139,14 @@ func TestInputTranslation(t *testing.T) {
 			`[{"role":"user","content":[{"type":"text","text":"after"},{"type":"tool_result","tool_use_id":"c1","content":"out1","is_error":true},{"type":"tool_result","tool_use_id":"c2::ts::q","content":[{"type":"text","text":"x"}]},{"type":"tool_result","tool_use_id":"c3"}]}]`,
 			`[{"type":"function_call_output","call_id":"c1","output":"out1"},{"type":"function_call_output","call_id":"c2","output":"[{\"type\":\"text\",\"text\":\"x\"}]"},{"type":"function_call_output","call_id":"c3","output":""},{"role":"user","content":[{"type":"input_text","text":"after"}]}]`},
 		{"images lifted out of a tool result", "gpt-5.5",
-			`[{"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":[{"type":"text","text":"shot"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAA"}},{"type":"image","source":{"type":"url","url":"https://i/2.png"}}]},{"type":"text","text":"look"}]}]`,
-			`[{"type":"function_call_output","call_id":"c1","output":"[{\"type\":\"text\",\"text\":\"shot\"},{\"type\":\"image\",\"note\":\"attached to the next user message as image 1 of tool call c1\"},{\"type\":\"image\",\"note\":\"attached to the next user message as image 2 of tool call c1\"}]"},{"role":"user","content":[{"type":"input_text","text":"The following image is image 1 of tool call c1:"},{"type":"input_image","image_url":"data:image/png;base64,AAA"},{"type":"input_text","text":"The following image is image 2 of tool call c1:"},{"type":"input_image","image_url":"https://i/2.png"},{"type":"input_text","text":"look"}]}]`},
+			`[{"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":[{"type":"text","text":"shot"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}},{"type":"image","source":{"type":"url","url":"https://i/2.png"}}]},{"type":"text","text":"look"}]}]`,
+			`[{"type":"function_call_output","call_id":"c1","output":"[{\"type\":\"text\",\"text\":\"shot\"},{\"type\":\"image\",\"note\":\"attached to the next user message as image 1 of tool call c1\"},{\"type\":\"image\",\"note\":\"attached to the next user message as image 2 of tool call c1\"}]"},{"role":"user","content":[{"type":"input_text","text":"The following image is image 1 of tool call c1:"},{"type":"input_image","image_url":"data:image/png;base64,AAAA"},{"type":"input_text","text":"The following image is image 2 of tool call c1:"},{"type":"input_image","image_url":"https://i/2.png"},{"type":"input_text","text":"look"}]}]`},
 		{"lifted image without user text", "gpt-5.5",
 			`[{"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":[{"type":"image","source":{"type":"url","url":"https://i/1.png"}}]}]}]`,
 			`[{"type":"function_call_output","call_id":"c1","output":"[{\"type\":\"image\",\"note\":\"attached to the next user message as image 1 of tool call c1\"}]"},{"role":"user","content":[{"type":"input_text","text":"The following image is image 1 of tool call c1:"},{"type":"input_image","image_url":"https://i/1.png"}]}]`},
 		{"tool_reference results", "gpt-5.5",
 			`[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"tool_reference","tool_name":"NotebookEdit"},{"type":"tool_reference","tool_name":"WebFetch"}]},{"type":"tool_result","tool_use_id":"t2","content":[{"type":"text","text":"found"},{"type":"tool_reference","tool_name":"X"}]}]}]`,
 			`[{"type":"function_call_output","call_id":"t1","output":"Tool NotebookEdit is now available.\nTool WebFetch is now available."},{"type":"function_call_output","call_id":"t2","output":"[{\"type\":\"text\",\"text\":\"found\"},{\"type\":\"text\",\"text\":\"Tool X is now available.\"}]"}]`},
-		{"unknown blocks dropped", "gpt-5.5",
-			`[{"role":"user","content":[{"type":"document","source":{}},{"type":"text","text":"q"}]},{"role":"assistant","content":[{"type":"server_tool_use","id":"s","name":"web_search","input":{}}]}]`,
-			`[{"role":"user","content":[{"type":"input_text","text":"q"}]}]`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -175,7 +172,7 @@ func TestInstructions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			turn := translate(t, `{"model":"gpt-5.5","max_tokens":1,"messages":[]`+tt.system+`}`, Options{})
+			turn := translate(t, `{"model":"gpt-5.5","max_tokens":1,"messages":[{"role":"user","content":"hi"}]`+tt.system+`}`, Options{})
 			if got := frameOf(t, turn)["instructions"]; got != tt.want {
 				t.Errorf("instructions = %q, want %q", got, tt.want)
 			}
@@ -195,14 +192,14 @@ func TestToolsAndToolChoice(t *testing.T) {
 		wantChoice            any // nil = absent
 		wantParallel          any
 	}{
-		{"plain", `[]`, `,"tools":[` + read + `]`, []string{"Read"}, nil, nil},
-		{"deferred hidden, placeholder and server tools dropped", `[]`, `,"tools":[` + read + `,` + deferred + `,` + placeholder + `,` + server + `]`, []string{"Read"}, nil, nil},
+		{"plain", `[{"role":"user","content":"hi"}]`, `,"tools":[` + read + `]`, []string{"Read"}, nil, nil},
+		{"deferred hidden, placeholder and server tools dropped", `[{"role":"user","content":"hi"}]`, `,"tools":[` + read + `,` + deferred + `,` + placeholder + `,` + server + `]`, []string{"Read"}, nil, nil},
 		{"deferred exposed once referenced", refMsg, `,"tools":[` + read + `,` + deferred + `,` + placeholder + `]`, []string{"Read", "NotebookEdit"}, nil, nil},
-		{"only placeholder: no tools, no tool_choice", `[]`, `,"tools":[` + placeholder + `],"tool_choice":{"type":"any"}`, nil, nil, nil},
-		{"auto", `[]`, `,"tools":[` + read + `],"tool_choice":{"type":"auto"}`, []string{"Read"}, "auto", nil},
-		{"any", `[]`, `,"tools":[` + read + `],"tool_choice":{"type":"any","disable_parallel_tool_use":true}`, []string{"Read"}, "required", false},
-		{"tool", `[]`, `,"tools":[` + read + `],"tool_choice":{"type":"tool","name":"Read"}`, []string{"Read"}, map[string]any{"type": "function", "name": "Read"}, nil},
-		{"none", `[]`, `,"tools":[` + read + `],"tool_choice":{"type":"none"}`, []string{"Read"}, "none", nil},
+		{"only placeholder: no tools, no tool_choice", `[{"role":"user","content":"hi"}]`, `,"tools":[` + placeholder + `],"tool_choice":{"type":"any"}`, nil, nil, nil},
+		{"auto", `[{"role":"user","content":"hi"}]`, `,"tools":[` + read + `],"tool_choice":{"type":"auto"}`, []string{"Read"}, "auto", nil},
+		{"any", `[{"role":"user","content":"hi"}]`, `,"tools":[` + read + `],"tool_choice":{"type":"any","disable_parallel_tool_use":true}`, []string{"Read"}, "required", false},
+		{"tool", `[{"role":"user","content":"hi"}]`, `,"tools":[` + read + `],"tool_choice":{"type":"tool","name":"Read"}`, []string{"Read"}, map[string]any{"type": "function", "name": "Read"}, nil},
+		{"none", `[{"role":"user","content":"hi"}]`, `,"tools":[` + read + `],"tool_choice":{"type":"none"}`, []string{"Read"}, "none", nil},
 		{"compaction forces none", `[{"role":"user","content":"Summarise. CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\nblah\nREMINDER: Do NOT call any tools. Respond with plain text only."}]`,
 			`,"tools":[` + read + `,{"name":"StructuredOutput","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto"}`, []string{"Read", "StructuredOutput"}, "none", nil},
 	}
@@ -260,7 +257,7 @@ func TestEffort(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			turn := translate(t, `{"model":"`+tt.model+`","max_tokens":1,"messages":[]`+tt.extra+`}`, Options{})
+			turn := translate(t, `{"model":"`+tt.model+`","max_tokens":1,"messages":[{"role":"user","content":"hi"}]`+tt.extra+`}`, Options{})
 			f := frameOf(t, turn)
 			r, present := f["reasoning"].(map[string]any)
 			if tt.want == "" {
@@ -292,7 +289,7 @@ func TestPromptCacheKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			turn := translate(t, `{`+tt.fields+`"model":"gpt-5.5","max_tokens":1,"messages":[]}`, Options{SessionHeader: tt.header})
+			turn := translate(t, `{`+tt.fields+`"model":"gpt-5.5","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`, Options{SessionHeader: tt.header})
 			if turn.PromptCacheKey != tt.want {
 				t.Errorf("key = %q, want %q", turn.PromptCacheKey, tt.want)
 			}
@@ -301,7 +298,7 @@ func TestPromptCacheKey(t *testing.T) {
 }
 
 func TestModelEchoAndResolution(t *testing.T) {
-	turn := translate(t, `{"model":"claude-opus-5-5","max_tokens":1,"messages":[]}`, Options{})
+	turn := translate(t, `{"model":"claude-opus-5-5","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`, Options{})
 	if turn.Model != "gpt-5.5" || turn.RequestedModel != "claude-opus-5-5" || turn.ContextWindow != 258400 {
 		t.Errorf("turn model %q requested %q window %d", turn.Model, turn.RequestedModel, turn.ContextWindow)
 	}
@@ -309,7 +306,7 @@ func TestModelEchoAndResolution(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	turn = translate(t, `{"model":"claude-opus-5-5[1m]","max_tokens":1,"messages":[]}`, Options{Models: models})
+	turn = translate(t, `{"model":"claude-opus-5-5[1m]","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`, Options{Models: models})
 	if turn.Model != "gpt-5.6-sol" || frameOf(t, turn)["model"] != "gpt-5.6-sol" || turn.RequestedModel != "claude-opus-5-5[1m]" {
 		t.Errorf("model %q requested %q", turn.Model, turn.RequestedModel)
 	}
@@ -370,7 +367,7 @@ func TestInputItemsAreCanonical(t *testing.T) {
 }
 
 func TestLiteAndServiceTier(t *testing.T) {
-	turn := translate(t, `{"model":"gpt-5.6-luna","max_tokens":1,"messages":[],"output_config":{"effort":"high"}}`, Options{ServiceTier: " Fast "})
+	turn := translate(t, `{"model":"gpt-5.6-luna","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"output_config":{"effort":"high"}}`, Options{ServiceTier: " Fast "})
 	f := frameOf(t, turn)
 	if !turn.Lite || f["parallel_tool_calls"] != false || f["service_tier"] != "priority" {
 		t.Errorf("lite=%v frame %v", turn.Lite, f)
@@ -380,7 +377,7 @@ func TestLiteAndServiceTier(t *testing.T) {
 	}
 	// Lite without effort still gets a reasoning object; tools with
 	// disable_parallel_tool_use do not duplicate the field.
-	turn = translate(t, `{"model":"gpt-5.6-luna","max_tokens":1,"messages":[],"tools":[{"name":"a","input_schema":{}}],"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`, Options{ServiceTier: "bogus"})
+	turn = translate(t, `{"model":"gpt-5.6-luna","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"a","input_schema":{}}],"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`, Options{ServiceTier: "bogus"})
 	frame, _ := turn.CreateFrame("", nil)
 	if strings.Count(string(frame), `"parallel_tool_calls"`) != 1 || !strings.Contains(string(frame), `"reasoning":{"context":"all_turns"}`) || strings.Contains(string(frame), "service_tier") {
 		t.Errorf("frame %s", frame)
