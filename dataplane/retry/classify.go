@@ -8,22 +8,23 @@ import (
 
 // Facts are what the caller knows about a failure beyond the classified error.
 type Facts struct {
-	// UsageLimitReset is how long until a usage limit resets, set only for a usage-limit
-	// failure (usage_limit_reached, usage_not_included) whose reset time is known; 0 means
-	// unknown or not a usage limit.
-	UsageLimitReset time.Duration
 	// AuthRefreshed is true when the credential was already refreshed for this request, so an
 	// authentication or permission failure is final.
 	AuthRefreshed bool
+	// Wait is when a retry can next succeed, for a retryable failure that carries no hint of
+	// its own (a 5xx, an unreachable upstream, a 429 without retry-after): Health.RetryAfter.
+	// 0 means translate.DefaultRetryAfter.
+	Wait time.Duration
 }
 
 // Classify maps a classified upstream failure that arrived before any output to a Failure:
 //
 //   - previous_response_not_found, websocket_connection_limit_reached: Replace;
-//   - a context overflow: Fatal;
-//   - 429 (including an upgrade 403, which translate maps to 429): Throttled with the error's
-//     hint, or with the usage limit's reset when it is known and at most 60 s; Fatal when a
-//     usage limit resets later than that;
+//   - a context overflow, and a usage limit (usage_limit_reached, usage_not_included,
+//     insufficient_quota) whatever its reset: Fatal, never retried inside the data plane
+//     (Answer tells the client when to come back);
+//   - any other 429 (including an upgrade 403, which translate maps to 429): Throttled with
+//     the error's hint;
 //   - 408, 409 and 5xx (502, 529, …): Backoff;
 //   - anything else (400, 401, 403, 404, 413, …): Fatal. A first 401 is still Fatal here: the
 //     credential refresh and its one re-run belong to the caller.
@@ -38,15 +39,9 @@ func Classify(e *translate.UpstreamError, f Facts) *Failure {
 	switch {
 	case e.Code == translate.CodePreviousResponseNotFound, e.Code == translate.CodeConnectionLimit:
 		fail.Class, fail.Hint = Replace, e.RetryAfter
-	case e.ContextOverflow:
+	case e.ContextOverflow, e.UsageLimit:
 	case e.Status == 429:
-		switch {
-		case f.UsageLimitReset > translate.MaxRetryAfter:
-		case f.UsageLimitReset > 0:
-			fail.Class, fail.Hint = Throttled, f.UsageLimitReset
-		default:
-			fail.Class, fail.Hint = Throttled, e.RetryAfter
-		}
+		fail.Class, fail.Hint = Throttled, e.RetryAfter
 	case e.Status == 408, e.Status == 409, e.Status >= 500:
 		fail.Class = Backoff
 	}

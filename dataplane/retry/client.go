@@ -1,10 +1,12 @@
 package retry
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/clodex/clodex/dataplane/translate"
@@ -29,33 +31,65 @@ func RetryAfterHeader(hint time.Duration, rnd func() float64) int {
 	return int(min(n, hi))
 }
 
-// ShouldRetry says whether to send "x-should-retry" with a failure, and its value. It returns
-// ("false", true) only for outcomes a retry cannot fix: a context overflow, a 429 usage limit
-// that resets in more than 60 s, and a 401/403 after the credential was refreshed. Pacing and
-// throttle 429s, and everything else, get no header: the client's own policy applies.
+// ShouldRetry says whether to send "x-should-retry" with a failure, and its value: "false"
+// for outcomes a retry cannot fix (a context overflow, a usage limit that resets more than
+// 60 s from now or at an unknown time, a 401/403 after the credential was refreshed), "true"
+// for every failure a retry can fix (408, 409, 429 and 5xx, including a usage limit that
+// resets within 60 s). Other failures (400, 404, 413, a first 401) get no header: the
+// client's own policy applies.
 func ShouldRetry(e *translate.UpstreamError, f Facts) (value string, ok bool) {
 	switch {
 	case e == nil:
 		return "", false
 	case e.ContextOverflow,
-		e.Status == 429 && f.UsageLimitReset > translate.MaxRetryAfter,
+		e.UsageLimit && !e.Retryable(),
 		(e.Status == 401 || e.Status == 403) && f.AuthRefreshed:
 		return "false", true
+	case e.Retryable():
+		return "true", true
 	}
 	return "", false
 }
 
-// ErrorHeaders sets the retry headers of an error response for e: retry-after (from
-// RetryAfterHeader) on a 429 that carries a hint, and x-should-retry from ShouldRetry. A 429
-// without a hint (a plan-level limit stated in prose) gets no invented retry-after.
-func ErrorHeaders(h http.Header, e *translate.UpstreamError, f Facts, rnd func() float64) {
+// retryHint is the wait a retryable failure states itself: a usage limit's reset, a 429's
+// hint; else f.Wait, else translate.DefaultRetryAfter.
+func retryHint(e *translate.UpstreamError, f Facts) time.Duration {
+	switch {
+	case e.UsageLimit && e.ResetsIn > 0:
+		return e.ResetsIn
+	case e.RetryAfter > 0:
+		return e.RetryAfter
+	case f.Wait > 0:
+		return f.Wait
+	}
+	return translate.DefaultRetryAfter
+}
+
+// Answer prepares what the client is told about e before any output: it sets the retry
+// headers on h and returns e with its message completed; e itself is not modified.
+//
+// A failure a retry can fix gets "x-should-retry: true" and a retry-after in whole seconds
+// drawn by RetryAfterHeader from its own hint (a usage limit's reset, a 429's retry-after)
+// or else f.Wait (when the upstream is due to be tried again), and its message ends with
+// "; retry after Ns" unless it already says when to retry. A failure no retry can fix gets
+// "x-should-retry: false" where ShouldRetry says so, and no retry-after.
+func Answer(h http.Header, e *translate.UpstreamError, f Facts, rnd func() float64) *translate.UpstreamError {
 	if e == nil {
-		return
+		return nil
 	}
-	if e.Status == 429 && e.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(RetryAfterHeader(e.RetryAfter, rnd)))
-	}
-	if v, ok := ShouldRetry(e, f); ok {
+	v, ok := ShouldRetry(e, f)
+	if ok {
 		h.Set("X-Should-Retry", v)
 	}
+	if v != "true" {
+		return e
+	}
+	secs := RetryAfterHeader(retryHint(e, f), rnd)
+	h.Set("Retry-After", strconv.Itoa(secs))
+	if strings.Contains(e.Message, "retry after") {
+		return e
+	}
+	c := *e
+	c.Message += fmt.Sprintf("; retry after %ds", secs)
+	return &c
 }

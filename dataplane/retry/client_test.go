@@ -81,59 +81,91 @@ func TestRetryAfterHeaderEdges(t *testing.T) {
 }
 
 func TestShouldRetry(t *testing.T) {
+	usage := func(in time.Duration) *translate.UpstreamError {
+		return &translate.UpstreamError{Status: 429, Code: "usage_limit_reached", UsageLimit: true, ResetsIn: in}
+	}
 	tests := []struct {
-		name   string
-		err    *translate.UpstreamError
-		facts  Facts
-		wantOK bool
+		name  string
+		err   *translate.UpstreamError
+		facts Facts
+		want  string // "" = no header
 	}{
-		{"nil", nil, Facts{}, false},
-		{"context overflow", &translate.UpstreamError{Status: 400, ContextOverflow: true}, Facts{}, true},
-		{"usage limit in 2 hours", &translate.UpstreamError{Status: 429, Code: "usage_limit_reached"}, Facts{UsageLimitReset: 2 * time.Hour}, true},
-		{"usage limit in 61 s", &translate.UpstreamError{Status: 429}, Facts{UsageLimitReset: 61 * time.Second}, true},
-		{"usage limit in exactly 60 s", &translate.UpstreamError{Status: 429}, Facts{UsageLimitReset: 60 * time.Second}, false},
-		{"usage limit, reset unknown", &translate.UpstreamError{Status: 429, Code: "usage_limit_reached"}, Facts{}, false},
-		{"throttle 429", &translate.UpstreamError{Status: 429, RetryAfter: 5 * time.Second}, Facts{}, false},
-		{"pacing refusal 429", &translate.UpstreamError{Status: 429, RetryAfter: 4 * time.Second}, Facts{}, false},
-		{"401 before refresh", &translate.UpstreamError{Status: 401}, Facts{}, false},
-		{"401 after refresh", &translate.UpstreamError{Status: 401}, Facts{AuthRefreshed: true}, true},
-		{"403 after refresh", &translate.UpstreamError{Status: 403}, Facts{AuthRefreshed: true}, true},
-		{"529 overloaded", &translate.UpstreamError{Status: 529}, Facts{AuthRefreshed: true}, false},
-		{"502", &translate.UpstreamError{Status: 502}, Facts{}, false},
-		{"plain 400", &translate.UpstreamError{Status: 400}, Facts{}, false},
+		{"nil", nil, Facts{}, ""},
+		{"context overflow", &translate.UpstreamError{Status: 400, ContextOverflow: true}, Facts{}, "false"},
+		{"usage limit in 2 hours", usage(2 * time.Hour), Facts{}, "false"},
+		{"usage limit in 61 s", usage(61 * time.Second), Facts{}, "false"},
+		{"usage limit in exactly 60 s", usage(60 * time.Second), Facts{}, "true"},
+		{"usage limit in 1 s", usage(time.Second), Facts{}, "true"},
+		{"usage limit, reset unknown", usage(0), Facts{}, "false"},
+		{"throttle 429", &translate.UpstreamError{Status: 429, RetryAfter: 5 * time.Second}, Facts{}, "true"},
+		{"429 without a hint", &translate.UpstreamError{Status: 429}, Facts{}, "true"},
+		{"401 before refresh", &translate.UpstreamError{Status: 401}, Facts{}, ""},
+		{"401 after refresh", &translate.UpstreamError{Status: 401}, Facts{AuthRefreshed: true}, "false"},
+		{"403 after refresh", &translate.UpstreamError{Status: 403}, Facts{AuthRefreshed: true}, "false"},
+		{"529 overloaded", &translate.UpstreamError{Status: 529}, Facts{AuthRefreshed: true}, "true"},
+		{"502", &translate.UpstreamError{Status: 502}, Facts{}, "true"},
+		{"408", &translate.UpstreamError{Status: 408}, Facts{}, "true"},
+		{"409", &translate.UpstreamError{Status: 409}, Facts{}, "true"},
+		{"plain 400", &translate.UpstreamError{Status: 400}, Facts{}, ""},
+		{"404", &translate.UpstreamError{Status: 404}, Facts{}, ""},
 	}
 	for _, tt := range tests {
 		v, ok := ShouldRetry(tt.err, tt.facts)
-		if ok != tt.wantOK || ok && v != "false" || !ok && v != "" {
-			t.Errorf("%s: ShouldRetry() = (%q, %v), want ok=%v with \"false\"", tt.name, v, ok, tt.wantOK)
+		if v != tt.want || ok != (tt.want != "") {
+			t.Errorf("%s: ShouldRetry() = (%q, %v), want %q", tt.name, v, ok, tt.want)
 		}
 	}
 }
 
-func TestErrorHeaders(t *testing.T) {
+// TestAnswer: every retryable answer carries retry-after and x-should-retry, and its message
+// says when to retry; what a retry cannot fix says so. rand 0.5 draws h + floor(0.5 × the
+// ceil(1.25 h) − h + 1 values).
+func TestAnswer(t *testing.T) {
 	tests := []struct {
 		name           string
 		err            *translate.UpstreamError
 		facts          Facts
 		wantRetryAfter string
 		wantShould     string
+		wantMsg        string
 	}{
-		{"upgrade 403 as 429, hint 5", translate.ClassifyUpgrade(403, ""), Facts{}, "6", ""},
-		{"connection limit, hint 10: 10 + floor(0.5 x 4 values)", &translate.UpstreamError{Status: 429, Code: translate.CodeConnectionLimit, RetryAfter: 10 * time.Second}, Facts{}, "12", ""},
-		{"429 without a hint gets none", &translate.UpstreamError{Status: 429}, Facts{}, "", ""},
-		{"usage limit hours away", &translate.UpstreamError{Status: 429}, Facts{UsageLimitReset: 3 * time.Hour}, "", "false"},
-		{"529", &translate.UpstreamError{Status: 529, Type: "overloaded_error"}, Facts{}, "", ""},
-		{"overflow", &translate.UpstreamError{Status: 400, ContextOverflow: true}, Facts{}, "", "false"},
-		{"nil", nil, Facts{}, "", ""},
+		{"upgrade 403 as 429, hint 5: 5..7", translate.ClassifyUpgrade(403, ""), Facts{}, "6", "true",
+			"OpenAI edge throttled the Responses WebSocket upgrade (HTTP 403); retry after 5s"},
+		{"connection limit, hint 10: 10..13", &translate.UpstreamError{Status: 429, Code: translate.CodeConnectionLimit, RetryAfter: 10 * time.Second, Message: "m; retry after 10s"},
+			Facts{}, "12", "true", "m; retry after 10s"},
+		{"429 without a hint waits for the upstream: 3..4", &translate.UpstreamError{Status: 429, Message: "rate limited"}, Facts{Wait: 3 * time.Second}, "4", "true",
+			"rate limited; retry after 4s"},
+		{"502 without a wait: the default 5..7", &translate.UpstreamError{Status: 502, Message: "gone"}, Facts{}, "6", "true", "gone; retry after 6s"},
+		{"529 with a 1 s wait: 1..2", &translate.UpstreamError{Status: 529, Type: "overloaded_error", Message: "busy"}, Facts{Wait: time.Second}, "2", "true",
+			"busy; retry after 2s"},
+		{"usage limit 30 s away: 30..38", &translate.UpstreamError{Status: 429, UsageLimit: true, ResetsIn: 30 * time.Second, Message: "limit; it resets in 30s"},
+			Facts{Wait: time.Second}, "34", "true", "limit; it resets in 30s; retry after 34s"},
+		{"usage limit hours away", &translate.UpstreamError{Status: 429, UsageLimit: true, ResetsIn: 3 * time.Hour, Message: "limit; retrying before then will not help"},
+			Facts{}, "", "false", "limit; retrying before then will not help"},
+		{"overflow", &translate.UpstreamError{Status: 400, ContextOverflow: true, Message: "prompt is too long"}, Facts{}, "", "false", "prompt is too long"},
+		{"plain 400", &translate.UpstreamError{Status: 400, Message: "bad"}, Facts{}, "", "", "bad"},
 	}
 	for _, tt := range tests {
 		h := http.Header{}
-		ErrorHeaders(h, tt.err, tt.facts, fixedRand(0.5))
+		var before translate.UpstreamError
+		if tt.err != nil {
+			before = *tt.err
+		}
+		got := Answer(h, tt.err, tt.facts, fixedRand(0.5))
 		if got := h.Get("Retry-After"); got != tt.wantRetryAfter {
 			t.Errorf("%s: retry-after = %q, want %q", tt.name, got, tt.wantRetryAfter)
 		}
 		if got := h.Get("X-Should-Retry"); got != tt.wantShould {
 			t.Errorf("%s: x-should-retry = %q, want %q", tt.name, got, tt.wantShould)
 		}
+		if got.Message != tt.wantMsg {
+			t.Errorf("%s: message %q, want %q", tt.name, got.Message, tt.wantMsg)
+		}
+		if *tt.err != before {
+			t.Errorf("%s: Answer modified its argument", tt.name)
+		}
+	}
+	if Answer(http.Header{}, nil, Facts{}, nil) != nil {
+		t.Error("Answer(nil) != nil")
 	}
 }

@@ -33,6 +33,22 @@
 //     replacement itself is treated as Backoff.
 //   - Fatal: no retry.
 //
+// Backoff and Throttled failures are the ones a client retries itself. With a Health
+// (Config.Health) Do retries them at most HealthConfig.FailureRetries times (default 1) while
+// the upstream is healthy and not at all while it is failing, so a persistent failure reaches
+// the client after one short wait instead of the whole ladder, and two retry loops (the data
+// plane's and the client's) no longer multiply. The budget's MaxRetries stays the cap and the
+// pacer's wait bound is derived from it unchanged: Refused and Replace keep every retry.
+//
+// # Failure memory
+//
+// Health remembers, across requests, whether each upstream is failing, since when and why.
+// While an upstream is unreachable (no socket opened: refused, DNS, TLS, timeout, an upgrade
+// 5xx), Health.Dial refuses new sockets at once with a *DownError until the next probe is
+// due, a quarter of the failing time after the latest failure (1 s to 15 s); one request then
+// dials as the probe. Health.RetryAfter is that wait, what a client is told to wait for a
+// failure that carries no hint of its own.
+//
 // # Deadlines
 //
 // Every attempt of a request shares one no-data deadline (Deadline, Budget.IdleTimeout) that
@@ -45,9 +61,13 @@
 //
 // # What the client is told
 //
-// RetryAfterHeader draws the retry-after value sent with a 429 uniformly from
-// [h, ceil(1.25 h)] whole seconds, so throttled clients do not retry in a herd. ShouldRetry
-// decides when to send "x-should-retry: false": only for outcomes a retry cannot fix (a usage
-// limit resetting in more than 60 s, a context overflow, an auth failure after a refresh).
-// ErrorHeaders sets both.
+// Answer sets the headers of an error answer and completes its message. Every failure a retry
+// can fix (408, 409, 429, 5xx, a usage limit resetting within 60 s) gets "x-should-retry:
+// true" and a retry-after drawn by RetryAfterHeader uniformly from [h, ceil(1.25 h)] whole
+// seconds — h being the failure's own hint (a usage limit's reset, a 429's hint) or else
+// Facts.Wait (Health.RetryAfter) — so clients pace their retries and do not retry in a herd;
+// its message ends with "; retry after Ns". ShouldRetry sends "x-should-retry: false" only for
+// outcomes a retry cannot fix: a usage limit resetting more than 60 s from now or at an
+// unknown time, a context overflow, an auth failure after a refresh. A usage limit is never
+// retried inside the data plane (Classify makes it Fatal).
 package retry

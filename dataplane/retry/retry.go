@@ -106,6 +106,16 @@ type Config struct {
 	Rand func() float64
 	// Logger (Optional) gets one debug line per retry; default discards.
 	Logger *slog.Logger
+	// Health (Optional) is the shared memory of upstream failures, and
+	// Upstream this request's key in it. With a Health, a failure the client
+	// can retry itself (Backoff, Throttled) is retried inside Do at most
+	// Health's FailureRetries times while the upstream is healthy, and not
+	// at all while it is failing: Do returns it for the client to retry
+	// after Health.RetryAfter. Every such failure is recorded, and a success
+	// makes the upstream healthy. Refusals and replacements are not
+	// affected. Without a Health every retry of the budget may be spent.
+	Health   *Health
+	Upstream string
 }
 
 // ErrInvalidConfig is matched by the error Do returns for a bad Config.
@@ -200,12 +210,19 @@ func Do(ctx context.Context, cfg Config, attempt func(ctx context.Context, a Att
 	reqCtx, cancelTotal := total.Context(idleCtx)
 	defer cancelTotal()
 
+	failureRetries := c.budget.MaxRetries // retries a Backoff or Throttled failure may still spend
+	if cfg.Health != nil {
+		failureRetries = min(failureRetries, cfg.Health.allowance(cfg.Upstream))
+	}
 	a := Attempt{Idle: idle}
 	for {
 		actx, cancel := context.WithCancel(reqCtx)
 		err := attempt(actx, a)
 		cancel()
 		if err == nil {
+			if cfg.Health != nil {
+				cfg.Health.succeeded(cfg.Upstream)
+			}
 			return nil
 		}
 		if cause := context.Cause(reqCtx); cause != nil {
@@ -235,8 +252,18 @@ func Do(ctx context.Context, cfg Config, attempt func(ctx context.Context, a Att
 			return fmt.Errorf("retry: attempt %d returned a failure of unknown class %d (allowed: %d..%d): %w",
 				a.N, int(f.Class), int(Fatal), int(Refused), f.final())
 		}
+		clientRetries := class == Backoff || class == Throttled
+		if clientRetries && cfg.Health != nil {
+			cfg.Health.failed(cfg.Upstream, f.final())
+		}
 		if a.N >= c.budget.MaxRetries {
 			return fmt.Errorf("retry: gave up after %d retries: %w", a.N, f.final())
+		}
+		if clientRetries {
+			if failureRetries <= 0 {
+				return fmt.Errorf("retry: left to the client after %d retries: %w", a.N, f.final())
+			}
+			failureRetries--
 		}
 		wait := Wait(class, a.N+1, f.Hint, c.rand())
 		at := c.clock.Now().Add(wait)
