@@ -11,6 +11,7 @@ import (
 
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
+	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/internal/node"
 	"github.com/clodex/clodex/internal/pacing"
@@ -61,6 +62,8 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "`file` whose first line is the API key clients must send (required off loopback)")
 	origins := fs.String("allowed-origins", "", "comma-separated browser `origins` allowed to call the API, e.g. http://localhost:3000")
 	fs.StringVar(&c.ModelAliases, "model-aliases", "", "model aliases `pattern=model,...` tried before the defaults (pattern may end in *)")
+	fs.BoolVar(&c.ModelPassthrough, "model-passthrough", false, "send model names no alias matches to the backend unchanged (default: answer 400 listing the accepted names)")
+	failureRetries := fs.Int("failure-retries", retry.DefaultFailureRetries, "`retries` a turn spends inside the data plane on a failure the client retries itself (5xx, unreachable backend, 429) while the upstream is healthy; 0 leaves them all to the client")
 	fs.StringVar(&c.ControlPlane, "control-plane", "", "join the fleet whose control plane listens at `host:port` (default: run one embedded in-process)")
 	fs.StringVar(&c.AgentTokenFile, "agent-token-file", getenv(envAgentTokenFile), "`file` holding the fleet's agent token (or set "+envAgentToken+")")
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "verify the control plane with this CA PEM `file` (default plaintext)")
@@ -83,6 +86,15 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 	if c.Version {
 		return c, nil
 	}
+	var errs []error
+	switch n := *failureRetries; {
+	case n == 0:
+		c.FailureRetries = retry.NoFailureRetries
+	case n < 0:
+		errs = append(errs, fmt.Errorf("--failure-retries %d is out of range; allowed: 0..%d", n, pacing.MaxMaxRetries))
+	default:
+		c.FailureRetries = n
+	}
 	for _, o := range strings.Split(*origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
 			c.AllowedOrigins = append(c.AllowedOrigins, o)
@@ -104,7 +116,6 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 	c.MaxConnections, c.MaxNurseryConnections = pool.CapsFromEnv(getenv, func(msg string) {
 		c.Notices = append(c.Notices, pacing.Notice{Key: "pool.caps:" + msg, Message: msg})
 	})
-	var errs []error
 	if c.ShutdownGrace == 0 { // node.Config reads 0 as the default
 		errs = append(errs, errors.New("--shutdown-grace 0s must be positive"))
 	}

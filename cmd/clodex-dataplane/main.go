@@ -6,6 +6,7 @@
 //	clodex-dataplane [--listen ADDR] [--upstream-url URL] [--codex-auth FILE]
 //	    [--token-endpoint URL] [--refresh auto|never] [--admin-listen ADDR]
 //	    [--api-key-file FILE] [--allowed-origins LIST] [--model-aliases SPEC]
+//	    [--model-passthrough] [--failure-retries 1]
 //	    [--control-plane ADDR --agent-token-file FILE [--tls-ca FILE]
 //	     [--tls-cert FILE --tls-key FILE]] [--data-dir DIR]
 //	    [--ws-diagnostics FILE|-] [--shutdown-grace 30s] [--log-level info]

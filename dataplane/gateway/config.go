@@ -82,6 +82,16 @@ type Config struct {
 	// RetryRand returns uniform values in [0, 1) for retry jitter and the
 	// client's retry-after draw (Optional; default math/rand/v2).
 	RetryRand func() float64
+	// Health is the data plane's memory of failing upstreams: it decides
+	// how many retries a turn spends inside the data plane on a failure the
+	// client retries itself, and what retry-after the client is told. Give
+	// the same Health to PoolDialer, which refuses new sockets to an
+	// unreachable upstream at once (Optional; default a private Health with
+	// retry.DefaultFailureRetries, whose dials are not gated).
+	Health *retry.Health
+	// Upstream names the upstream in Health and in messages: the backend's
+	// host, UpstreamKey of its URL (Optional; default "the upstream").
+	Upstream string
 	// ListenAddr is the address the Handler is served on (Optional;
 	// default DefaultListenAddr). It selects the listener security mode: a
 	// loopback host (127.0.0.0/8, ::1, localhost) accepts any key and checks
@@ -178,6 +188,12 @@ func (c *Config) validate() error {
 	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
+	}
+	if c.Health == nil {
+		c.Health, _ = retry.NewHealth(retry.HealthConfig{Clock: c.RetryClock, Logger: c.Logger})
+	}
+	if c.Upstream == "" {
+		c.Upstream = "the upstream"
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("gateway config: %w", err)

@@ -2,16 +2,23 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
+	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/upstream"
 )
 
@@ -21,20 +28,122 @@ import (
 // while existing heads keep theirs). The pool's Close on it is a hard
 // close that releases the file descriptor at once, except on Pool.Close,
 // which closes idle sockets with 1001 (see GoingAwayTimeout).
-func PoolDialer(base upstream.DialOptions, creds CredentialsSource) pool.Dialer {
+//
+// With a health (give the gateway the same one), every dial first asks
+// health.Dial for the upstream's key (UpstreamKey of base.URL): while the
+// upstream is unreachable a new socket is refused at once with a
+// *retry.DownError, without a dial, until the next probe is due. A dial
+// that opens no socket (refused, DNS, TLS, a timeout, an upgrade 5xx) is
+// recorded as Unreachable with an *UnreachableError naming the host and
+// the cause; any other answer as Reached. A nil health gates nothing.
+func PoolDialer(base upstream.DialOptions, creds CredentialsSource, health *retry.Health) pool.Dialer {
+	key := UpstreamKey(base.URL)
 	return pool.DialerFunc(func(ctx context.Context, _ pool.Partition) (pool.Conn, error) {
 		cred, err := creds.Credential(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("dial upstream: get credential: %w", err)
 		}
+		var ticket *retry.DialTicket
+		if health != nil {
+			if ticket, err = health.Dial(key); err != nil {
+				return nil, err
+			}
+			defer ticket.Done()
+		}
 		opts := base
 		opts.Credential = cred
 		c, err := upstream.Dial(ctx, opts)
 		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+			case isUnreachable(err):
+				err = &UnreachableError{Upstream: key, Cause: dialCause(err), Err: err}
+				ticket.Unreachable(err)
+			default:
+				ticket.Reached()
+			}
 			return nil, markRejected(err, cred.AccessToken)
 		}
+		ticket.Reached()
 		return &poolConn{c: c}, nil
 	})
+}
+
+// UpstreamKey is how the data plane names an upstream in messages, logs
+// and its failure memory: the host (and port, when the URL has one) of its
+// URL, or the URL itself when it has no host.
+func UpstreamKey(rawURL string) string {
+	if rawURL == "" {
+		rawURL = upstream.DefaultURL
+	}
+	if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return rawURL
+}
+
+// UnreachableError is a dial that opened no socket: the client is told the
+// upstream's host and the cause.
+type UnreachableError struct {
+	Upstream string // UpstreamKey
+	Cause    string // "connection refused", "DNS lookup failed: no such host", …
+	Err      error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("upstream %s cannot be reached: %s: %v", e.Upstream, e.Cause, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// isUnreachable reports whether a dial error means the backend could not
+// be reached at all, or answered the upgrade with a 5xx: not a refusal of
+// this client (401, 403, 429), which shows the backend up.
+func isUnreachable(err error) bool {
+	var ue *upstream.UpgradeError
+	if errors.As(err, &ue) {
+		return ue.Status >= 500
+	}
+	return true
+}
+
+// dialCause says in a few words why a dial opened no socket.
+func dialCause(err error) string {
+	var ue *upstream.UpgradeError
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	var hostErr x509.HostnameError
+	var authErr x509.UnknownAuthorityError
+	var recErr tls.RecordHeaderError
+	var alertErr tls.AlertError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &ue):
+		return fmt.Sprintf("the WebSocket upgrade was answered with HTTP %d", ue.Status)
+	case errors.As(err, &dnsErr):
+		switch {
+		case dnsErr.IsNotFound:
+			return "DNS lookup failed: no such host"
+		case dnsErr.IsTimeout:
+			return "DNS lookup timed out"
+		}
+		return "DNS lookup failed"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "no route to host"
+	case errors.As(err, &certErr), errors.As(err, &hostErr), errors.As(err, &authErr):
+		return "TLS certificate not trusted"
+	case errors.As(err, &recErr), errors.As(err, &alertErr):
+		return "TLS handshake failed"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return "timed out"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed during the handshake"
+	}
+	return "connection failed"
 }
 
 // GoingAwayTimeout bounds the close handshake of a pooled socket closed

@@ -3,10 +3,12 @@
 // from the connection pool. Package internal/node assembles it as
 // clodex-dataplane runs it:
 //
-//	p, err := pool.New(pool.Config{Dialer: gateway.PoolDialer(opts, src), Admitter: a, Registerer: reg})
+//	p, err := pool.New(pool.Config{Dialer: gateway.PoolDialer(opts, src, health), Admitter: a, Registerer: reg})
 //	srv, err := gateway.New(gateway.Config{
 //		Credentials: src, // *credentials.RefreshingFile, or gateway.NoRefresh(static)
 //		Pool:        p,
+//		Health:      health, // retry.NewHealth: the failure memory PoolDialer shares
+//		Upstream:    gateway.UpstreamKey(opts.URL),
 //		Budget:      budget,
 //		ListenAddr:  "127.0.0.1:17645",
 //		Logger:      logger,
@@ -15,12 +17,20 @@
 //	http.Serve(ln, srv.Handler())
 //
 // Routes: POST /v1/messages (any query, e.g. ?beta=true; streaming and
-// non-streaming), POST /v1/messages/count_tokens (local estimate),
-// GET /v1/models and GET /v1/models/{id} (Anthropic list shape with
-// context windows), HEAD on any path (200, empty: Claude Code's
-// preconnect), GET /healthz ({"ok":true,"service":"clodex-dataplane"}: a
-// prober learns the port is a clodex data plane). Anything else is 404 with
-// an Anthropic error body "Unknown endpoint: <METHOD> <path>".
+// non-streaming), POST /v1/messages/count_tokens (local estimate of what
+// would be forwarded), GET /v1/models (the Claude ids Claude Code knows
+// and the alias names and upstream models Config.Models accepts, in
+// Anthropic's list shape with context windows and upstream_model, the
+// Codex model each id is sent as) and GET /v1/models/{id} (any accepted
+// name), HEAD on any path (200, empty: Claude Code's preconnect),
+// GET /healthz ({"ok":true,"service":"clodex-dataplane"}: a prober learns
+// the port is a clodex data plane). Anything else is 404 with an Anthropic
+// error body "Unknown endpoint: <METHOD> <path>".
+//
+// Before any socket, /v1/messages and count_tokens refuse with a 400
+// naming the field whatever the upstream would certainly reject (see
+// translate.DecodeRequest), and a model name Config.Models does not accept
+// (listing the accepted ones).
 //
 // Listener security. On a loopback listener any API key is accepted, but
 // the Host header must name a loopback host (localhost, 127.0.0.1, [::1];
@@ -47,24 +57,40 @@
 // Retries happen only before any output reached the client:
 // previous_response_not_found, websocket_connection_limit_reached and a
 // transport failure on a reused socket replace the socket at once (full
-// context, unpaced); a transport failure on a new socket or an upgrade 5xx
-// backs off along the ladder; an upgrade 403 (429 to the client) waits
-// max(rung, hint <= 60 s) plus 0-25 % jitter; a refusal from the pool's
-// Admitter (*admission.RefusedError) waits exactly its hint. A 401 on the
-// upgrade drops the account's heads and asks Credentials.Rejected for one
-// refreshed credential, then retries once; credentials.ErrLoginRequired
-// (or a refresh that fails) is answered 401 authentication_error with
-// x-should-retry: false. A usage limit (usage_limit_reached,
-// usage_not_included) whose resets_in_seconds is at most 60 s is retried
-// after the reset; one that resets later is answered at once with 429 and
-// x-should-retry: false. When the retries are spent the client gets the
-// classified status: 429 rate_limit_error with a retry-after drawn from
-// [h, ceil(1.25 h)], 529 for overload, 502 for other 5xx and transport
+// context, unpaced); a refusal from the pool's Admitter
+// (*admission.RefusedError) waits exactly its hint. A failure the client
+// retries itself — a transport failure on a new socket, an unreachable
+// backend, a 5xx (an upgrade 5xx, a response that failed with no output),
+// a 429 (an upgrade 403 waits max(rung, hint <= 60 s) plus 0-25 % jitter)
+// — is retried inside the data plane at most Config.Health's
+// FailureRetries times (default once) while the upstream is healthy, and
+// not at all while it is failing (retry.Health); while it is unreachable
+// a turn that needs a new socket is answered at once without a dial until
+// the next probe is due. A 401 on the upgrade drops the account's heads
+// and asks Credentials.Rejected for one refreshed credential, then
+// retries once; credentials.ErrLoginRequired (or a refresh that fails) is
+// answered 401 authentication_error with x-should-retry: false. A usage
+// limit (usage_limit_reached, usage_not_included, insufficient_quota) is
+// never retried here: a 429 whose retry-after is the reset when it is at
+// most 60 s away, else at once with x-should-retry: false and a message
+// saying when the plan resets.
+//
+// When the turn gives up the client gets the classified status (429
+// rate_limit_error, 529 for overload, 502 for other 5xx and transport
 // failures, 400 "prompt is too long: N tokens > W maximum" for a context
-// overflow, never an empty 200. After output the SSE stream ends with an
-// error event. A client that disconnects cancels the turn and its socket
-// is closed at once. While the backend works without producing output, a
-// committed stream gets a ping event every Config.PingInterval.
+// overflow; never an empty 200) through retry.Answer: every failure a
+// retry can fix carries retry-after (its own hint, else when the upstream
+// is due to be tried again) and x-should-retry: true, and its message
+// says what happened and ends with "; retry after Ns". An unreachable
+// upstream is named with the cause: "The upstream HOST cannot be reached:
+// connection refused" (DNS, TLS, a timeout likewise). After output the SSE
+// stream ends with an error event. Every turn that ends in an error, the
+// SSE error after a 200 included, is logged at WARN with its cause and
+// counted in clodex_dataplane_failed_turns_total; pacer refusals are
+// counted in clodex_dataplane_pacer_refusals_total. A client that
+// disconnects cancels the turn and its socket is closed at once. While the
+// backend works without producing output, a committed stream gets a ping
+// event every Config.PingInterval.
 //
 // Shutdown: Server.Close cancels the turns in flight (the client is told
 // the data plane is shutting down; their sockets are discarded, which

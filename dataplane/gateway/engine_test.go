@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -293,6 +294,7 @@ func TestConnectionLimitReplacesSocket(t *testing.T) {
 func TestPacingRefusalIs429(t *testing.T) {
 	e := newEnv(t, envOptions{mutate: func(c *node.Config) {
 		c.Policy = pacing.Policy{RatePerMinute: 3, Burst: 1, Budget: pacing.DefaultBudget()}
+		c.AdminListen = "127.0.0.1:0"
 	}})
 	resp := e.post(t, "/v1/messages", gateway.MessagesBody(false, "#sim reply admitted"), nil)
 	if resp.StatusCode != http.StatusOK {
@@ -319,6 +321,20 @@ func TestPacingRefusalIs429(t *testing.T) {
 	}
 	if st := e.sim.Stats(); st.Upgrades != 1 {
 		t.Errorf("sim upgrades = %d, want 1 (the refused turn never dialed)", st.Upgrades)
+	}
+	// Operators see the refusals: every refused attempt, and the failed turn.
+	mresp, err := e.client.Get("http://" + e.dp.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := string(gateway.ReadAll(t, mresp))
+	for _, want := range []string{
+		"clodex_dataplane_pacer_refusals_total " + strconv.Itoa(pacing.DefaultMaxRetries+1),
+		`clodex_dataplane_failed_turns_total{status="429"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, m)
+		}
 	}
 }
 

@@ -30,6 +30,10 @@ func policyWithRetries(t *testing.T, maxRetries int) pacing.Policy {
 	return p
 }
 
+// An upgrade throttled with 403 is a 429 with the edge's hint. With two
+// failure retries the first request retries twice, waiting max(rung,
+// hint) × (1 + 0.25 × 0.5); the account is then failing, so the second
+// request makes one attempt and hands its 429 to the client at once.
 func TestUpgradeThrottleBecomes429(t *testing.T) {
 	tests := []struct {
 		name          string
@@ -38,7 +42,6 @@ func TestUpgradeThrottleBecomes429(t *testing.T) {
 		maxRetryAfter int
 		wantSleeps    []time.Duration
 	}{
-		// Two retries after a throttle: max(rung, hint) × (1 + 0.25 × 0.5).
 		{"edge sends retry-after", 7 * time.Second, 7, 9, []time.Duration{7875 * time.Millisecond, 7875 * time.Millisecond}},
 		{"edge sends none: default hint", 0, 5, 7, []time.Duration{5625 * time.Millisecond, 5625 * time.Millisecond}},
 	}
@@ -48,6 +51,7 @@ func TestUpgradeThrottleBecomes429(t *testing.T) {
 				sim: codexsim.Config{UpgradeLimit: 1, Faults: codexsim.Faults{RetryAfter403: tt.retryAfter403}},
 				mutate: func(c *node.Config) {
 					c.Policy = policyWithRetries(t, 2)
+					c.FailureRetries = 2
 					c.RetryRand = func() float64 { return 0.5 }
 				},
 			})
@@ -65,21 +69,20 @@ func TestUpgradeThrottleBecomes429(t *testing.T) {
 				if err != nil || got < tt.minRetryAfter || got > tt.maxRetryAfter {
 					t.Errorf("stream=%v: retry-after = %q, want an integer in [%d, %d]", stream, resp.Header.Get("Retry-After"), tt.minRetryAfter, tt.maxRetryAfter)
 				}
-				if v := resp.Header.Get("X-Should-Retry"); v != "" {
-					t.Errorf("stream=%v: x-should-retry = %q, want none for a throttle", stream, v)
+				if v := resp.Header.Get("X-Should-Retry"); v != "true" {
+					t.Errorf("stream=%v: x-should-retry = %q, want true: a throttle passes", stream, v)
 				}
 				eb := gateway.ReadError(t, resp)
 				if eb.Error.Type != "rate_limit_error" || !strings.Contains(eb.Error.Message, "403") {
 					t.Errorf("stream=%v: error = %+v, want rate_limit_error mentioning the 403", stream, eb.Error)
 				}
 			}
-			// Each request: the first attempt and two retries, all refused.
-			if st := e.sim.Stats(); st.Upgrade403s != 6 {
-				t.Errorf("sim upgrade_403s = %d, want 6 (3 attempts for each of 2 requests)", st.Upgrade403s)
+			// The first request: its attempt and two retries; the second: one attempt.
+			if st := e.sim.Stats(); st.Upgrade403s != 4 {
+				t.Errorf("sim upgrade_403s = %d, want 4 (3 attempts, then 1)", st.Upgrade403s)
 			}
-			want := append(append([]time.Duration(nil), tt.wantSleeps...), tt.wantSleeps...)
-			if got := e.clock.Sleeps(); !slices.Equal(got, want) {
-				t.Errorf("waits between attempts = %v, want %v", got, want)
+			if got := e.clock.Sleeps(); !slices.Equal(got, tt.wantSleeps) {
+				t.Errorf("waits between attempts = %v, want %v", got, tt.wantSleeps)
 			}
 		})
 	}
@@ -157,20 +160,20 @@ func TestUnreachableUpstreamIs502(t *testing.T) {
 	}
 }
 
-// A usage limit that resets later than 60 s is final (x-should-retry:
-// false, no retry); one that resets sooner is retried with the reset as
-// the wait and, when the retries run out, is a plain 429.
+// A usage limit is never retried inside the data plane. One that resets
+// later than 60 s is answered at once with x-should-retry: false and a
+// message saying when the plan resets; one that resets sooner is a 429
+// whose retry-after is the reset.
 func TestUsageLimitReset(t *testing.T) {
 	tests := []struct {
 		name            string
 		resetSecs       int
-		wantCreates     int
 		wantShouldRetry string
-		minSleep        time.Duration // every wait between attempts is within [min, max]
-		maxSleep        time.Duration
+		wantRetryAfter  string // rand 0.5: h + floor(0.5 × (ceil(1.25 h) − h + 1))
+		wantMsg         string
 	}{
-		{"resets in 4 h", 4 * 3600, 1, "false", 0, 0},
-		{"resets in 30 s", 30, 3, "", 30 * time.Second, 37500 * time.Millisecond},
+		{"resets in 4 h", 4 * 3600, "false", "", "The ChatGPT plan's usage limit was reached (usage_limit_reached, plus plan); it resets in 4h0m; retrying before then will not help"},
+		{"resets in 30 s", 30, "true", "34", "The ChatGPT plan's usage limit was reached (usage_limit_reached, plus plan); it resets in 30s; retry after 34s"},
 	}
 	for _, tt := range tests {
 		for _, stream := range []bool{false, true} {
@@ -189,21 +192,18 @@ func TestUsageLimitReset(t *testing.T) {
 				if got := resp.Header.Get("X-Should-Retry"); got != tt.wantShouldRetry {
 					t.Errorf("x-should-retry = %q, want %q", got, tt.wantShouldRetry)
 				}
+				if got := resp.Header.Get("Retry-After"); got != tt.wantRetryAfter {
+					t.Errorf("retry-after = %q, want %q", got, tt.wantRetryAfter)
+				}
 				eb := gateway.ReadError(t, resp)
-				if eb.Error.Type != "rate_limit_error" || !strings.Contains(eb.Error.Message, "usage_limit_reached") {
-					t.Errorf("error = %+v, want rate_limit_error naming usage_limit_reached", eb.Error)
+				if eb.Error.Type != "rate_limit_error" || eb.Error.Message != tt.wantMsg {
+					t.Errorf("error = %+v, want rate_limit_error %q", eb.Error, tt.wantMsg)
 				}
-				if creates, _ := up.stats(); creates != tt.wantCreates {
-					t.Errorf("upstream got %d response.create, want %d", creates, tt.wantCreates)
+				if creates, _ := up.stats(); creates != 1 {
+					t.Errorf("upstream got %d response.create, want 1: a usage limit is not retried here", creates)
 				}
-				sleeps := e.clock.Sleeps()
-				if len(sleeps) != tt.wantCreates-1 {
-					t.Errorf("waits between attempts = %v, want %d", sleeps, tt.wantCreates-1)
-				}
-				for _, d := range sleeps {
-					if d < tt.minSleep || d > tt.maxSleep {
-						t.Errorf("wait %v, want within [%v, %v] (the reset is the hint)", d, tt.minSleep, tt.maxSleep)
-					}
+				if sleeps := e.clock.Sleeps(); len(sleeps) != 0 {
+					t.Errorf("waits between attempts = %v, want none", sleeps)
 				}
 			})
 		}

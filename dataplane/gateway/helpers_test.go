@@ -59,7 +59,7 @@ func newUnitEnv(t *testing.T, o unitOptions) *unitEnv {
 	simTS := httptest.NewServer(sim.Handler())
 	simURL := "ws" + strings.TrimPrefix(simTS.URL, "http") + codexsim.ChatGPTPath
 	creds := NoRefresh(credentials.Static{AccessToken: simToken, AccountID: simAccount})
-	p, err := pool.New(pool.Config{Dialer: PoolDialer(upstream.DialOptions{URL: simURL}, creds), Admitter: o.admitter})
+	p, err := pool.New(pool.Config{Dialer: PoolDialer(upstream.DialOptions{URL: simURL}, creds, nil), Admitter: o.admitter})
 	if err != nil {
 		t.Fatalf("pool.New: %v", err)
 	}

@@ -86,8 +86,8 @@ func TestRoutes(t *testing.T) {
 		{"unknown path", "GET", "/v2/nothing", "", 404, `"message":"Unknown endpoint: GET /v2/nothing"`},
 		{"wrong method", "GET", "/v1/messages", "", 404, `Unknown endpoint: GET /v1/messages`},
 		{"prefix is not a match", "POST", "/v1/messages/extra", `{}`, 404, `Unknown endpoint: POST /v1/messages/extra`},
-		{"unknown model", "GET", "/v1/models/nope-1", "", 404, `"type":"not_found_error","message":"Model 'nope-1' not found"`},
-		{"count tokens", "POST", "/v1/messages/count_tokens?beta=true", `{"model":"m","messages":[{"role":"user","content":"abcdefgh"}]}`, 200, `{"input_tokens":`},
+		{"unknown model", "GET", "/v1/models/nope-1", "", 404, `"type":"not_found_error","message":"Model 'nope-1' not found; GET /v1/models lists the accepted models"`},
+		{"count tokens", "POST", "/v1/messages/count_tokens?beta=true", `{"model":"gpt-5.5","messages":[{"role":"user","content":"abcdefgh"}]}`, 200, `{"input_tokens":`},
 		{"count tokens bad body", "POST", "/v1/messages/count_tokens", `[1,2]`, 400, `invalid_request_error`},
 	}
 	for _, tt := range tests {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -41,6 +42,11 @@ func (s *Server) serveMessages(w *record, r *http.Request) {
 		return
 	}
 	w.model = req.Model()
+	if err := s.cfg.Models.Check(req.Model()); err != nil {
+		w.err = err
+		writeError(w, http.StatusBadRequest, "invalid_request_error", requestErrorMessage(err))
+		return
+	}
 	turn, err := translate.ToResponses(req, translate.Options{
 		Models:        s.cfg.Models,
 		SessionHeader: r.Header.Get("X-Claude-Code-Session-Id"),
@@ -56,7 +62,9 @@ func (s *Server) serveMessages(w *record, r *http.Request) {
 	h, ok := s.track(cancel)
 	if !ok {
 		w.err = errShuttingDown
-		writeError(w, http.StatusServiceUnavailable, "api_error", "The data plane is shutting down; retry on another instance")
+		e := retry.Answer(w.Header(), &translate.UpstreamError{Status: http.StatusServiceUnavailable, Type: "api_error",
+			Message: "The data plane is shutting down; retry on another instance"}, retry.Facts{}, s.rand)
+		writeJSON(w, e.Status, translate.ErrorBody(e))
 		return
 	}
 	defer s.untrack(h)
@@ -75,6 +83,15 @@ func (s *Server) serveMessages(w *record, r *http.Request) {
 	t := &turnRun{s: s, w: w, turn: turn, span: span, msgID: newID("msg_")}
 	outcome := t.run(ctx)
 	s.metrics.turns.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	if outcome == outcomeFailed {
+		w.failed = true
+		w.attempts = t.attempts
+		label := strconv.Itoa(w.status)
+		if t.clientSawOutput() {
+			label = "stream" // an SSE error event after a 200
+		}
+		s.metrics.failedTurns.WithLabelValues(label).Inc()
+	}
 	if !recording {
 		return
 	}
@@ -171,8 +188,8 @@ func (t *turnRun) run(ctx context.Context) string {
 		t.sse = newSSEWriter(t.w)
 	}
 
-	err = retry.Do(ctx, retry.Config{Budget: s.turnBudget(cred.AccountID), Clock: s.cfg.RetryClock, Rand: s.rand, Logger: s.cfg.Logger},
-		t.attempt)
+	err = retry.Do(ctx, retry.Config{Budget: s.turnBudget(cred.AccountID), Clock: s.cfg.RetryClock, Rand: s.rand, Logger: s.cfg.Logger,
+		Health: s.cfg.Health, Upstream: s.cfg.Upstream}, t.attempt)
 	if t.pending != nil {
 		t.pending.Discard(t.pendingReason)
 		t.pending = nil
@@ -203,11 +220,21 @@ func (t *turnRun) upstreamError(err error) *translate.UpstreamError {
 	var ue *translate.UpstreamError
 	var re *admission.RefusedError
 	var le *loginError
+	var down *retry.DownError
+	var unreach *UnreachableError
+	var upg *upstream.UpgradeError
 	switch {
 	case errors.As(err, &le):
 		return loginRequired()
 	case errors.As(err, &te):
 		return te.Upstream()
+	case errors.As(err, &down):
+		// Not tried: the upstream is known unreachable and its next probe
+		// is not due. Say what the last attempt found, and for how long.
+		e := t.unreachable(down.Cause)
+		c := *e
+		c.Message += fmt.Sprintf(" (failing for %s; not tried again yet)", translate.FormatWait(t.s.now().Sub(down.Since)))
+		return &c
 	case errors.As(err, &ue):
 		return ue
 	case errors.As(err, &re):
@@ -215,8 +242,29 @@ func (t *turnRun) upstreamError(err error) *translate.UpstreamError {
 		return &translate.UpstreamError{Status: http.StatusTooManyRequests, Type: "rate_limit_error",
 			Message:    fmt.Sprintf("The fleet's pacing of new upstream connections refused this request; retry after %ds", secs),
 			RetryAfter: re.RetryAfter}
+	case errors.As(err, &unreach), errors.As(err, &upg):
+		return t.unreachable(err)
 	}
-	return transportFailure()
+	return transportFailure(t.s.cfg.Upstream)
+}
+
+// unreachable is what the client is told about a dial that opened no
+// socket: an upgrade answered 5xx as translate classifies it, anything
+// else as a 502 naming the upstream and the cause.
+func (t *turnRun) unreachable(cause error) *translate.UpstreamError {
+	var upg *upstream.UpgradeError
+	if errors.As(cause, &upg) {
+		e := translate.ClassifyUpgrade(upg.Status, upg.RetryAfter)
+		e.Message = "Upstream " + t.s.cfg.Upstream + ": " + e.Message
+		return e
+	}
+	var unreach *UnreachableError
+	why := "connection failed"
+	if errors.As(cause, &unreach) {
+		why = unreach.Cause
+	}
+	return &translate.UpstreamError{Status: http.StatusBadGateway, Type: "api_error",
+		Message: fmt.Sprintf("The upstream %s cannot be reached: %s", t.s.cfg.Upstream, why)}
 }
 
 func loginRequired() *translate.UpstreamError {
@@ -339,8 +387,15 @@ func (t *turnRun) dialFailure(ctx context.Context, err error) error {
 	var re *admission.RefusedError
 	if errors.As(err, &re) {
 		s.metrics.dials.WithLabelValues("refused").Inc()
+		s.metrics.pacerRefusals.Inc()
 		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("clodex.upstream.status", http.StatusTooManyRequests))
 		return retry.Refusal(re.RetryAfter, err)
+	}
+	var down *retry.DownError
+	if errors.As(err, &down) {
+		// No dial was made: the client is answered at once and retries.
+		s.metrics.dials.WithLabelValues("skipped").Inc()
+		return retry.Final(err)
 	}
 	var ue *upstream.UpgradeError
 	if errors.As(err, &ue) {
@@ -518,7 +573,7 @@ func (t *turnRun) responseFailed(ctx context.Context, l *pool.Lease) error {
 		l.Discard(reasonFailed)
 		return retry.Final(uf)
 	}
-	f := retry.Classify(t.turn.Overflow(uf), retry.Facts{AuthRefreshed: t.refreshed, UsageLimitReset: uf.ResetsIn})
+	f := retry.Classify(t.turn.Overflow(uf), retry.Facts{AuthRefreshed: t.refreshed})
 	if uf.Status == http.StatusUnauthorized {
 		t.s.pool.DropAccount(t.part.Account)
 	}
@@ -709,21 +764,23 @@ func (t *turnRun) ctxEnded(ctx context.Context) string {
 	}
 }
 
-func transportFailure() *translate.UpstreamError {
+func transportFailure(upstream string) *translate.UpstreamError {
 	return &translate.UpstreamError{Status: http.StatusBadGateway, Type: "api_error",
-		Message: "The upstream connection ended before the response completed"}
+		Message: "The connection to " + upstream + " ended before the response completed"}
 }
 
 // writeUpstreamError answers a failure that happened before any output
-// with its classified status, body and retry headers (docs/errors.md §8): a 429
-// gets retry-after drawn from [h, ceil(1.25 h)]; x-should-retry: false
-// only where a retry cannot help. Never an empty 200.
+// with its classified status, body and retry headers (retry.Answer, docs/errors.md §8):
+// every failure a retry can fix gets retry-after and x-should-retry: true
+// and says when to retry; x-should-retry: false where a retry cannot help.
+// Never an empty 200.
 func (t *turnRun) writeUpstreamError(f *translate.UpstreamError) {
 	f = t.turn.Overflow(f)
-	status := f.Status
-	if status == http.StatusInternalServerError || status < 400 || status > 599 {
-		status = http.StatusBadGateway
+	if f.Status == http.StatusInternalServerError || f.Status < 400 || f.Status > 599 {
+		c := *f
+		c.Status = http.StatusBadGateway
+		f = &c
 	}
-	retry.ErrorHeaders(t.w.Header(), f, retry.Facts{AuthRefreshed: t.refreshed, UsageLimitReset: f.ResetsIn}, t.s.rand)
-	writeJSON(t.w, status, translate.ErrorBody(f))
+	f = retry.Answer(t.w.Header(), f, retry.Facts{AuthRefreshed: t.refreshed, Wait: t.s.cfg.Health.RetryAfter(t.s.cfg.Upstream)}, t.s.rand)
+	writeJSON(t.w, f.Status, translate.ErrorBody(f))
 }

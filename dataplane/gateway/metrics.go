@@ -7,9 +7,11 @@ import (
 )
 
 type metrics struct {
-	requests *prometheus.CounterVec   // by HTTP status
-	turns    *prometheus.HistogramVec // by outcome
-	dials    *prometheus.CounterVec   // by result
+	requests      *prometheus.CounterVec   // by HTTP status
+	turns         *prometheus.HistogramVec // by outcome
+	dials         *prometheus.CounterVec   // by result
+	failedTurns   *prometheus.CounterVec   // by what the client got
+	pacerRefusals prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -25,10 +27,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"outcome"}),
 		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clodex_dataplane_upstream_dials_total",
-			Help: "Upstream WebSocket dials, by result (ok, refused, error).",
+			Help: "Upstream WebSocket dials, by result (ok; refused: by the pacer or with an upgrade status; error: no socket opened; skipped: not tried, the upstream is known unreachable).",
 		}, []string{"result"}),
+		failedTurns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clodex_dataplane_failed_turns_total",
+			Help: "/v1/messages turns that ended in an error the client saw, by the HTTP status it got, or \"stream\" for an SSE error event after a 200.",
+		}, []string{"status"}),
+		pacerRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clodex_dataplane_pacer_refusals_total",
+			Help: "Attempts the pacer refused a new upstream socket (each is retried after its hint, or answered 429 when the retries are spent).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.turns, m.dials} {
+	for _, c := range []prometheus.Collector{m.requests, m.turns, m.dials, m.failedTurns, m.pacerRefusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register gateway metrics: %w", err)
 		}

@@ -42,6 +42,8 @@ const (
 	keyDuration  = "duration"
 	keyModel     = "model"
 	keyErr       = "err"
+	keyOutcome   = "outcome"
+	keyAttempts  = "attempts"
 )
 
 // Server is the data plane's Anthropic API. Create it with New.
@@ -128,6 +130,14 @@ func (s *Server) turnBudget(accountID string) pacing.Budget {
 	return b
 }
 
+// now is the time of the retry clock.
+func (s *Server) now() time.Time {
+	if s.cfg.RetryClock != nil {
+		return s.cfg.RetryClock.Now()
+	}
+	return time.Now()
+}
+
 // accountKey is the loggable key of an account id ("" for none).
 func accountKey(accountID string) string {
 	if accountID == "" {
@@ -179,9 +189,11 @@ func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 // record is the per-request state the boundary logs once.
 type record struct {
 	http.ResponseWriter
-	status int
-	err    error  // the error behind a failure status, logged once
-	model  string // requested model, when known
+	status   int
+	err      error  // the error behind a failure status, logged once
+	model    string // requested model, when known
+	failed   bool   // a turn that ended in an error the client saw (a status or an SSE error event)
+	attempts int    // upstream attempts of a failed turn
 }
 
 func (r *record) WriteHeader(code int) {
@@ -215,8 +227,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
 		level = slog.LevelInfo
 	}
-	if rec.status >= 500 {
-		level = slog.LevelWarn
+	if rec.status >= 500 || rec.failed {
+		level = slog.LevelWarn // operators see every turn that failed, and why
 	}
 	if !s.cfg.Logger.Enabled(r.Context(), level) {
 		return
@@ -233,6 +245,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if rec.err != nil {
 		attrs = append(attrs, slog.String(keyErr, rec.err.Error()))
+	}
+	if rec.failed {
+		attrs = append(attrs, slog.String(keyOutcome, outcomeFailed), slog.Int(keyAttempts, rec.attempts))
 	}
 	s.cfg.Logger.LogAttrs(r.Context(), level, "request", attrs...)
 }
@@ -267,7 +282,12 @@ func (s *Server) route(w *record, r *http.Request) {
 			writeJSON(w, http.StatusOK, body)
 			return
 		}
-		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("Model '%s' not found", id))
+		if info, ok := s.cfg.Models.Info(id); ok { // accepted, though not listed
+			b, _ := json.Marshal(modelEntryOf(info))
+			writeJSON(w, http.StatusOK, b)
+			return
+		}
+		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("Model '%s' not found; GET /v1/models lists the accepted models", id))
 	default:
 		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("Unknown endpoint: %s %s", r.Method, p))
 	}
@@ -434,14 +454,23 @@ func (s *Server) serveCountTokens(w *record, r *http.Request) {
 		writeError(w, herr.status, herr.typ, herr.message)
 		return
 	}
-	n, err := translate.CountTokens(body)
+	// The same checks as /v1/messages: what could not be sent is refused,
+	// and what is counted is what would be forwarded.
+	req, err := translate.DecodeCountTokens(body)
+	if err == nil {
+		w.model = req.Model()
+		err = s.cfg.Models.Check(req.Model())
+	}
+	if err == nil {
+		_, err = translate.ToResponses(req, translate.Options{Models: s.cfg.Models})
+	}
 	if err != nil {
 		w.err = err
 		writeError(w, http.StatusBadRequest, "invalid_request_error", requestErrorMessage(err))
 		return
 	}
 	w.Header().Set("X-Relay-Token-Count-Source", "local-estimate")
-	writeJSON(w, http.StatusOK, []byte(`{"input_tokens":`+strconv.Itoa(n)+`}`))
+	writeJSON(w, http.StatusOK, []byte(`{"input_tokens":`+strconv.Itoa(req.EstimatedTokens())+`}`))
 }
 
 func requestErrorMessage(err error) string {
@@ -452,6 +481,8 @@ func requestErrorMessage(err error) string {
 	return "Invalid request body"
 }
 
+// modelEntry is one model of GET /v1/models: Anthropic's shape (spec
+// 8.3) and upstream_model, the Codex model the id is sent as.
 type modelEntry struct {
 	Type           string `json:"type"`
 	ID             string `json:"id"`
@@ -459,6 +490,16 @@ type modelEntry struct {
 	CreatedAt      string `json:"created_at"`
 	ContextWindow  int    `json:"context_window"`
 	MaxInputTokens int    `json:"max_input_tokens"`
+	UpstreamModel  string `json:"upstream_model"`
+}
+
+func modelEntryOf(m translate.ModelInfo) modelEntry {
+	e := modelEntry{Type: "model", ID: m.ID, DisplayName: m.DisplayName, CreatedAt: "2025-01-01T00:00:00Z",
+		ContextWindow: m.ContextWindow, MaxInputTokens: m.ContextWindow, UpstreamModel: m.Upstream}
+	if e.DisplayName == "" {
+		e.DisplayName = m.ID
+	}
+	return e
 }
 
 // renderModels builds the GET /v1/models body (docs/translation.md §2.2) and one body per
@@ -467,11 +508,7 @@ func renderModels(list []translate.ModelInfo) ([]byte, map[string][]byte) {
 	entries := make([]modelEntry, 0, len(list))
 	byID := make(map[string][]byte, len(list))
 	for _, m := range list {
-		e := modelEntry{Type: "model", ID: m.ID, DisplayName: m.DisplayName, CreatedAt: "2025-01-01T00:00:00Z",
-			ContextWindow: m.ContextWindow, MaxInputTokens: m.ContextWindow}
-		if e.DisplayName == "" {
-			e.DisplayName = m.ID
-		}
+		e := modelEntryOf(m)
 		entries = append(entries, e)
 		b, _ := json.Marshal(e)
 		byID[m.ID] = b

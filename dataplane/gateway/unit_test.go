@@ -22,6 +22,7 @@ import (
 	"github.com/clodex/clodex/dataplane/admission"
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
+	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/internal/codexsim"
 	"github.com/clodex/clodex/internal/pacing"
@@ -237,7 +238,9 @@ func TestAdmissionRefusalsExhausted(t *testing.T) {
 }
 
 // Config.BudgetFor is asked for every turn's budget with the credential's
-// account; a zero or invalid answer falls back to Config.Budget.
+// account; a zero or invalid answer falls back to Config.Budget. The
+// Health allows more failure retries than any budget here, so the budget
+// is what bounds the attempts.
 func TestBudgetForIsConsulted(t *testing.T) {
 	valid := pacing.Budget{IdleTimeout: 120 * time.Second, TotalTimeout: 600 * time.Second}
 	tests := []struct {
@@ -255,6 +258,11 @@ func TestBudgetForIsConsulted(t *testing.T) {
 			var mu sync.Mutex
 			var asked []string
 			e := newUnitEnv(t, unitOptions{mutate: func(c *Config) {
+				h, err := retry.NewHealth(retry.HealthConfig{FailureRetries: 5, Clock: c.RetryClock})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Health = h
 				c.Budget = pacing.Budget{IdleTimeout: valid.IdleTimeout, TotalTimeout: valid.TotalTimeout, MaxRetries: 2}
 				c.BudgetFor = func(accountID string) pacing.Budget {
 					mu.Lock()
@@ -315,7 +323,7 @@ func TestPoolDialerUsesCurrentCredentialAndHardCloses(t *testing.T) {
 	e := newUnitEnv(t, unitOptions{sim: codexsim.Config{AcceptTokens: map[string]string{"tok-a": "acct-a", "tok-b": "acct-b"}}})
 	src := &refreshingSource{current: credentials.Credential{AccessToken: "tok-a", AccountID: "acct-a"},
 		next: credentials.Credential{AccessToken: "tok-b", AccountID: "acct-b"}}
-	d := PoolDialer(upstream.DialOptions{URL: e.simURL}, src)
+	d := PoolDialer(upstream.DialOptions{URL: e.simURL}, src, nil)
 	c1, err := d.Dial(t.Context(), pool.Partition{})
 	if err != nil {
 		t.Fatalf("first dial: %v", err)

@@ -68,6 +68,16 @@ type Config struct {
 	// ModelAliases is "pattern=model,..." added before the default aliases.
 	// (Optional)
 	ModelAliases string
+	// ModelPassthrough sends model names no alias matches and no known
+	// upstream model has to the backend unchanged, instead of answering
+	// 400. (Optional; default off)
+	ModelPassthrough bool
+	// FailureRetries is how many times a turn retries, inside the data
+	// plane, a failure the client retries itself (5xx, an unreachable
+	// backend, a 429) while the upstream is healthy; none while it is
+	// failing. (Optional; default retry.DefaultFailureRetries, 1;
+	// retry.NoFailureRetries for none; at most the turn budget's retries)
+	FailureRetries int
 
 	// ControlPlane is the fleet's control plane, host:port. (Optional;
 	// default none: an embedded control plane runs in-process)
@@ -201,6 +211,10 @@ func (c Config) Validate() error {
 	}
 	if _, err := translate.ParseModelAliases(c.ModelAliases); err != nil {
 		errs = append(errs, fmt.Errorf("--model-aliases: %w", err))
+	}
+	if c.FailureRetries < retry.NoFailureRetries || c.FailureRetries > pacing.MaxMaxRetries {
+		errs = append(errs, fmt.Errorf("--failure-retries %d is out of range; allowed: 0..%d (FailureRetries: %d for none)",
+			c.FailureRetries, pacing.MaxMaxRetries, retry.NoFailureRetries))
 	}
 	if c.fleet() {
 		if _, _, err := net.SplitHostPort(c.ControlPlane); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/gateway"
 	"github.com/clodex/clodex/dataplane/pool"
+	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/internal/account"
@@ -111,6 +112,15 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	if err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("--model-aliases: %w", err)}
 	}
+	if cfg.ModelPassthrough {
+		models = models.WithPassthrough()
+	}
+	health, err := retry.NewHealth(retry.HealthConfig{FailureRetries: cfg.FailureRetries, Clock: cfg.RetryClock,
+		Logger: logger.With("component", "dataplane/retry")})
+	if err != nil {
+		return nil, &ConfigError{Err: fmt.Errorf("--failure-retries: %w", err)}
+	}
+	upstreamKey := gateway.UpstreamKey(cfg.UpstreamURL)
 	var apiKey string
 	if cfg.APIKeyFile != "" {
 		if apiKey, err = readAPIKey(cfg.APIKeyFile); err != nil {
@@ -213,7 +223,7 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 			URL:     cfg.UpstreamURL,
 			Version: cfg.Version,
 			Logger:  logger.With("component", "dataplane/upstream"),
-		}, creds), n.ag.Report403),
+		}, creds, health), n.ag.Report403),
 		Admitter: pool.AdmitterFunc(func(ctx context.Context, accountID string) error {
 			key := account.Key(accountID)
 			accts.add(key)
@@ -236,6 +246,8 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 		BudgetFor:      turnBudgets.forAccount,
 		RetryClock:     cfg.RetryClock,
 		RetryRand:      cfg.RetryRand,
+		Health:         health,
+		Upstream:       upstreamKey,
 		ListenAddr:     cfg.Listen,
 		APIKey:         apiKey,
 		AllowedOrigins: cfg.AllowedOrigins,
