@@ -54,7 +54,12 @@
 // (Lease.Complete with Stream.OutputItems and the usage); a failure or a
 // cancelled turn discards it.
 //
-// Retries happen only before any output reached the client:
+// Retries happen only before the client got anything it keeps (a delta,
+// a tool call): a failure after message_start and empty blocks alone is
+// retried, the next attempt continuing the same message
+// (translate.Stream.Resume).
+//
+// Replacements and waits:
 // previous_response_not_found, websocket_connection_limit_reached and a
 // transport failure on a reused socket replace the socket at once (full
 // context, unpaced); a refusal from the pool's Admitter

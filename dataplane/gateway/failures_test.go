@@ -340,3 +340,47 @@ func TestModelPassthrough(t *testing.T) {
 		t.Errorf("frames %q, want one response.create for gpt-4o", sent)
 	}
 }
+
+// A failure after message_start but before any content is retried inside
+// the request budget: the client saw nothing it must undo, and the retry
+// continues the same message.
+func TestRetryAfterMessageStartBeforeContent(t *testing.T) {
+	up := newWSUpstream(t, func(n int) []string {
+		if n == 1 {
+			return []string{
+				`{"type":"response.created","response":{"id":"resp_1"}}`,
+				`{"type":"response.output_item.added","output_index":0,"item":{"type":"reasoning","id":"rs_1","summary":[]}}`,
+				`{"type":"response.failed","response":{"id":"resp_1","error":{"code":"server_error","message":"x"}}}`,
+			}
+		}
+		return []string{
+			`{"type":"response.created","response":{"id":"resp_2"}}`,
+			`{"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"m","role":"assistant","content":[]}}`,
+			`{"type":"response.output_text.delta","output_index":0,"content_index":0,"delta":"recovered"}`,
+			`{"type":"response.output_item.done","output_index":0,"item":{"type":"message","id":"m","role":"assistant","content":[{"type":"output_text","text":"recovered"}]}}`,
+			`{"type":"response.completed","response":{"id":"resp_2","usage":{"input_tokens":5,"output_tokens":1}}}`,
+		}
+	})
+	e := newEnv(t, envOptions{mutate: func(c *node.Config) { c.UpstreamURL = up.url }})
+	resp := e.post(t, "/v1/messages", gateway.MessagesBody(true, "hi"), nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, want 200: %s", resp.StatusCode, gateway.ReadAll(t, resp))
+	}
+	body := string(gateway.ReadAll(t, resp))
+	for _, want := range []string{
+		`data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}`,
+		`data: {"type":"content_block_stop","index":0}`,
+		`data: {"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"recovered"}}`,
+		"event: message_stop",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("body lacks %s:\n%s", want, body)
+		}
+	}
+	if n := strings.Count(body, "event: message_start"); n != 1 || strings.Contains(body, "event: error") {
+		t.Errorf("body has %d message_start events (want 1) or an error event:\n%s", n, body)
+	}
+	if creates, _ := up.stats(); creates != 2 {
+		t.Errorf("upstream got %d response.create, want 2 (the retry)", creates)
+	}
+}

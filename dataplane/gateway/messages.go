@@ -419,9 +419,17 @@ func (t *turnRun) endLease(l *pool.Lease, f *retry.Failure, reason, replaceReaso
 }
 
 // clientSawOutput reports whether anything reached the client: after that
-// nothing is retried.
+// the turn's failure can only be an SSE error event.
 func (t *turnRun) clientSawOutput() bool {
 	return t.sse != nil && t.sse.started
+}
+
+// clientSawContent reports whether the client got something it keeps (a
+// delta, a tool call): after that nothing is retried. message_start, empty
+// blocks and pings alone do not count: a retry continues the same message
+// (translate.Stream.Resume).
+func (t *turnRun) clientSawContent() bool {
+	return t.clientSawOutput() && !t.stream.Resumable()
 }
 
 // drive is one attempt on the lease's socket, in order: start the
@@ -431,7 +439,9 @@ func (t *turnRun) clientSawOutput() bool {
 // failure is classified for retry.Do (see the *Failed methods below) and
 // the lease is discarded, or kept for the next attempt to replace.
 func (t *turnRun) drive(ctx context.Context, a retry.Attempt, l *pool.Lease) error {
-	t.startStream()
+	if err := t.startStream(); err != nil {
+		return t.clientFailed(l, err)
+	}
 	if err := t.send(ctx, l); err != nil {
 		return err
 	}
@@ -439,8 +449,18 @@ func (t *turnRun) drive(ctx context.Context, a retry.Attempt, l *pool.Lease) err
 }
 
 // startStream starts the attempt's translation: SSE straight to the
-// client for a streaming request, else a collector for the JSON answer.
-func (t *turnRun) startStream() {
+// client for a streaming request, else a collector for the JSON answer. A
+// retry after an attempt that only began the message (message_start, an
+// empty block) continues it. The error is a write error (client gone).
+func (t *turnRun) startStream() error {
+	if t.sse != nil && t.sse.started && t.stream != nil {
+		next, err := t.stream.Resume()
+		if err != nil {
+			return err
+		}
+		t.stream = next
+		return nil
+	}
 	var ew translate.EventWriter
 	if t.sse != nil {
 		ew = t.sse
@@ -449,6 +469,7 @@ func (t *turnRun) startStream() {
 		ew = t.collector
 	}
 	t.stream = translate.NewStream(t.turn, ew, t.msgID)
+	return nil
 }
 
 // send renders the turn's response.create for the lease (a continuation
@@ -460,8 +481,8 @@ func (t *turnRun) send(ctx context.Context, l *pool.Lease) error {
 		return retry.Final(fmt.Errorf("render response.create: %w", err))
 	}
 	if err := l.Conn.Send(ctx, frame); err != nil {
-		// Nothing reached the client yet: an earlier attempt that wrote
-		// output ended the turn.
+		// Nothing the client keeps reached it yet: an earlier attempt
+		// that wrote content ended the turn.
 		return t.transportFailed(ctx, l, fmt.Errorf("send response.create: %w", err), reasonFailed)
 	}
 	return nil
@@ -547,7 +568,7 @@ func (t *turnRun) transportFailed(ctx context.Context, l *pool.Lease, err error,
 	if ctx.Err() != nil {
 		return t.cancelled(ctx, l)
 	}
-	if t.clientSawOutput() {
+	if t.clientSawContent() {
 		l.Discard(reason)
 		return retry.Final(err)
 	}
@@ -569,7 +590,7 @@ func (t *turnRun) clientFailed(l *pool.Lease, err error) error {
 func (t *turnRun) responseFailed(ctx context.Context, l *pool.Lease) error {
 	uf := t.stream.Failure()
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("clodex.upstream.status", uf.Status))
-	if t.clientSawOutput() {
+	if t.clientSawContent() {
 		l.Discard(reasonFailed)
 		return retry.Final(uf)
 	}

@@ -26,7 +26,9 @@
 //   - a Stream consumes upstream events with Handle and writes Anthropic SSE
 //     events to an EventWriter as soon as they are determined; Finish ends a
 //     completed response, Abort a failed one after output, Ping keeps a
-//     committed stream alive;
+//     committed stream alive; a response that failed after it only began
+//     the message (message_start, empty blocks) is Resumable, and Resume
+//     continues the same message for the next attempt;
 //   - OutputItems and Usage describe the completed response (for the head
 //     snapshot and accounting);
 //   - a Collector is an EventWriter that turns the same events into the

@@ -59,8 +59,10 @@ type Stream struct {
 	w     EventWriter
 	msgID string
 
-	started    bool // message_start written
-	committed  bool // anything written
+	started    bool // message_start written (by this stream or the one it resumes)
+	committed  bool // anything written by this stream
+	delivered  bool // a delta (or message_delta) written: content the client keeps
+	toolOpened bool // a tool_use block was opened: the client would run the call
 	state      State
 	failure    *UpstreamError
 	responseID string
@@ -507,6 +509,9 @@ func (s *Stream) openBlock(st *itemState, kind string) error {
 	s.buf = b
 	s.open, s.openKind, s.openIndex = st, kind, idx
 	st.opened = true
+	if kind == "tool_use" {
+		s.toolOpened = true
+	}
 	return s.write("content_block_start", b)
 }
 
@@ -537,6 +542,7 @@ func (s *Stream) closeBlock() error {
 }
 
 func (s *Stream) writeDelta(deltaType, field, value string) error {
+	s.delivered = true
 	b := append(s.buf[:0], `{"type":"content_block_delta","index":`...)
 	b = appendInt(b, s.openIndex)
 	b = append(b, `,"delta":{"type":"`...)
@@ -579,6 +585,33 @@ func (s *Stream) write(name string, data []byte) error {
 // Committed reports whether anything was written downstream. Before that a
 // failure can still be answered with a real HTTP status.
 func (s *Stream) Committed() bool { return s.committed }
+
+// Resumable reports whether the turn may still be retried on the same
+// downstream message after this response failed: what went out
+// (message_start, blocks opened but still empty, pings) carries nothing
+// the client keeps — no delta, no tool_use block (a client would run the
+// call), no message_delta or error event.
+func (s *Stream) Resumable() bool { return !s.delivered && !s.toolOpened && !s.finished }
+
+// Resume returns the Stream of the turn's next attempt, continuing this
+// one's downstream message: the open block, still empty, is closed with
+// content_block_stop; message_start is not written again and block
+// indices go on. The returned error is a write error. Call it only when
+// Resumable; s must not be used afterwards.
+func (s *Stream) Resume() (*Stream, error) {
+	n := NewStream(s.turn, s.w, s.msgID)
+	n.started, n.nextIndex = s.started, s.nextIndex
+	if s.open != nil {
+		b := append(s.buf[:0], `{"type":"content_block_stop","index":`...)
+		b = appendInt(b, s.openIndex)
+		b = append(b, '}')
+		s.buf, s.open = b, nil
+		if err := s.write("content_block_stop", b); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
 
 // Failure is the classified failure once Handle returned StateFailed.
 func (s *Stream) Failure() *UpstreamError { return s.failure }
@@ -670,7 +703,7 @@ func (s *Stream) Abort(e *UpstreamError) error {
 // reports whether it wrote one. Before anything was written it does
 // nothing, so a later failure can still get a real HTTP status.
 func (s *Stream) Ping() (bool, error) {
-	if !s.committed || s.finished {
+	if !(s.committed || s.started) || s.finished {
 		return false, nil
 	}
 	return true, s.write("ping", []byte(`{"type":"ping"}`))

@@ -447,3 +447,112 @@ func TestStreamContextOverflow(t *testing.T) {
 		t.Errorf("body = %s", got)
 	}
 }
+
+// TestResumeAfterAnEmptyStart: a response that failed after it only began
+// the message (message_start, an empty block) leaves the turn resumable;
+// the next attempt continues the same message: the empty block is closed,
+// no second message_start, indices go on.
+func TestResumeAfterAnEmptyStart(t *testing.T) {
+	turn := &Turn{RequestedModel: "claude-sonnet-4-5"}
+	rec := &recorder{}
+	s := NewStream(turn, rec, "msg_1")
+	for _, f := range []string{
+		`{"type":"response.created","response":{"id":"resp_1"}}`,
+		`{"type":"response.output_item.added","output_index":0,"item":{"type":"reasoning","id":"rs_1","summary":[]}}`,
+	} {
+		if _, err := s.Handle([]byte(f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Handle([]byte(`{"type":"response.failed","response":{"error":{"code":"server_error"}}}`))
+	if err != nil || st != StateFailed {
+		t.Fatalf("Handle(response.failed) = %v, %v; want StateFailed", st, err)
+	}
+	if !s.Resumable() {
+		t.Fatal("Resumable() = false after only message_start, an empty block and a ping")
+	}
+	n, err := s.Resume()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Ping(); err != nil { // the message is open: pings go on
+		t.Fatal(err)
+	}
+	for _, f := range []string{
+		`{"type":"response.created","response":{"id":"resp_2"}}`,
+		`{"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"m","role":"assistant","content":[]}}`,
+		`{"type":"response.output_text.delta","output_index":0,"content_index":0,"delta":"Hi"}`,
+		`{"type":"response.output_item.done","output_index":0,"item":{"type":"message","id":"m","role":"assistant","content":[{"type":"output_text","text":"Hi"}]}}`,
+		`{"type":"response.completed","response":{"id":"resp_2","usage":{"input_tokens":5,"output_tokens":1}}}`,
+	} {
+		if _, err := n.Handle([]byte(f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	want := `event: message_start
+data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}
+event: ping
+data: {"type":"ping"}
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+event: ping
+data: {"type":"ping"}
+event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Hi"}}
+event: content_block_stop
+data: {"type":"content_block_stop","index":1}
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":5,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}
+event: message_stop
+data: {"type":"message_stop"}
+`
+	if got := rec.text(); got != want {
+		t.Errorf("SSE\n got:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestNotResumable: once the client has content it keeps (a delta, a tool
+// call it would run) or the message ended, a failure is final.
+func TestNotResumable(t *testing.T) {
+	tests := map[string][]string{
+		"a text delta": {
+			`{"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"m","content":[]}}`,
+			`{"type":"response.output_text.delta","output_index":0,"delta":"H"}`,
+		},
+		"a tool call started": {
+			`{"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","id":"f","call_id":"c1","name":"Bash","arguments":""}}`,
+		},
+		"a thinking delta": {
+			`{"type":"response.output_item.added","output_index":0,"item":{"type":"reasoning","id":"r","summary":[]}}`,
+			`{"type":"response.reasoning_summary_text.delta","output_index":0,"summary_index":0,"delta":"hmm"}`,
+		},
+	}
+	for name, frames := range tests {
+		s := NewStream(&Turn{}, &recorder{}, "msg_1")
+		for _, f := range frames {
+			if _, err := s.Handle([]byte(f)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s.Resumable() {
+			t.Errorf("%s: Resumable() = true, want false", name)
+		}
+	}
+	s := NewStream(&Turn{}, &recorder{}, "msg_1")
+	if err := s.Abort(nil); err != nil {
+		t.Fatal(err)
+	}
+	if s.Resumable() {
+		t.Error("after Abort: Resumable() = true, want false")
+	}
+}
