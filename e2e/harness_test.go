@@ -109,11 +109,26 @@ func startInProcess(t *testing.T) *stack {
 		return "", false
 	})
 	dp := nodetest.Start(t, cfg)
-	target, err := url.Parse(dp.URL)
-	if err != nil {
-		t.Fatalf("data plane URL %q: %v", dp.URL, err)
+	reqs, baseURL := startRecordingProxy(t, dp.URL, logger)
+	return &stack{
+		baseURL:  baseURL,
+		simURL:   sim.URL,
+		requests: reqs,
+		upstream: &upstreamRecord{sim: sim.Server},
+		client:   newClient(t),
 	}
+}
 
+// startRecordingProxy serves, on its own loopback listener, a reverse
+// proxy to the data plane at dataPlaneURL that records every request and
+// its answer; it returns the recorder and the proxy's base URL (Claude
+// Code's ANTHROPIC_BASE_URL). It is shut down at t's cleanup.
+func startRecordingProxy(t *testing.T, dataPlaneURL string, logger *slog.Logger) (*requestRecorder, string) {
+	t.Helper()
+	target, err := url.Parse(dataPlaneURL)
+	if err != nil {
+		t.Fatalf("data plane URL %q: %v", dataPlaneURL, err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen for the recording proxy: %v", err)
@@ -141,13 +156,7 @@ func startInProcess(t *testing.T) *stack {
 		}
 		proxyTransport.CloseIdleConnections()
 	})
-	return &stack{
-		baseURL:  "http://" + ln.Addr().String(),
-		simURL:   sim.URL,
-		requests: reqs,
-		upstream: &upstreamRecord{sim: sim.Server},
-		client:   newClient(t),
-	}
+	return reqs, "http://" + ln.Addr().String()
 }
 
 // newClient returns an HTTP client whose idle connections are closed at t's
@@ -190,6 +199,8 @@ type recordedRequest struct {
 	RawQuery string
 	Body     []byte
 	Status   int
+	// Header is the answer's header (retry-after, x-should-retry, …).
+	Header http.Header
 }
 
 // requestRecorder is an http.Handler that records every request, then
@@ -215,7 +226,8 @@ func (rr *requestRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sw.status = http.StatusOK
 	}
 	rr.mu.Lock()
-	rr.reqs = append(rr.reqs, recordedRequest{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Body: body, Status: sw.status})
+	rr.reqs = append(rr.reqs, recordedRequest{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Body: body,
+		Status: sw.status, Header: w.Header().Clone()})
 	rr.mu.Unlock()
 }
 
