@@ -228,6 +228,26 @@ func TestUnreachableUpstreamNamesHostAndCause(t *testing.T) {
 	}
 }
 
+// An upgrade answered 5xx names the upstream, on the attempt that met it
+// and on the answers given without a dial while it stays down.
+func TestUpgrade5xxNamesTheUpstream(t *testing.T) {
+	e := newEnv(t, envOptions{sim: codexsim.Config{Faults: codexsim.Faults{Upgrade5xxShare: 1, Upgrade5xxStatus: 503}},
+		mutate: func(c *node.Config) { c.RetryRand = func() float64 { return 0 } }})
+	host := strings.TrimPrefix(e.sim.URL, "http://")
+	resp := e.post(t, "/v1/messages", gateway.MessagesBody(false, "hi"), nil)
+	if eb := gateway.ReadError(t, resp); resp.StatusCode != 529 || eb.Error.Message != "Upstream "+host+": WebSocket upgrade failed (HTTP 503); retry after 1s" {
+		t.Errorf("first answer %d %q, want 529 naming the upstream", resp.StatusCode, eb.Error.Message)
+	}
+	resp = e.post(t, "/v1/messages", gateway.MessagesBody(false, "hi"), nil)
+	if eb := gateway.ReadError(t, resp); resp.StatusCode != 529 ||
+		!strings.HasPrefix(eb.Error.Message, "Upstream "+host+": WebSocket upgrade failed (HTTP 503) (failing for 2s; not tried again yet); retry after ") {
+		t.Errorf("second answer %d %q, want 529 naming the upstream, not tried again", resp.StatusCode, eb.Error.Message)
+	}
+	if n := e.sim.Stats().Upgrade5xxs; n != 2 {
+		t.Errorf("the emulator answered %d upgrades 503, want 2 (the first request and its retry)", n)
+	}
+}
+
 // Usage limits from the emulator: a far reset is final and says when; a
 // near one is a 429 whose retry-after is the reset. Neither is retried
 // inside the data plane.

@@ -252,6 +252,11 @@ func (t *turnRun) upstreamError(err error) *translate.UpstreamError {
 // socket: an upgrade answered 5xx as translate classifies it, anything
 // else as a 502 naming the upstream and the cause.
 func (t *turnRun) unreachable(cause error) *translate.UpstreamError {
+	var ue *translate.UpstreamError
+	if errors.As(cause, &ue) { // classified already (an upgrade 5xx)
+		c := *ue
+		return &c
+	}
 	var upg *upstream.UpgradeError
 	if errors.As(cause, &upg) {
 		e := translate.ClassifyUpgrade(upg.Status, upg.RetryAfter)
@@ -402,6 +407,9 @@ func (t *turnRun) dialFailure(ctx context.Context, err error) error {
 		s.metrics.dials.WithLabelValues("refused").Inc()
 		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("clodex.upstream.status", ue.Status))
 		f := translate.ClassifyUpgrade(ue.Status, ue.RetryAfter)
+		if ue.Status >= 500 {
+			f.Message = "Upstream " + s.cfg.Upstream + ": " + f.Message
+		}
 		return retry.Classify(f, retry.Facts{AuthRefreshed: t.refreshed})
 	}
 	s.metrics.dials.WithLabelValues("error").Inc()
