@@ -24,6 +24,7 @@ import (
 
 	"github.com/clodex/clodex/controlplane/controlplanetest"
 	"github.com/clodex/clodex/controlplane/tlsconfig"
+	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/clienttest"
 	"github.com/clodex/clodex/internal/codexsim"
@@ -61,6 +62,8 @@ func TestBadFlags(t *testing.T) {
 				"--tls-cert applies only with --control-plane", "--tls-key applies only with --control-plane"}},
 		{"token file from the environment without a fleet", nil, map[string]string{"CLODEX_AGENT_TOKEN_FILE": "f"},
 			[]string{"--agent-token-file applies only with --control-plane"}},
+		{"negative failure retries", []string{"--failure-retries", "-1"}, nil, []string{"--failure-retries -1 is out of range; allowed: 0..10"}},
+		{"too many failure retries", []string{"--failure-retries", "11"}, nil, []string{"--failure-retries 11 is out of range; allowed: 0..10"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,6 +84,31 @@ func TestBadFlags(t *testing.T) {
 				t.Errorf("stdout = %q, want nothing", stdout.String())
 			}
 		})
+	}
+}
+
+// --failure-retries N is N retries inside the data plane; 0 leaves them
+// all to the client; the default is one.
+func TestFailureRetriesFlag(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{
+		{nil, retry.DefaultFailureRetries},
+		{[]string{"--failure-retries", "0"}, retry.NoFailureRetries},
+		{[]string{"--failure-retries", "5"}, 5},
+	} {
+		cfg, err := loadConfig(tt.args, envMap(nil), io.Discard)
+		if err != nil {
+			t.Fatalf("loadConfig(%q): %v", tt.args, err)
+		}
+		if cfg.FailureRetries != tt.want {
+			t.Errorf("loadConfig(%q).FailureRetries = %d, want %d", tt.args, cfg.FailureRetries, tt.want)
+		}
+	}
+	cfg, err := loadConfig([]string{"--model-passthrough"}, envMap(nil), io.Discard)
+	if err != nil || !cfg.ModelPassthrough {
+		t.Errorf("--model-passthrough: %v, ModelPassthrough %v; want it set", err, cfg != nil && cfg.ModelPassthrough)
 	}
 }
 
