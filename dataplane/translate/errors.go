@@ -359,27 +359,29 @@ var knownCodes = map[string]int{
 	"unsupported_file":               400,
 }
 
-// frameStatusCode is the classifier of docs/errors.md §4.2, code first: a code of
-// three digits 400-599 is that status; a known code (knownCodes) gives its
-// status; otherwise the substring rules run on the code alone, then on the
-// type alone. It returns 0 when nothing matched (the caller decides: 502 or
-// a settled 400).
+// frameStatusCode is the classifier of docs/errors.md §4.2, code first: a
+// code of three digits 400-599 is that status; then the code alone is
+// looked up (knownCodes, then the substring rules), then the type alone,
+// the same way. It returns 0 when nothing matched (the caller decides: 502
+// or a settled 400).
 func frameStatusCode(code, errType string) int {
 	if len(code) == 3 {
 		if n, err := strconv.Atoi(code); err == nil && n >= 400 && n <= 599 {
 			return n
 		}
 	}
+	// The code decides before the type, whole: an unknown code such as
+	// "backend_unavailable" paired with invalid_request_error is read by
+	// its own words (overload) before the type's table entry (400).
 	for _, id := range []string{code, errType} {
 		if id == "" {
 			continue
 		}
-		if s, ok := knownCodes[strings.ToLower(id)]; ok {
+		id = strings.ToLower(id)
+		if s, ok := knownCodes[id]; ok {
 			return s
 		}
-	}
-	for _, id := range []string{code, errType} {
-		if s := discriminatorStatus(strings.ToLower(id)); s != 0 {
+		if s := discriminatorStatus(id); s != 0 {
 			return s
 		}
 	}

@@ -282,6 +282,10 @@ func TestClassifyKnownCodes(t *testing.T) {
 		{"brand_new_failure", "server_error", 502, "api_error"},
 		{"brand_new_failure", "invalid_request_error", 400, "invalid_request_error"},
 		{"new_overload_signal", "", 529, "overloaded_error"},
+		// An unknown code's own words decide before a known type.
+		{"server_overloaded_now", "invalid_request_error", 529, "overloaded_error"},
+		{"backend_unavailable", "invalid_request_error", 529, "overloaded_error"},
+		{"weird_rate_limit_thing", "invalid_request_error", 429, "rate_limit_error"},
 		{"weird_rate_limit_thing", "", 429, "rate_limit_error"},
 		{"", "", 502, "api_error"},
 		{"", "overloaded_error", 529, "overloaded_error"},
