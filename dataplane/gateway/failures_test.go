@@ -202,6 +202,7 @@ func TestUnreachableUpstreamNamesHostAndCause(t *testing.T) {
 	e := newEnv(t, envOptions{mutate: func(c *node.Config) {
 		c.UpstreamURL = "ws://" + addr + "/backend-api/codex/responses"
 		c.RetryRand = func() float64 { return 0 } // retry-after is the wait itself
+		c.AdminListen = "127.0.0.1:0"             // /metrics: the embedded control plane's decisions
 	}})
 	want := "The upstream " + addr + " cannot be reached: connection refused"
 	resp := e.post(t, "/v1/messages", gateway.MessagesBody(true, "hi"), nil)
@@ -226,6 +227,35 @@ func TestUnreachableUpstreamNamesHostAndCause(t *testing.T) {
 	if got := e.clock.Sleeps(); len(got) != 1 {
 		t.Errorf("waits %v, want only the first request's retry", got)
 	}
+	// Only the two dials asked for admission: the request answered without
+	// a dial spent none of the account's bucket.
+	if got := admissions(t, e.dp.AdminAddr()); got != 2 {
+		t.Errorf("admissions by the control plane = %d, want 2 (the first request's two dials)", got)
+	}
+}
+
+// admissions sums clodex_controlplane_admissions_total (every decision
+// kind) on the data plane's admin listener at addr.
+func admissions(t *testing.T, addr string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := gateway.ReadAll(t, resp)
+	sum := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "clodex_controlplane_admissions_total{") {
+			continue
+		}
+		f := strings.Fields(line)
+		n, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		sum += int(n)
+	}
+	return sum
 }
 
 // An upgrade answered 5xx names the upstream, on the attempt that met it

@@ -189,7 +189,7 @@ func (t *turnRun) run(ctx context.Context) string {
 	}
 
 	err = retry.Do(ctx, retry.Config{Budget: s.turnBudget(cred.AccountID), Clock: s.cfg.RetryClock, Rand: s.rand, Logger: s.cfg.Logger,
-		Health: s.cfg.Health, Upstream: s.cfg.Upstream}, t.attempt)
+		Health: s.cfg.Health, Upstream: s.cfg.Upstream, Account: accountKey(cred.AccountID)}, t.attempt)
 	if t.pending != nil {
 		t.pending.Discard(t.pendingReason)
 		t.pending = nil
@@ -810,6 +810,6 @@ func (t *turnRun) writeUpstreamError(f *translate.UpstreamError) {
 		c.Status = http.StatusBadGateway
 		f = &c
 	}
-	f = retry.Answer(t.w.Header(), f, retry.Facts{AuthRefreshed: t.refreshed, Wait: t.s.cfg.Health.RetryAfter(t.s.cfg.Upstream)}, t.s.rand)
+	f = retry.Answer(t.w.Header(), f, retry.Facts{AuthRefreshed: t.refreshed, Wait: t.s.cfg.Health.RetryAfterAccount(t.s.cfg.Upstream, accountKey(t.part.Account))}, t.s.rand)
 	writeJSON(t.w, f.Status, translate.ErrorBody(f))
 }

@@ -143,6 +143,22 @@ func (h *Health) RetryAfter(key string) time.Duration {
 	return max(st.nextProbe.Sub(h.clock.Now()), MinProbeInterval)
 }
 
+// AccountKey is the key under which Health remembers an account's own
+// throttling on upstream (Config.Account); upstream itself when account is
+// "".
+func AccountKey(upstream, account string) string {
+	if account == "" {
+		return upstream
+	}
+	return upstream + " account " + account
+}
+
+// RetryAfterAccount is RetryAfter for a request on account at upstream:
+// the later of the upstream's and the account's next attempt.
+func (h *Health) RetryAfterAccount(upstream, account string) time.Duration {
+	return max(h.RetryAfter(upstream), h.RetryAfter(AccountKey(upstream, account)))
+}
+
 // allowance is how many failure retries a request starting now may spend
 // on upstream key.
 func (h *Health) allowance(key string) int {
@@ -225,18 +241,40 @@ func (h *Health) Dial(key string) (*DialTicket, error) {
 	defer h.mu.Unlock()
 	st := h.ups[key]
 	if st != nil && st.unreachable {
-		now := h.clock.Now()
-		if st.probing || now.Before(st.nextProbe) {
-			cause := st.cause
-			if cause == nil {
-				cause = ErrProbing
-			}
-			return nil, &DownError{Upstream: key, Since: st.since, RetryAfter: max(st.nextProbe.Sub(now), MinProbeInterval), Cause: cause}
+		if err := h.downLocked(key, st); err != nil {
+			return nil, err
 		}
 		st.probing = true
 		return &DialTicket{h: h, key: key, probe: true}, nil
 	}
 	return &DialTicket{h: h, key: key}, nil
+}
+
+// Down returns the *DownError Dial would return for upstream key now, or
+// nil, without taking the probe: a caller about to spend something scarce
+// before the dial (an admission token) asks Down first, so a request that
+// Dial would refuse costs nothing.
+func (h *Health) Down(key string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.ups[key]
+	if st == nil || !st.unreachable {
+		return nil
+	}
+	return h.downLocked(key, st)
+}
+
+// downLocked is Down for an unreachable upstream; the caller holds mu.
+func (h *Health) downLocked(key string, st *upstreamState) error {
+	now := h.clock.Now()
+	if !st.probing && !now.Before(st.nextProbe) {
+		return nil // the probe is due: the dial may go
+	}
+	cause := st.cause
+	if cause == nil {
+		cause = ErrProbing
+	}
+	return &DownError{Upstream: key, Since: st.since, RetryAfter: max(st.nextProbe.Sub(now), MinProbeInterval), Cause: cause}
 }
 
 // DialTicket is one permitted dial; settle it exactly once (later calls do

@@ -151,6 +151,50 @@ func TestDoWithHealth(t *testing.T) {
 			t.Error("Do() = nil, want the failure")
 		}
 	})
+	t.Run("an account's throttling is the account's, not the upstream's", func(t *testing.T) {
+		clk := newFakeClock()
+		h := newTestHealth(t, clk, 0)
+		on := func(acct string, script []error) ([]record, error) {
+			var recs []record
+			err := Do(t.Context(), Config{Budget: defaultBudget, Clock: clk, Rand: fixedRand(0), Health: h,
+				Upstream: "backend", Account: acct},
+				func(ctx context.Context, a Attempt) error {
+					recs = append(recs, record{at: clk.since(), n: a.N})
+					if i := len(recs) - 1; i < len(script) {
+						return script[i]
+					}
+					return nil
+				})
+			return recs, err
+		}
+		throttledErr := func(i int) error { return throttled(0, i) }
+		// Account A is rate limited: one retry, then its failure goes to the client.
+		if recs, err := on("acct_a", repeat(10, throttledErr)); len(recs) != 2 || err == nil {
+			t.Fatalf("account A: %d attempts, err %v; want 2 and the failure", len(recs), err)
+		}
+		if h.Status("backend").Failing {
+			t.Error("one account's 429s marked the whole upstream failing")
+		}
+		if st := h.Status(AccountKey("backend", "acct_a")); !st.Failing || st.Failures != 2 {
+			t.Errorf("account A status %+v, want failing with 2 failures", st)
+		}
+		// Account B still has its retry: a single 5xx is absorbed.
+		if recs, err := on("acct_b", repeat(1, backoffErr)); len(recs) != 2 || err != nil {
+			t.Errorf("account B: %d attempts, err %v; want the retry to succeed", len(recs), err)
+		}
+		// A's next request makes one attempt; the answer waits for A's probe.
+		clk.Advance(time.Second)
+		if recs, _ := on("acct_a", repeat(10, throttledErr)); len(recs) != 1 {
+			t.Errorf("account A again: %d attempts, want 1", len(recs))
+		}
+		if got := h.RetryAfterAccount("backend", "acct_a"); got <= MinProbeInterval-time.Nanosecond || h.RetryAfterAccount("backend", "acct_b") != MinProbeInterval {
+			t.Errorf("RetryAfterAccount: A %v, B %v; want A >= %v and B = %v", got, h.RetryAfterAccount("backend", "acct_b"), MinProbeInterval, MinProbeInterval)
+		}
+		// A success on A heals A.
+		if _, err := on("acct_a", nil); err != nil || h.Status(AccountKey("backend", "acct_a")).Failing {
+			t.Errorf("after a success on A: err %v, failing %v", err, h.Status(AccountKey("backend", "acct_a")).Failing)
+		}
+	})
 	t.Run("fatal failures do not mark the upstream", func(t *testing.T) {
 		clk := newFakeClock()
 		h := newTestHealth(t, clk, 0)
@@ -196,7 +240,19 @@ func TestHealthDialGate(t *testing.T) {
 	if !errors.As(err, &de) || !errors.Is(err, refused) || de.RetryAfter != time.Second || !de.Since.Equal(epoch) || de.Upstream != "backend" {
 		t.Fatalf("Dial before the probe = %v, want a DownError with the cause and a 1 s wait", err)
 	}
+	// Down tells the same without taking the probe.
+	if err := h.Down("backend"); !errors.As(err, &de) || de.RetryAfter != time.Second {
+		t.Fatalf("Down before the probe = %v, want the DownError Dial gives", err)
+	}
+	if err := h.Down("elsewhere"); err != nil {
+		t.Fatalf("Down of an unknown upstream = %v, want nil", err)
+	}
 	clk.Advance(500 * time.Millisecond)
+	for range 2 { // asking does not spend the probe
+		if err := h.Down("backend"); err != nil {
+			t.Fatalf("Down when the probe is due = %v, want nil", err)
+		}
+	}
 	probe, err := h.Dial("backend")
 	if err != nil {
 		t.Fatalf("Dial when the probe is due: %v", err)
@@ -204,6 +260,9 @@ func TestHealthDialGate(t *testing.T) {
 	// While the probe is in flight the others are still refused.
 	if _, err := h.Dial("backend"); !errors.As(err, &de) {
 		t.Fatalf("Dial during the probe = %v, want a DownError", err)
+	}
+	if err := h.Down("backend"); !errors.As(err, &de) {
+		t.Fatalf("Down during the probe = %v, want a DownError", err)
 	}
 	// The probe fails at 5 s: failing for 5 s, the next probe is 1.25 s later.
 	clk.Advance(4 * time.Second)

@@ -116,6 +116,12 @@ type Config struct {
 	// affected. Without a Health every retry of the budget may be spent.
 	Health   *Health
 	Upstream string
+	// Account (Optional) is the key of the account the request runs on. A
+	// Throttled failure is the account's limit, not the upstream's state:
+	// with an Account it is recorded under the account (AccountKey), so one
+	// account's rate limit never costs other accounts their retries.
+	// Without one it is recorded under Upstream.
+	Account string
 }
 
 // ErrInvalidConfig is matched by the error Do returns for a bad Config.
@@ -211,8 +217,9 @@ func Do(ctx context.Context, cfg Config, attempt func(ctx context.Context, a Att
 	defer cancelTotal()
 
 	failureRetries := c.budget.MaxRetries // retries a Backoff or Throttled failure may still spend
+	throttleKey := AccountKey(cfg.Upstream, cfg.Account)
 	if cfg.Health != nil {
-		failureRetries = min(failureRetries, cfg.Health.allowance(cfg.Upstream))
+		failureRetries = min(failureRetries, cfg.Health.allowance(cfg.Upstream), cfg.Health.allowance(throttleKey))
 	}
 	a := Attempt{Idle: idle}
 	for {
@@ -222,6 +229,7 @@ func Do(ctx context.Context, cfg Config, attempt func(ctx context.Context, a Att
 		if err == nil {
 			if cfg.Health != nil {
 				cfg.Health.succeeded(cfg.Upstream)
+				cfg.Health.succeeded(throttleKey)
 			}
 			return nil
 		}
@@ -253,8 +261,13 @@ func Do(ctx context.Context, cfg Config, attempt func(ctx context.Context, a Att
 				a.N, int(f.Class), int(Fatal), int(Refused), f.final())
 		}
 		clientRetries := class == Backoff || class == Throttled
-		if clientRetries && cfg.Health != nil {
-			cfg.Health.failed(cfg.Upstream, f.final())
+		if cfg.Health != nil {
+			switch class {
+			case Backoff:
+				cfg.Health.failed(cfg.Upstream, f.final())
+			case Throttled:
+				cfg.Health.failed(throttleKey, f.final())
+			}
 		}
 		if a.N >= c.budget.MaxRetries {
 			return fmt.Errorf("retry: gave up after %d retries: %w", a.N, f.final())

@@ -225,6 +225,12 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 			Logger:  logger.With("component", "dataplane/upstream"),
 		}, creds, health), n.ag.Report403),
 		Admitter: pool.AdmitterFunc(func(ctx context.Context, accountID string) error {
+			// An upstream known to be unreachable refuses the dial at once
+			// (retry.Health); ask it before admission so that such a
+			// refusal does not spend the account's bucket.
+			if err := health.Down(upstreamKey); err != nil {
+				return err
+			}
 			key := account.Key(accountID)
 			accts.add(key)
 			return n.adm.Admit(ctx, key)
