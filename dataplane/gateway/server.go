@@ -481,8 +481,9 @@ func requestErrorMessage(err error) string {
 	return "Invalid request body"
 }
 
-// modelEntry is one model of GET /v1/models: Anthropic's shape (spec
-// 8.3) and upstream_model, the Codex model the id is sent as.
+// modelEntry is one model of GET /v1/models: Anthropic's model object
+// (docs/translation.md §2.2) and upstream_model, the Codex model the id is
+// sent as.
 type modelEntry struct {
 	Type           string `json:"type"`
 	ID             string `json:"id"`

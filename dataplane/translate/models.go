@@ -28,10 +28,11 @@ type alias struct {
 }
 
 // ModelTable maps the model names clients request (Claude names, saved
-// aliases) to upstream Codex models, and knows their context windows.
-// Names that match no alias pass through unchanged, so gpt-* and o* ids
-// reach the backend as requested. A ModelTable is immutable once built and
-// safe for concurrent use.
+// aliases) to upstream Codex models, and knows their context windows. It
+// accepts a name an alias matches, a known upstream model or an alias
+// target (Accepts, Check); any other name is refused, unless the table was
+// built WithPassthrough, which sends it to the backend unchanged. A
+// ModelTable is immutable once built and safe for concurrent use.
 type ModelTable struct {
 	configured  []alias // checked first, in order
 	defaults    []alias
