@@ -1,9 +1,11 @@
 // Package telemetry sets up tracing and metrics for a clodex binary.
 //
 // Setup is called once from main: it builds the OTel resource
-// (service.name, service.version, service.instance.id), installs the W3C
-// trace-context and baggage propagator, and installs an SDK tracer provider
-// exporting over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT or
+// (service.name, service.version, service.instance.id, and whatever
+// OTEL_RESOURCE_ATTRIBUTES adds; OTEL_SERVICE_NAME overrides the binary's
+// own service name, so that two data planes can be told apart in one
+// trace), installs the W3C trace-context and baggage propagator, and
+// installs an SDK tracer provider exporting over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (grpc or http/protobuf, chosen
 // by OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL; the exporter reads the other
 // standard OTEL_EXPORTER_OTLP_* variables itself). Without an endpoint no

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"go.opentelemetry.io/otel"
@@ -22,18 +23,29 @@ const (
 	EnvTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 	EnvProtocol       = "OTEL_EXPORTER_OTLP_PROTOCOL"
 	EnvTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	// EnvServiceName overrides Config.ServiceName (and a service.name in
+	// EnvResourceAttributes), so that two processes of one binary can be
+	// told apart in a trace.
+	EnvServiceName = "OTEL_SERVICE_NAME"
+	// EnvResourceAttributes adds resource attributes:
+	// "key1=value1,key2=value2", values percent-encoded where they hold
+	// ',', '=' or '%'.
+	EnvResourceAttributes = "OTEL_RESOURCE_ATTRIBUTES"
 )
 
 // Config configures Setup.
 type Config struct {
-	// ServiceName is service.name. (Required)
+	// ServiceName is service.name unless OTEL_SERVICE_NAME or a
+	// service.name in OTEL_RESOURCE_ATTRIBUTES says otherwise (in that
+	// order). (Required)
 	ServiceName string
 	// Version is service.version. (Optional)
 	Version string
 	// InstanceID is service.instance.id. (Optional)
 	InstanceID string
-	// LookupEnv reads the OTEL_EXPORTER_OTLP_* variables (os.LookupEnv in
-	// main). (Optional; nil means none is set: no exporter)
+	// LookupEnv reads OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and the
+	// OTEL_EXPORTER_OTLP_* variables (os.LookupEnv in main). (Optional;
+	// nil means none is set: no exporter)
 	LookupEnv func(string) (string, bool)
 }
 
@@ -52,10 +64,16 @@ func env(lookup func(string) (string, bool), key string) string {
 
 // Setup installs the propagator and, when an OTLP endpoint is configured,
 // a tracer provider exporting to it. shutdown flushes and stops the
-// exporter; call it once, bounded by ctx, during shutdown.
+// exporter; call it once, bounded by ctx, during shutdown. A malformed
+// OTEL_RESOURCE_ATTRIBUTES is an error whether or not traces are exported,
+// so a typo shows at start rather than when tracing is turned on.
 func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) error, err error) {
 	if cfg.ServiceName == "" {
 		return nil, errors.New("telemetry setup: ServiceName is required")
+	}
+	attrs, err := resourceAttributes(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry setup: %w", err)
 	}
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	noop := func(context.Context) error { return nil }
@@ -63,14 +81,7 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 		return noop, nil
 	}
 
-	attrs := []attribute.KeyValue{attribute.String("service.name", cfg.ServiceName)}
-	if cfg.Version != "" {
-		attrs = append(attrs, attribute.String("service.version", cfg.Version))
-	}
-	if cfg.InstanceID != "" {
-		attrs = append(attrs, attribute.String("service.instance.id", cfg.InstanceID))
-	}
-	res, err := resource.New(ctx, resource.WithTelemetrySDK(), resource.WithFromEnv(), resource.WithAttributes(attrs...))
+	res, err := resource.New(ctx, resource.WithTelemetrySDK(), resource.WithAttributes(attrs...))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry setup: resource: %w", err)
 	}
@@ -94,4 +105,67 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
 	return tp.Shutdown, nil
+}
+
+// ServiceName is the service.name Setup gives the resource for cfg:
+// OTEL_SERVICE_NAME, else a service.name in OTEL_RESOURCE_ATTRIBUTES, else
+// cfg.ServiceName. Binaries log it at start.
+func ServiceName(cfg Config) string {
+	if v := env(cfg.LookupEnv, EnvServiceName); v != "" {
+		return v
+	}
+	attrs, err := parseResourceAttributes(env(cfg.LookupEnv, EnvResourceAttributes))
+	if err == nil {
+		for _, kv := range attrs {
+			if kv.Key == "service.name" && kv.Value.AsString() != "" {
+				return kv.Value.AsString()
+			}
+		}
+	}
+	return cfg.ServiceName
+}
+
+// resourceAttributes is the resource's attributes, later ones winning:
+// service.version and service.instance.id from cfg, then
+// OTEL_RESOURCE_ATTRIBUTES (which may set them too), then service.name.
+func resourceAttributes(cfg Config) ([]attribute.KeyValue, error) {
+	var attrs []attribute.KeyValue
+	if cfg.Version != "" {
+		attrs = append(attrs, attribute.String("service.version", cfg.Version))
+	}
+	if cfg.InstanceID != "" {
+		attrs = append(attrs, attribute.String("service.instance.id", cfg.InstanceID))
+	}
+	fromEnv, err := parseResourceAttributes(env(cfg.LookupEnv, EnvResourceAttributes))
+	if err != nil {
+		return nil, err
+	}
+	attrs = append(attrs, fromEnv...)
+	return append(attrs, attribute.String("service.name", ServiceName(cfg))), nil
+}
+
+// parseResourceAttributes parses OTEL_RESOURCE_ATTRIBUTES: comma-separated
+// key=value pairs, keys and values trimmed, values percent-decoded. Any
+// malformed pair makes the whole value an error naming the pair.
+func parseResourceAttributes(s string) ([]attribute.KeyValue, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var attrs []attribute.KeyValue
+	for _, pair := range strings.Split(s, ",") {
+		if strings.TrimSpace(pair) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%s: %q is not key=value; want key1=value1,key2=value2", EnvResourceAttributes, strings.TrimSpace(pair))
+		}
+		val, err := url.PathUnescape(strings.TrimSpace(v))
+		if err != nil {
+			return nil, fmt.Errorf("%s: the value of %q is not valid percent-encoding; encode ',', '=' and '%%' as %%2C, %%3D and %%25", EnvResourceAttributes, k)
+		}
+		attrs = append(attrs, attribute.String(k, val))
+	}
+	return attrs, nil
 }

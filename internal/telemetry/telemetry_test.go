@@ -5,12 +5,16 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 func lookup(m map[string]string) func(string) (string, bool) {
@@ -98,5 +102,149 @@ func TestAdminHandler(t *testing.T) {
 	}
 	if code, _ := get("/debug/pprof/"); code != 200 {
 		t.Errorf("/debug/pprof/ = %d", code)
+	}
+}
+
+// otlpReceiver is an OTLP/HTTP traces endpoint that keeps every request.
+type otlpReceiver struct {
+	mu   sync.Mutex
+	reqs []*collectortrace.ExportTraceServiceRequest
+}
+
+func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var m collectortrace.ExportTraceServiceRequest
+	if err := proto.Unmarshal(body, &m); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	r.reqs = append(r.reqs, &m)
+	r.mu.Unlock()
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+	_, _ = w.Write(out)
+}
+
+// resources returns the resource attributes of every exported batch.
+func (r *otlpReceiver) resources() []map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []map[string]string
+	for _, req := range r.reqs {
+		for _, rs := range req.GetResourceSpans() {
+			m := map[string]string{}
+			for _, kv := range rs.GetResource().GetAttributes() {
+				m[kv.GetKey()] = kv.GetValue().GetStringValue()
+			}
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// exportedResource runs Setup as main does, with the process environment
+// (the OTLP exporter reads its endpoint from there) pointed at a receiver,
+// ends one span and returns the resource the receiver saw.
+func exportedResource(t *testing.T, cfg Config, env map[string]string) map[string]string {
+	t.Helper()
+	rcv := &otlpReceiver{}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+	full := map[string]string{EnvEndpoint: srv.URL, EnvProtocol: "http/protobuf"}
+	for k, v := range env {
+		full[k] = v
+	}
+	for k, v := range full {
+		t.Setenv(k, v)
+	}
+	cfg.LookupEnv = os.LookupEnv
+	shutdown, err := Setup(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := otel.Tracer("test").Start(t.Context(), "one")
+	span.End()
+	if err := shutdown(t.Context()); err != nil {
+		t.Fatalf("shutdown (flush to the receiver) = %v", err)
+	}
+	res := rcv.resources()
+	if len(res) != 1 {
+		t.Fatalf("receiver got %d resource batches, want 1", len(res))
+	}
+	return res[0]
+}
+
+func TestResourceFromEnvironment(t *testing.T) {
+	base := Config{ServiceName: "clodex-dataplane", Version: "v1.2.3", InstanceID: "host-1-abc"}
+	tests := []struct {
+		name string
+		env  map[string]string
+		want map[string]string
+	}{
+		{"defaults", nil, map[string]string{
+			"service.name": "clodex-dataplane", "service.version": "v1.2.3", "service.instance.id": "host-1-abc",
+		}},
+		{"OTEL_SERVICE_NAME", map[string]string{EnvServiceName: "clodex-dataplane-b"}, map[string]string{
+			"service.name": "clodex-dataplane-b", "service.version": "v1.2.3",
+		}},
+		{"attributes", map[string]string{EnvResourceAttributes: "host.name=node-2, deployment.environment=demo,team=a%2Cb%3Dc"}, map[string]string{
+			"service.name": "clodex-dataplane", "host.name": "node-2", "deployment.environment": "demo", "team": "a,b=c",
+		}},
+		{"service.name attribute", map[string]string{EnvResourceAttributes: "service.name=from-attrs"}, map[string]string{
+			"service.name": "from-attrs",
+		}},
+		{"OTEL_SERVICE_NAME wins over the attribute", map[string]string{
+			EnvResourceAttributes: "service.name=from-attrs,service.namespace=clodex", EnvServiceName: "from-name",
+		}, map[string]string{"service.name": "from-name", "service.namespace": "clodex"}},
+		{"attribute overrides the instance id", map[string]string{EnvResourceAttributes: "service.instance.id=pod-7"}, map[string]string{
+			"service.instance.id": "pod-7",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := exportedResource(t, base, tt.env)
+			for k, v := range tt.want {
+				if got[k] != v {
+					t.Errorf("resource %s = %q, want %q (resource %v)", k, got[k], v, got)
+				}
+			}
+			if got["telemetry.sdk.language"] != "go" {
+				t.Errorf("resource lacks the SDK attributes: %v", got)
+			}
+		})
+	}
+}
+
+func TestServiceName(t *testing.T) {
+	cfg := Config{ServiceName: "clodex-controlplane"}
+	if got := ServiceName(cfg); got != "clodex-controlplane" {
+		t.Errorf("ServiceName(no env) = %q", got)
+	}
+	cfg.LookupEnv = lookup(map[string]string{EnvServiceName: " cp-a "})
+	if got := ServiceName(cfg); got != "cp-a" {
+		t.Errorf("ServiceName(OTEL_SERVICE_NAME) = %q, want cp-a", got)
+	}
+	cfg.LookupEnv = lookup(map[string]string{EnvResourceAttributes: "service.name=cp-b"})
+	if got := ServiceName(cfg); got != "cp-b" {
+		t.Errorf("ServiceName(OTEL_RESOURCE_ATTRIBUTES) = %q, want cp-b", got)
+	}
+}
+
+func TestSetupRejectsMalformedResourceAttributes(t *testing.T) {
+	for _, bad := range []string{"novalue", "=value", "a=b,c", "k=%zz"} {
+		// No endpoint: the mistake is reported even when nothing exports.
+		_, err := Setup(t.Context(), Config{ServiceName: "x", LookupEnv: lookup(map[string]string{EnvResourceAttributes: bad})})
+		if err == nil {
+			t.Errorf("Setup(%s=%q) succeeded", EnvResourceAttributes, bad)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, EnvResourceAttributes) || !(strings.Contains(msg, "key1=value1") || strings.Contains(msg, "percent-encoding")) {
+			t.Errorf("Setup(%s=%q) error = %q, want the variable and the allowed form", EnvResourceAttributes, bad, msg)
+		}
 	}
 }
