@@ -3,19 +3,22 @@
 GO       ?= go
 TOOL     := $(GO) tool -modfile=tools/go.mod
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X main.version=$(VERSION)
-BINARIES := clodex-dataplane clodex-controlplane clodexctl clodex-sim
+IMAGE    ?= clodex
+# The commit's time is the image's creation time (BuildKit reads the build
+# argument), so two builds of one commit give one image.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: help build test lint vet fmt generate check-generated bench bench-controlplane bench-pool bench-fleet mutation run claude clients clean
+.PHONY: help build image test lint vet fmt generate check-generated bench bench-controlplane bench-pool bench-fleet mutation run claude clients clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## build every binary into ./bin
-	@mkdir -p bin
-	@for b in $(BINARIES); do \
-		if [ -d cmd/$$b ]; then $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/$$b ./cmd/$$b || exit 1; fi; \
-	done
+build: ## build every binary into ./bin (static, reproducible; the image's build command)
+	@GO=$(GO) ./scripts/build.sh bin $(VERSION)
+
+image: ## build the container image $(IMAGE):$(VERSION) (needs a Docker engine)
+	docker build --build-arg VERSION=$(VERSION) --build-arg SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) \
+		-t $(IMAGE):$(VERSION) .
 
 test: ## the whole test suite (what CI runs): generated code, format, vet, race tests, real clients
 	./scripts/test.sh
