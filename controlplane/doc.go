@@ -45,7 +45,9 @@
 //     store is unreachable and this replica admits from its local share
 //     (the overall status stays SERVING).
 //
-// Authentication: every RPC carries "authorization: Bearer <token>". The
+// Authentication: every RPC carries "authorization: Bearer <token>", but
+// grpc.health.v1.Health, which needs none so that a kubelet or load
+// balancer can probe it (it tells only SERVING or NOT_SERVING). The
 // admin token may call everything; the agent token may call everything
 // but AdminService (PermissionDenied), AgentService included. A missing
 // or unknown token is Unauthenticated. Tokens are compared in constant time and never logged.
