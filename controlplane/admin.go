@@ -155,7 +155,7 @@ func (a *adminService) GetAccount(ctx context.Context, req *controlplanev1.GetAc
 	if err != nil {
 		return nil, s.toStatus(ctx, "GetAccount", err)
 	}
-	return &controlplanev1.GetAccountResponse{Account: toProto(acct), Store: storeInfo(s.opts.Policies.Info())}, nil
+	return &controlplanev1.GetAccountResponse{Account: s.withCounts(toProto(acct)), Store: storeInfo(s.opts.Policies.Info())}, nil
 }
 
 func (a *adminService) ListAccounts(ctx context.Context, _ *controlplanev1.ListAccountsRequest) (*controlplanev1.ListAccountsResponse, error) {
@@ -166,7 +166,7 @@ func (a *adminService) ListAccounts(ctx context.Context, _ *controlplanev1.ListA
 	}
 	out := make([]*controlplanev1.Account, 0, len(accts))
 	for _, a := range accts {
-		out = append(out, toProto(a))
+		out = append(out, s.withCounts(toProto(a)))
 	}
 	return &controlplanev1.ListAccountsResponse{Accounts: out, Store: storeInfo(s.opts.Policies.Info())}, nil
 }
@@ -179,6 +179,21 @@ func storeInfo(i store.Info) *controlplanev1.StoreInfo {
 		Replicas: int32(i.Replicas),
 		Degraded: i.Degraded,
 	}
+}
+
+// withCounts adds this replica's counters for the account to p.
+func (s *Server) withCounts(p *controlplanev1.Account) *controlplanev1.Account {
+	p.CountersSinceUnixMs = s.metrics.accounts.since.UnixMilli()
+	c := s.metrics.accounts.lookup(p.GetKey())
+	if c == nil {
+		return p
+	}
+	p.Counted = true
+	p.Admits = c.decisions[pacing.KindAdmit].Load()
+	p.Waits = c.decisions[pacing.KindWait].Load()
+	p.Refusals = c.decisions[pacing.KindRefuse].Load()
+	p.ForbiddenUpgrades = c.upstream403.Load()
+	return p
 }
 
 func toProto(a store.Account) *controlplanev1.Account {

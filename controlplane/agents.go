@@ -479,7 +479,7 @@ func (s *Server) upstream403(ctx context.Context, c *agentConn, r *controlplanev
 		return s.toStatus(ctx, "Connect", invalidf("upstream_403: account %q is not an account key; want acct_ followed by 16 lowercase hex digits", key))
 	}
 	n := max(int(r.GetCount()), 1)
-	s.metrics.upstream403.Add(float64(n))
+	s.metrics.reported403(key, n)
 	acct, changed, err := s.opts.Policies.Report403(ctx, key, s.now())
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // no bucket yet, so nothing adaptive to lower

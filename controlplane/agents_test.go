@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/clodex/clodex/controlplane/controlplanetest"
+	"github.com/clodex/clodex/internal/account"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
@@ -243,5 +245,76 @@ func stepClock(t *testing.T, clk *clock, st rawStream, admin controlplanev1.Admi
 			t.Fatalf("the heartbeat at %v never arrived: %v", clk.Now(), resp)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// GetAccount, ListAccounts and /metrics carry the account's decisions and
+// reported 403s, counted by this server since it started.
+func TestAccountCounters(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	clk := newClock()
+	start := clk.Now()
+	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now, Registerer: reg, FleetTick: 10 * time.Millisecond})
+	admin := controlplanev1.NewAdminServiceClient(srv.Dial(srv.AdminToken, nil))
+	admission := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
+	// Default policy 60/min burst 10, wait bound 4833 ms: 10 admits, 4
+	// waits (1..4 s), then a refusal.
+	for range 15 {
+		if _, err := admission.Admit(t.Context(), &controlplanev1.AdmitRequest{Account: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := admin.SetAdaptive(t.Context(), &controlplanev1.SetAdaptiveRequest{Key: key, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	st := connect(t, srv, hello("a-1-x", key))
+	recvPolicy(t, st)
+	m := &controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_Upstream_403{Upstream_403: &controlplanev1.Upstream403{Account: key, Count: 3}}}
+	if err := st.Send(m); err != nil {
+		t.Fatal(err)
+	}
+	recvPolicy(t, st) // the report has been applied: adaptive pushed its lower rate
+
+	get, err := admin.GetAccount(t.Context(), &controlplanev1.GetAccountRequest{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := admin.ListAccounts(t.Context(), &controlplanev1.ListAccountsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.GetAccounts()) != 1 {
+		t.Fatalf("ListAccounts = %v, want one account", list)
+	}
+	for name, a := range map[string]*controlplanev1.Account{"GetAccount": get.GetAccount(), "ListAccounts": list.GetAccounts()[0]} {
+		if !a.GetCounted() || a.GetAdmits() != 10 || a.GetWaits() != 4 || a.GetRefusals() != 1 || a.GetForbiddenUpgrades() != 3 ||
+			a.GetCountersSinceUnixMs() != start.UnixMilli() {
+			t.Errorf("%s counters: counted %v admits %d waits %d refusals %d 403s %d since %d; want true 10 4 1 3 %d",
+				name, a.GetCounted(), a.GetAdmits(), a.GetWaits(), a.GetRefusals(), a.GetForbiddenUpgrades(), a.GetCountersSinceUnixMs(), start.UnixMilli())
+		}
+	}
+	got := gather(t, reg)
+	for name, w := range map[string]float64{
+		`clodex_controlplane_account_admissions_total{account="` + key + `",decision="admit"}`:  10,
+		`clodex_controlplane_account_admissions_total{account="` + key + `",decision="wait"}`:   4,
+		`clodex_controlplane_account_admissions_total{account="` + key + `",decision="refuse"}`: 1,
+		`clodex_controlplane_account_upstream_403_total{account="` + key + `"}`:                 3,
+		`clodex_controlplane_upstream_403_total{}`:                                              3,
+	} {
+		if v, ok := got[name]; !ok || v != w {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, w)
+		}
+	}
+	// An account this server never admitted is not counted.
+	other := account.Key("never-admitted")
+	if _, err := admin.SetRate(t.Context(), &controlplanev1.SetRateRequest{Key: other, RatePerMinute: 30}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := admin.GetAccount(t.Context(), &controlplanev1.GetAccountRequest{Key: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GetAccount().GetCounted() || o.GetAccount().GetAdmits() != 0 {
+		t.Errorf("never admitted account: counted %v admits %d; want false 0", o.GetAccount().GetCounted(), o.GetAccount().GetAdmits())
 	}
 }

@@ -51,6 +51,7 @@ func newMetrics(policies PolicyStore, now func() time.Time, agents *registry) *m
 	m.accounts = &accountCollector{
 		policies: policies,
 		now:      now,
+		since:    now(),
 		tokens: prometheus.NewDesc("clodex_controlplane_account_tokens",
 			"Bucket level per account (negative while admitted requests wait); only the first 100 accounts admitted.",
 			[]string{"account"}, nil),
@@ -82,6 +83,12 @@ func newMetrics(policies PolicyStore, now func() time.Time, agents *registry) *m
 		Name: "clodex_controlplane_agents",
 		Help: "Registered agents with an open stream.",
 	}, func() float64 { return float64(agents.len()) })
+	m.accounts.admissions = prometheus.NewDesc("clodex_controlplane_account_admissions_total",
+		"Admission decisions per account and kind (admit, wait, refuse) made by this replica; only the first 100 accounts admitted.",
+		[]string{"account", "decision"}, nil)
+	m.accounts.upstream403 = prometheus.NewDesc("clodex_controlplane_account_upstream_403_total",
+		"Upstream upgrade 403s per account reported by agents to this replica; only the first 100 accounts admitted.",
+		[]string{"account"}, nil)
 	m.all = []prometheus.Collector{admissions, m.wait, cancels, m.accounts, m.upstream403, m.handover, degraded, liveAgents}
 	return m
 }
@@ -103,7 +110,24 @@ func (m *metrics) observe(key string, d pacing.Decision) {
 	if d.Kind == pacing.KindWait {
 		m.wait.Observe(d.Wait.Seconds())
 	}
-	m.accounts.track(key)
+	if c := m.accounts.track(key); c != nil && d.Kind >= pacing.KindAdmit && d.Kind <= pacing.KindRefuse {
+		c.decisions[d.Kind].Add(1)
+	}
+}
+
+// reported403 counts n upstream 403s an agent reported for key.
+func (m *metrics) reported403(key string, n int) {
+	m.upstream403.Add(float64(n))
+	if c := m.accounts.lookup(key); c != nil {
+		c.upstream403.Add(int64(n))
+	}
+}
+
+// accountCounts are one tracked account's counters since the server
+// started.
+type accountCounts struct {
+	decisions   [pacing.KindRefuse + 1]atomic.Int64 // indexed by pacing.Kind
+	upstream403 atomic.Int64
 }
 
 func (m *metrics) cancelled(refunded bool) {
@@ -114,46 +138,61 @@ func (m *metrics) cancelled(refunded bool) {
 	}
 }
 
-// accountCollector exports per-account gauges for a bounded set of keys,
-// read from the store at scrape time.
+// accountCollector exports per-account gauges, read from the store at
+// scrape time, and per-account counters for a bounded set of keys: the
+// first MaxTrackedAccounts the server admits.
 type accountCollector struct {
 	policies     PolicyStore
 	now          func() time.Time
 	tokens, rate *prometheus.Desc
 	effective    *prometheus.Desc
+	admissions   *prometheus.Desc
+	upstream403  *prometheus.Desc
+	// since is when counting started (the server's creation).
+	since time.Time
 
 	full atomic.Bool // set once MaxTrackedAccounts keys are tracked
-	seen sync.Map    // key -> struct{}; lock-free lookups on the hot path
+	seen sync.Map    // key -> *accountCounts; lock-free lookups on the hot path
 
 	mu   sync.Mutex // guards the following field
 	keys []string
 }
 
-func (c *accountCollector) track(key string) {
-	if c.full.Load() {
-		return
+// lookup returns key's counters, or nil when key is not tracked.
+func (c *accountCollector) lookup(key string) *accountCounts {
+	if v, ok := c.seen.Load(key); ok {
+		return v.(*accountCounts)
 	}
-	if _, ok := c.seen.Load(key); ok {
-		return
+	return nil
+}
+
+// track starts tracking key unless MaxTrackedAccounts keys already are,
+// and returns its counters (nil when it is not tracked).
+func (c *accountCollector) track(key string) *accountCounts {
+	if v := c.lookup(key); v != nil || c.full.Load() {
+		return v
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.keys) >= MaxTrackedAccounts {
-		return
+		return c.lookup(key)
 	}
-	if _, loaded := c.seen.LoadOrStore(key, struct{}{}); loaded {
-		return
+	v, loaded := c.seen.LoadOrStore(key, &accountCounts{})
+	if !loaded {
+		c.keys = append(c.keys, key)
+		if len(c.keys) == MaxTrackedAccounts {
+			c.full.Store(true)
+		}
 	}
-	c.keys = append(c.keys, key)
-	if len(c.keys) == MaxTrackedAccounts {
-		c.full.Store(true)
-	}
+	return v.(*accountCounts)
 }
 
 func (c *accountCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.tokens
 	ch <- c.rate
 	ch <- c.effective
+	ch <- c.admissions
+	ch <- c.upstream403
 }
 
 func (c *accountCollector) Collect(ch chan<- prometheus.Metric) {
@@ -171,5 +210,12 @@ func (c *accountCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.tokens, prometheus.GaugeValue, a.Tokens, key)
 		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, float64(a.Policy.RatePerMinute), key)
 		ch <- prometheus.MustNewConstMetric(c.effective, prometheus.GaugeValue, float64(a.EffectiveRate), key)
+	}
+	for _, key := range keys {
+		counts := c.lookup(key)
+		for _, k := range []pacing.Kind{pacing.KindAdmit, pacing.KindWait, pacing.KindRefuse} {
+			ch <- prometheus.MustNewConstMetric(c.admissions, prometheus.CounterValue, float64(counts.decisions[k].Load()), key, k.String())
+		}
+		ch <- prometheus.MustNewConstMetric(c.upstream403, prometheus.CounterValue, float64(counts.upstream403.Load()), key)
 	}
 }

@@ -48,9 +48,22 @@ type Account struct {
 	// rate_per_minute unless adaptive mode has lowered it.
 	EffectiveRatePerMinute int32 `protobuf:"varint,13,opt,name=effective_rate_per_minute,json=effectiveRatePerMinute,proto3" json:"effective_rate_per_minute,omitempty"`
 	// adaptive reports adaptive mode (see AdminService.SetAdaptive).
-	Adaptive      bool `protobuf:"varint,14,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Adaptive bool `protobuf:"varint,14,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
+	// The counters below are this replica's, since counters_since_unix_ms
+	// (its start), and only GetAccount and ListAccounts fill them: the
+	// admission decisions it made for the account (admit, wait, refuse) and
+	// the upgrades the backend refused with 403 that agents reported to it
+	// (forbidden_upgrades). A replica counts the first 100 accounts it
+	// admits, like its per-account metrics; counted is false for any other
+	// account, whose counters stay 0.
+	Admits              int64 `protobuf:"varint,15,opt,name=admits,proto3" json:"admits,omitempty"`
+	Waits               int64 `protobuf:"varint,16,opt,name=waits,proto3" json:"waits,omitempty"`
+	Refusals            int64 `protobuf:"varint,17,opt,name=refusals,proto3" json:"refusals,omitempty"`
+	ForbiddenUpgrades   int64 `protobuf:"varint,18,opt,name=forbidden_upgrades,json=forbiddenUpgrades,proto3" json:"forbidden_upgrades,omitempty"`
+	CountersSinceUnixMs int64 `protobuf:"varint,19,opt,name=counters_since_unix_ms,json=countersSinceUnixMs,proto3" json:"counters_since_unix_ms,omitempty"`
+	Counted             bool  `protobuf:"varint,20,opt,name=counted,proto3" json:"counted,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Account) Reset() {
@@ -177,6 +190,48 @@ func (x *Account) GetEffectiveRatePerMinute() int32 {
 func (x *Account) GetAdaptive() bool {
 	if x != nil {
 		return x.Adaptive
+	}
+	return false
+}
+
+func (x *Account) GetAdmits() int64 {
+	if x != nil {
+		return x.Admits
+	}
+	return 0
+}
+
+func (x *Account) GetWaits() int64 {
+	if x != nil {
+		return x.Waits
+	}
+	return 0
+}
+
+func (x *Account) GetRefusals() int64 {
+	if x != nil {
+		return x.Refusals
+	}
+	return 0
+}
+
+func (x *Account) GetForbiddenUpgrades() int64 {
+	if x != nil {
+		return x.ForbiddenUpgrades
+	}
+	return 0
+}
+
+func (x *Account) GetCountersSinceUnixMs() int64 {
+	if x != nil {
+		return x.CountersSinceUnixMs
+	}
+	return 0
+}
+
+func (x *Account) GetCounted() bool {
+	if x != nil {
+		return x.Counted
 	}
 	return false
 }
@@ -955,7 +1010,7 @@ var File_clodex_controlplane_v1_admin_proto protoreflect.FileDescriptor
 
 const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\"clodex/controlplane/v1/admin.proto\x12\x16clodex.controlplane.v1\"\xd7\x03\n" +
+	"\"clodex/controlplane/v1/admin.proto\x12\x16clodex.controlplane.v1\"\x9f\x05\n" +
 	"\aAccount\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
 	"\x0frate_per_minute\x18\x02 \x01(\x05R\rratePerMinute\x12\x14\n" +
@@ -973,7 +1028,13 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\aenabled\x18\v \x01(\bR\aenabled\x12\x16\n" +
 	"\x06custom\x18\f \x01(\bR\x06custom\x129\n" +
 	"\x19effective_rate_per_minute\x18\r \x01(\x05R\x16effectiveRatePerMinute\x12\x1a\n" +
-	"\badaptive\x18\x0e \x01(\bR\badaptive\"o\n" +
+	"\badaptive\x18\x0e \x01(\bR\badaptive\x12\x16\n" +
+	"\x06admits\x18\x0f \x01(\x03R\x06admits\x12\x14\n" +
+	"\x05waits\x18\x10 \x01(\x03R\x05waits\x12\x1a\n" +
+	"\brefusals\x18\x11 \x01(\x03R\brefusals\x12-\n" +
+	"\x12forbidden_upgrades\x18\x12 \x01(\x03R\x11forbiddenUpgrades\x123\n" +
+	"\x16counters_since_unix_ms\x18\x13 \x01(\x03R\x13countersSinceUnixMs\x12\x18\n" +
+	"\acounted\x18\x14 \x01(\bR\acounted\"o\n" +
 	"\x0eSetRateRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
 	"\x0frate_per_minute\x18\x02 \x01(\x05R\rratePerMinute\x12\x19\n" +

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+const topUsage = "top [--interval D] [--once]"
+
+var topCmd = &command{
+	name:  "top",
+	usage: topUsage,
+	short: "a live view per account: rates, tokens, admits, waits, refusals and 403s per minute, agents",
+	run:   runTop,
+}
+
+type topArgs struct {
+	interval time.Duration
+	once     bool
+}
+
+// topSample is one poll of the control plane.
+type topSample struct {
+	at       time.Time
+	accounts []*controlplanev1.Account
+	agents   []*controlplanev1.Agent
+	store    *storeView
+}
+
+// topRow is one account as top prints it. Per-minute fields are nil
+// until two samples of the same replica's counters exist.
+type topRow struct {
+	Key                       string
+	Rate, Effective           int32
+	Adaptive                  bool
+	Tokens                    float64
+	Admits, Waits, Refusals   *float64 // per minute
+	Forbidden                 *float64 // upstream 403s per minute
+	ForbiddenTotal            int64
+	Counted                   bool
+	LiveAgents, AgentsServing int
+}
+
+func runTop(ctx context.Context, e *env, args []string) error {
+	a := topArgs{interval: 2 * time.Second}
+	fs := e.flagSet("top")
+	fs.DurationVar(&a.interval, "interval", a.interval, "time between polls (500ms..1m)")
+	fs.BoolVar(&a.once, "once", false, "print one view, over one --interval, and exit")
+	pos, err := parseArgs(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return usagef("usage: clodexctl %s", topUsage)
+	}
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q; top takes no arguments", pos[0])
+	}
+	if e.g.output != "table" {
+		return usagef("-o %s: top prints a table only; clodexctl accounts -o json and agents -o json give the same data", e.g.output)
+	}
+	if a.interval < 500*time.Millisecond || a.interval > time.Minute {
+		return usagef("--interval %v is out of range; allowed 500ms..1m", a.interval)
+	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	tty := isTerminal(e.stdout)
+	if tty && !a.once {
+		fmt.Fprint(e.stdout, "\x1b[?1049h\x1b[?25l") // alternate screen, hide the cursor
+		defer fmt.Fprint(e.stdout, "\x1b[?25h\x1b[?1049l")
+	}
+	var prev *topSample
+	tick := time.NewTicker(a.interval)
+	defer tick.Stop()
+	for frame := 0; ; frame++ {
+		cur, err := e.topPoll(ctx, c)
+		var lastErr error
+		if err != nil {
+			st := status.Convert(err)
+			if st.Code() == codes.Unauthenticated || st.Code() == codes.PermissionDenied || ctx.Err() != nil {
+				if ctx.Err() != nil {
+					return nil // Ctrl-C
+				}
+				return c.rpcError(err, "", "")
+			}
+			lastErr = c.rpcError(err, "", "")
+		}
+		if a.once && frame == 0 && err == nil {
+			prev = cur
+		} else {
+			var b strings.Builder
+			if tty && !a.once {
+				b.WriteString("\x1b[H\x1b[2J") // home, clear
+			}
+			if cur == nil {
+				cur = prev
+			}
+			writeTop(&b, c.addr, a.interval, time.Now(), topRows(prev, cur), cur, lastErr)
+			if _, err := io.WriteString(e.stdout, b.String()); err != nil {
+				return err
+			}
+			if a.once {
+				if lastErr != nil {
+					return lastErr
+				}
+				return nil
+			}
+			if lastErr == nil {
+				prev = cur
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// topPoll reads the accounts and the agents once.
+func (e *env) topPoll(ctx context.Context, c *client) (*topSample, error) {
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	accts, err := c.admin.ListAccounts(cctx, &controlplanev1.ListAccountsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	agents, err := c.admin.ListAgents(cctx, &controlplanev1.ListAgentsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return &topSample{at: time.Now(), accounts: accts.GetAccounts(), agents: agents.GetAgents(), store: storeOf(accts.GetStore())}, nil
+}
+
+// topRows builds the rows of cur; per-minute rates come from the counter
+// deltas since prev when both samples are of the same replica's counters.
+func topRows(prev, cur *topSample) []topRow {
+	if cur == nil {
+		return nil
+	}
+	before := map[string]*controlplanev1.Account{}
+	if prev != nil && sameReplica(prev, cur) {
+		for _, a := range prev.accounts {
+			before[a.GetKey()] = a
+		}
+	}
+	rows := make([]topRow, 0, len(cur.accounts))
+	for _, a := range cur.accounts {
+		r := topRow{
+			Key: a.GetKey(), Rate: a.GetRatePerMinute(), Effective: a.GetEffectiveRatePerMinute(), Adaptive: a.GetAdaptive(),
+			Tokens: a.GetTokens(), ForbiddenTotal: a.GetForbiddenUpgrades(), Counted: a.GetCounted(),
+		}
+		for _, ag := range cur.agents {
+			if slices.Contains(ag.GetAccounts(), r.Key) {
+				r.AgentsServing++
+				if ag.GetLive() {
+					r.LiveAgents++
+				}
+			}
+		}
+		if p, ok := before[r.Key]; ok && p.GetCounted() && a.GetCounted() && p.GetCountersSinceUnixMs() == a.GetCountersSinceUnixMs() {
+			if mins := cur.at.Sub(prev.at).Minutes(); mins > 0 {
+				per := func(now, then int64) *float64 {
+					v := float64(max(now-then, 0)) / mins
+					return &v
+				}
+				r.Admits = per(a.GetAdmits(), p.GetAdmits())
+				r.Waits = per(a.GetWaits(), p.GetWaits())
+				r.Refusals = per(a.GetRefusals(), p.GetRefusals())
+				r.Forbidden = per(a.GetForbiddenUpgrades(), p.GetForbiddenUpgrades())
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// sameReplica reports whether two samples came from one control-plane
+// process, whose counters can be subtracted.
+func sameReplica(a, b *topSample) bool {
+	if a.store == nil || b.store == nil {
+		return a.store == b.store
+	}
+	return a.store.Kind == b.store.Kind && a.store.Replica == b.store.Replica
+}
+
+// writeTop renders one frame.
+func writeTop(w io.Writer, addr string, interval time.Duration, now time.Time, rows []topRow, cur *topSample, pollErr error) {
+	live, total := 0, 0
+	store := "-"
+	if cur != nil {
+		for _, ag := range cur.agents {
+			total++
+			if ag.GetLive() {
+				live++
+			}
+		}
+		if cur.store != nil {
+			store = cur.store.String()
+		}
+	}
+	fmt.Fprintf(w, "clodexctl top  %s  every %v  %s\n", addr, interval, now.UTC().Format("15:04:05 UTC"))
+	fmt.Fprintf(w, "store: %s\n", store)
+	fmt.Fprintf(w, "agents: %d live of %d registered; per-minute columns are over the last interval, counted by this replica\n", live, total)
+	if pollErr != nil {
+		fmt.Fprintf(w, "LAST POLL FAILED: %v (showing the previous poll)\n", pollErr)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ACCOUNT\tRATE/MIN\tEFFECTIVE\tTOKENS\tADMITS/MIN\tWAITS/MIN\tREFUSALS/MIN\t403/MIN\t403 TOTAL\tAGENTS\tQUOTA")
+	for _, r := range rows {
+		eff := strconv.Itoa(int(r.Effective))
+		if r.Adaptive {
+			eff += " (adaptive)"
+		}
+		total := strconv.FormatInt(r.ForbiddenTotal, 10)
+		if !r.Counted {
+			total = "n/c"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", r.Key, r.Rate, eff, tokens(r.Tokens),
+			perMin(r.Admits), perMin(r.Waits), perMin(r.Refusals), perMin(r.Forbidden), total, r.LiveAgents, r.AgentsServing, "-")
+	}
+	_ = tw.Flush()
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "no known accounts yet: an account appears with its first admission or stored policy")
+	}
+}
+
+func perMin(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', 1, 64)
+}
