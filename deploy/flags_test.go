@@ -61,7 +61,7 @@ func TestDeployedFlagsExist(t *testing.T) {
 	}
 	// The check must have something to check: every server binary is
 	// deployed somewhere.
-	for _, b := range []string{"clodex-controlplane", "clodex-dataplane"} {
+	for _, b := range []string{"clodex-controlplane", "clodex-dataplane", "clodex-sim", "clodexctl"} {
 		if perBinary[b] == 0 {
 			t.Errorf("no deployment file runs %s (command lines found: %v)", b, perBinary)
 		}

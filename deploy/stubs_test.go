@@ -1,6 +1,0 @@
-package deploy
-
-import "testing"
-
-func composeCommandLines(t *testing.T) []commandLine    { return nil }
-func kubernetesCommandLines(t *testing.T) []commandLine { return nil }
