@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -20,6 +21,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/clodex/clodex/bench/fleet/cluster"
+	"github.com/clodex/clodex/controlplane/store/redistest"
+	"github.com/clodex/clodex/internal/atomicfile"
 )
 
 // dashboardQueries returns every PromQL expression of the Grafana
@@ -184,6 +187,12 @@ func TestDashboardMetricsExist(t *testing.T) {
 
 	cp := scrape(ctx, t, f.ControlPlane.AdminAddr)
 	dp := scrape(ctx, t, dpAdminAddr)
+	// A replica over Redis has the store's metrics too.
+	for name, fam := range scrapeRedisReplica(ctx, t, bins) {
+		if _, ok := cp[name]; !ok {
+			cp[name] = fam
+		}
+	}
 	var checked []string
 	for expr, title := range queries {
 		refs := metricRefs(expr)
@@ -232,6 +241,62 @@ func TestDashboardMetricsExist(t *testing.T) {
 	}
 	slices.Sort(checked)
 	t.Logf("checked %d metric references (%d distinct)", len(checked), len(slices.Compact(checked)))
+}
+
+// scrapeRedisReplica runs clodex-controlplane over a real redis-server,
+// admits once through it, and returns its /metrics.
+func scrapeRedisReplica(ctx context.Context, t *testing.T, bins string) map[string]*dto.MetricFamily {
+	t.Helper()
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	admin, agent := filepath.Join(dir, "admin.token"), filepath.Join(dir, "agent.token")
+	for path, tok := range map[string]string{admin: "dash-admin-token-0123456789", agent: "dash-agent-token-0123456789"} {
+		if err := atomicfile.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	port, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminPort, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, adminAddr := fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.1:%d", adminPort)
+	logPath := filepath.Join(dir, "controlplane.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bins, "clodex-controlplane"), "--listen", addr, "--admin-listen", adminAddr,
+		"--redis", rs.URL, "--replica", "dash-1", "--admin-token-file", admin, "--agent-token-file", agent)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("---- clodex-controlplane --redis ----\n%s", b)
+		}
+	})
+	// Ready when an admission goes through it.
+	for {
+		out, err := exec.CommandContext(ctx, filepath.Join(bins, "clodexctl"), "--control-plane", addr, "--token-file", admin,
+			"set-rate", cluster.Account, "120").CombinedOutput()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the Redis replica never answered: %v\n%s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return scrape(ctx, t, adminAddr)
 }
 
 func TestMetricRefs(t *testing.T) {
