@@ -8,7 +8,7 @@ IMAGE    ?= clodex
 # argument), so two builds of one commit give one image.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: help build image test lint vet fmt generate check-generated bench bench-controlplane bench-pool bench-fleet mutation run claude clients clean
+.PHONY: help build image demo demo-test test lint vet fmt generate check-generated bench bench-controlplane bench-pool bench-fleet mutation run claude clients clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -54,6 +54,13 @@ bench-fleet: ## 3 data planes against one account: central admission vs per-host
 
 mutation: ## mutation testing of the pacing core (slow; not part of `make test`)
 	$(TOOL) gremlins unleash --integration=false --workers 1 --threshold-efficacy 90 ./internal/pacing
+
+demo: build ## Jaeger, the control plane, two data planes and clodex-sim on loopback; a fan-out; a summary and one trace's URL
+	@jaeger=$$(./scripts/build-jaeger.sh) && $(GO) run ./scripts/demo --bin bin --jaeger "$$jaeger" $(ARGS)
+
+demo-test: build ## the demo's browser test: headless Chromium on the trace page (needs chromium and a built Jaeger UI in CLODEX_JAEGER_UI)
+	@jaeger=$$(./scripts/build-jaeger.sh) && CLODEX_JAEGER="$$jaeger" CLODEX_BIN="$(CURDIR)/bin" \
+		$(GO) test -tags demo -count=1 -v -timeout 10m ./scripts/demo
 
 run: ## run clodex: the data plane, in front of the emulator when ~/.codex/auth.json is missing
 	./scripts/run.sh
