@@ -42,7 +42,7 @@ const (
 	controlPlaneService = "clodex-controlplane"
 	// placeholderMarker is in the page Jaeger serves when it was built
 	// without its UI assets.
-	placeholderMarker = "placeholder for Jaeger UI"
+	placeholderMarker = "not compiled with the UI assets"
 )
 
 //go:embed jaeger.yaml.tmpl

@@ -29,7 +29,7 @@ func TestTracePageInChromium(t *testing.T) {
 	for name, v := range map[string]string{"CLODEX_JAEGER (scripts/build-jaeger.sh)": jaeger, "CLODEX_BIN (make build's bin)": bin,
 		"CLODEX_JAEGER_UI (a built Jaeger UI: index.html and static/; the Go module build of Jaeger has only a placeholder page)": ui} {
 		if v == "" {
-			t.Fatalf("%s is not set; run make demo-test", name)
+			t.Fatalf("%s is not set (make demo-test sets the first two)", name)
 		}
 	}
 	chromium, err := exec.LookPath("chromium")
