@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	composeloader "github.com/compose-spec/compose-go/v2/loader"
+	composetypes "github.com/compose-spec/compose-go/v2/types"
 	"sigs.k8s.io/yaml"
 )
 
@@ -197,3 +199,47 @@ func sortedKeys(m map[string]bool) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestComposeLoads loads the compose file with compose-go, the loader
+// Docker Compose uses: schema validation (an unknown or misplaced key is
+// an error), interpolation, anchors and merge keys, and the consistency
+// checks (every depends_on, secret and volume a service names exists).
+func TestComposeLoads(t *testing.T) {
+	dir := filepath.Join(repoRoot(t), "deploy", "compose")
+	path := filepath.Join(dir, "compose.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := composeloader.LoadWithContext(t.Context(), composetypes.ConfigDetails{
+		WorkingDir:  dir,
+		ConfigFiles: []composetypes.ConfigFile{{Filename: path, Content: b}},
+		Environment: composetypes.Mapping{},
+	})
+	if err != nil {
+		t.Fatalf("compose-go load: %v", err)
+	}
+	if p.Name != "clodex" || len(p.Services) != 9 {
+		t.Errorf("project %q with %d services; want clodex with 9", p.Name, len(p.Services))
+	}
+	for name, s := range p.Services {
+		if isClodexImage(s.Image) {
+			if s.Build == nil || s.Build.Context != repoRoot(t) {
+				t.Errorf("service %s builds from %v; want the repository root (the Dockerfile)", name, s.Build)
+			}
+		}
+	}
+
+	// The same loader rejects a key that does not exist.
+	bad := strings.Replace(string(b), "    read_only: true\n", "    readonly: true\n", 1)
+	bad = strings.Replace(bad, "  read_only: true\n", "  readonly: true\n", 1)
+	if _, err := composeloader.LoadWithContext(t.Context(), composetypes.ConfigDetails{
+		WorkingDir:  dir,
+		ConfigFiles: []composetypes.ConfigFile{{Filename: path, Content: []byte(bad)}},
+		Environment: composetypes.Mapping{},
+	}); err == nil {
+		t.Error("compose-go accepted a misspelt key (readonly); the check cannot fail")
+	}
+}
+
+func isClodexImage(image string) bool { return strings.HasPrefix(image, "clodex:") }
