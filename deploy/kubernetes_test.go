@@ -86,7 +86,9 @@ func decodeManifests(source string, data []byte) ([]k8sObject, []error) {
 	return out, errs
 }
 
-// manifestFiles are deploy/kubernetes's YAML files but the kustomizations.
+// manifestFiles are deploy/kubernetes's YAML files but the kustomizations
+// (the JSON patches, *.patch.json, are checked through the rendered
+// overlay).
 func manifestFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
@@ -149,7 +151,7 @@ func renderOverlay(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"admin.token", "agent.token", "redis.url", "auth.json"} {
+	for _, f := range []string{"admin.token", "agent.token", "redis.url", "auth.json", "tls.crt", "tls.key", "ca.crt"} {
 		if err := mem.WriteFile("/k/overlays/production/secrets/"+f, []byte("stand-in\n")); err != nil {
 			t.Fatal(err)
 		}
@@ -196,9 +198,31 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 		t.Errorf("control plane replicas = %v, want 2", cp.Spec.Replicas)
 	}
 	c := cp.Spec.Template.Spec.Containers[0]
-	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
-		if p == nil || p.GRPC == nil || p.GRPC.Port != 17700 {
+	// The probes ask the gRPC health service: the kubelet's own gRPC
+	// probe in plaintext, clodexctl health with the CA under TLS (the
+	// kubelet's cannot speak TLS).
+	_, tls := flagValue(c.Command, "tls-cert")
+	if !tls {
+		t.Error("the production overlay's control plane has no --tls-cert: the tokens would cross the network in clear")
+	}
+	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe, "startup": c.StartupProbe} {
+		switch {
+		case p == nil:
+			t.Errorf("control plane has no %s probe", name)
+		case !tls && (p.GRPC == nil || p.GRPC.Port != 17700):
 			t.Errorf("control plane %s probe = %+v, want the gRPC health service on 17700", name, p)
+		case tls && (p.Exec == nil || !slices.Contains(p.Exec.Command, "health") || !slices.ContainsFunc(p.Exec.Command, func(a string) bool { return strings.HasPrefix(a, "--tls-ca=") })):
+			t.Errorf("control plane %s probe = %+v; with --tls-cert want clodexctl --tls-ca=... health", name, p)
+		}
+	}
+	if _, ca := flagValue(dp.Spec.Template.Spec.Containers[0].Command, "tls-ca"); ca != tls {
+		t.Errorf("control plane TLS %v but data plane --tls-ca %v: they must agree", tls, ca)
+	}
+	for _, o := range baseObjects(t) {
+		if d, ok := o.obj.(*appsv1.Deployment); ok && strings.Contains(o.source, "/base/") {
+			if p := d.Spec.Template.Spec.Containers[0].ReadinessProbe; p == nil || p.GRPC == nil || p.GRPC.Port != 17700 {
+				t.Errorf("%s: the base control plane's readiness probe = %+v, want the kubelet's gRPC probe on 17700", o.source, p)
+			}
 		}
 	}
 	if _, ok := flagValue(c.Command, "redis"); ok {
@@ -309,7 +333,11 @@ func selects(selector, labels map[string]string) bool {
 func kubernetesCommandLines(t *testing.T) []commandLine {
 	t.Helper()
 	var out []commandLine
-	for _, o := range baseObjects(t) {
+	rendered, errs := decodeManifests("overlays/production rendered", renderOverlay(t))
+	for _, err := range errs {
+		t.Error(err)
+	}
+	for _, o := range append(baseObjects(t), rendered...) {
 		var spec *corev1.PodSpec
 		switch w := o.obj.(type) {
 		case *appsv1.Deployment:
