@@ -130,8 +130,9 @@ func TestSystemdSandboxing(t *testing.T) {
 
 // TestSystemdAnalyzeVerify runs systemd-analyze verify on each unit, with
 // ExecStart pointed at the binary built from this tree (verify wants an
-// executable there). Any output is a finding: verify reports unknown keys
-// as warnings and still exits 0.
+// executable there), and systemd-analyze security for the sandbox's
+// exposure. Any output of verify is a finding: it reports unknown keys as
+// warnings and still exits 0.
 func TestSystemdAnalyzeVerify(t *testing.T) {
 	sa, err := exec.LookPath("systemd-analyze")
 	if err != nil {
@@ -161,6 +162,13 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 		}
 		if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 			t.Errorf("systemd-analyze verify %s: %v\n%s", name, err, out)
+		}
+		// systemd's own exposure score of the sandbox, 0 (locked down) to
+		// 10: both units score 1.5 ("OK"); fail above 2.0.
+		out, err = exec.Command(sa, "security", "--offline=yes", "--threshold=20", "--no-pager", unit).CombinedOutput()
+		if err != nil {
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			t.Errorf("systemd-analyze security %s: %v; the sandbox is looser than exposure 2.0:\n%s", name, err, lines[len(lines)-1])
 		}
 	}
 }
