@@ -68,6 +68,8 @@
 //	clodex_controlplane_account_tokens{account}      bucket level, first 100 accounts
 //	clodex_controlplane_account_rate_per_minute{account}
 //	clodex_controlplane_account_effective_rate_per_minute{account}
+//	clodex_controlplane_account_admissions_total{account,decision}  this server's decisions
+//	clodex_controlplane_account_upstream_403_total{account}         403s reported to it
 //	clodex_controlplane_upstream_403_total           403s reported by agents
 //	clodex_controlplane_agents                       registered agents
 //	clodex_controlplane_handover_debits_total        tokens debited by ReportGrants
@@ -77,7 +79,9 @@
 // operation, errors, breaker state and openings, live replicas, fallback
 // admissions and hand-over debits) when given the registerer.
 //
-// The per-account gauges cover only the first MaxTrackedAccounts account
-// keys the server admits (in order of first Admit), so their cardinality
-// stays bounded however many accounts exist.
+// The per-account gauges and counters cover only the first
+// MaxTrackedAccounts account keys the server admits (in order of first
+// Admit), so their cardinality stays bounded however many accounts exist.
+// GetAccount and ListAccounts return the same counters (Account.admits,
+// waits, refusals, forbidden_upgrades), counted since the server started.
 package controlplane
