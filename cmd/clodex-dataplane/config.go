@@ -64,7 +64,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 	fs.StringVar(&c.ModelAliases, "model-aliases", "", "model aliases `pattern=model,...` tried before the defaults (pattern may end in *)")
 	fs.BoolVar(&c.ModelPassthrough, "model-passthrough", false, "send model names no alias matches to the backend unchanged (default: answer 400 listing the accepted names)")
 	failureRetries := fs.Int("failure-retries", retry.DefaultFailureRetries, "`retries` a turn spends inside the data plane on a failure the client retries itself (5xx, unreachable backend, 429) while the upstream is healthy; 0 leaves them all to the client")
-	fs.StringVar(&c.ControlPlane, "control-plane", "", "join the fleet whose control plane listens at `host:port` (default: run one embedded in-process)")
+	fs.StringVar(&c.ControlPlane, "control-plane", "", "join the fleet whose control plane listens at `host:port`: one address (a name may resolve to several replicas), a comma-separated list of replicas a:17700,b:17700, or dns:///host:port; RPCs are balanced over the replicas and fail over on error (default: run one embedded in-process)")
 	fs.StringVar(&c.AgentTokenFile, "agent-token-file", getenv(envAgentTokenFile), "`file` holding the fleet's agent token (or set "+envAgentToken+")")
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "verify the control plane with this CA PEM `file` (default plaintext)")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "client certificate PEM `file` for the control plane (with --tls-key)")

@@ -19,7 +19,11 @@
 // --control-plane ADDR (and --agent-token-file FILE or CLODEX_AGENT_TOKEN)
 // the data plane joins that fleet: it registers as an agent, receives its
 // accounts' policies, reports upstream 403s, and does not refresh
-// auth.json unless --refresh=auto (standalone, auto is the default).
+// auth.json unless --refresh=auto (standalone, auto is the default). ADDR
+// may list several replicas (a:17700,b:17700) or name one DNS name with
+// several records (dns:///cp.example:17700 or plain host:port); RPCs are
+// balanced over the replicas whose store is healthy and fail over to
+// another on error.
 //
 // Environment (documented defaults): CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN
 // (60; 0 disables pacing), CLODEX_UPSTREAM_IDLE_TIMEOUT_MS (120000),

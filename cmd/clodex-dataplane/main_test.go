@@ -54,7 +54,7 @@ func TestBadFlags(t *testing.T) {
 		{"fleet without token", []string{"--control-plane", "cp:17700"}, nil,
 			[]string{"--control-plane needs the agent token: pass --agent-token-file FILE or set CLODEX_AGENT_TOKEN"}},
 		{"fleet with a bad address and a data dir", []string{"--control-plane", "cp", "--data-dir", "/tmp/x"}, map[string]string{"CLODEX_AGENT_TOKEN": "t"},
-			[]string{"--control-plane \"cp\" is not host:port", "--data-dir applies only to the embedded control plane"}},
+			[]string{`--control-plane: control plane address 1 of 1 ("cp"): not host:port`, "--data-dir applies only to the embedded control plane"}},
 		{"half a client certificate", []string{"--control-plane", "cp:1", "--agent-token-file", "f", "--tls-cert", "c.pem"}, nil,
 			[]string{"--tls-cert and --tls-key must be given together"}},
 		{"fleet flags without a fleet", []string{"--agent-token-file", "f", "--tls-ca", "ca.pem", "--tls-cert", "c", "--tls-key", "k"}, nil,

@@ -65,6 +65,10 @@ type Options struct {
 	RedisTick time.Duration
 	// Replica names the Redis replica. (Optional)
 	Replica string
+	// Tokens, when set, makes the server use the same admin and agent
+	// tokens (and token files) as that server: replicas a data plane
+	// balances over share them. (Optional; default new random tokens)
+	Tokens *Server
 }
 
 // Server is a running control plane.
@@ -84,6 +88,7 @@ type Server struct {
 
 	mu     sync.Mutex // guards the following fields
 	store  store.Store
+	srv    *controlplane.Server
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -100,8 +105,13 @@ func Start(t testing.TB, opts *Options) *Server {
 	if err := os.Mkdir(s.DataDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	s.AdminToken, s.AdminTokenFile = newToken(t, dir, "admin.token")
-	s.AgentToken, s.AgentTokenFile = newToken(t, dir, "agent.token")
+	if o.Tokens != nil {
+		s.AdminToken, s.AdminTokenFile = o.Tokens.AdminToken, o.Tokens.AdminTokenFile
+		s.AgentToken, s.AgentTokenFile = o.Tokens.AgentToken, o.Tokens.AgentTokenFile
+	} else {
+		s.AdminToken, s.AdminTokenFile = newToken(t, dir, "admin.token")
+		s.AgentToken, s.AgentTokenFile = newToken(t, dir, "agent.token")
+	}
 	s.start("127.0.0.1:0")
 	t.Cleanup(s.Stop)
 	return s
@@ -193,7 +203,7 @@ func (s *Server) start(addr string) {
 	}()
 	s.mu.Lock()
 	s.Addr = lis.Addr().String()
-	s.store, s.cancel, s.done = st, cancel, done
+	s.store, s.srv, s.cancel, s.done = st, srv, cancel, done
 	s.mu.Unlock()
 }
 
@@ -218,6 +228,23 @@ func (s *Server) Stop() {
 	if err := <-done; err != nil {
 		s.t.Errorf("controlplanetest: serve: %v", err)
 	}
+}
+
+// Kill stops the server at once, as a killed process would: every
+// connection is closed without a goodbye, in-flight RPCs fail and agent
+// streams break. It waits for the server to return and is safe to call
+// more than once.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	srv, cancel, done := s.srv, s.cancel, s.done
+	s.cancel, s.done = nil, nil
+	s.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	srv.Stop()
+	cancel()
+	<-done // Serve's own error after a hard stop says nothing about the test
 }
 
 // Restart stops the server and starts a new one on the same address and

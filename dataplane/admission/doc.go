@@ -28,6 +28,18 @@
 // the request's cancellation) so the token goes back to the bucket, and
 // Admit returns ctx.Err().
 //
+// # Several control planes
+//
+// One connection serves every replica: ParseControlPlanes reads a
+// --control-plane value (host:port, whose name may resolve to several
+// replicas; a comma-separated list; or dns:///host:port) and
+// ControlPlanes.DialOptions makes the connection balance round robin over
+// the replicas that report their store SERVING (StoreHealthService), so a
+// replica that is down, draining or cut off from the shared store gets no
+// RPCs. An admission RPC that fails with Unavailable (its replica died
+// under it) is tried again on another replica within the same deadline,
+// so a replica's death costs no request a local decision.
+//
 // # Local fallback
 //
 // A control plane that does not answer (Unavailable, DeadlineExceeded, any

@@ -284,18 +284,19 @@ func (a *Agent) CloseReason() string {
 // Run holds the stream until ctx ends, reconnecting with backoff, then says
 // goodbye and returns nil.
 func (a *Agent) Run(ctx context.Context) error {
-	backoff := MinBackoff
+	var backoff time.Duration
 	for {
+		start := time.Now()
 		established, err := a.session(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if established {
-			backoff = MinBackoff
-		}
+		backoff = nextBackoff(backoff, established, time.Since(start))
 		d := jitter(backoff, a.cfg.Rand())
 		a.log.WarnContext(ctx, "agent stream ended; reconnecting", "err", errString(err), "retry_in", d)
-		backoff = min(2*backoff, MaxBackoff)
+		if d == 0 {
+			continue
+		}
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
@@ -304,6 +305,24 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// nextBackoff is the delay before the next connect, given the last one,
+// whether the stream that just ended had been established and how long it
+// lasted. A stream that was up for MaxBackoff or longer reconnects at
+// once: with several replicas another one answers (the connection
+// balances over the live ones), so the agent is back long before its
+// heartbeat would lapse. A stream that ended sooner starts over at
+// MinBackoff, so a control plane that keeps closing streams is not
+// hammered; a connect that fails doubles the delay up to MaxBackoff.
+func nextBackoff(last time.Duration, established bool, lasted time.Duration) time.Duration {
+	switch {
+	case established && lasted >= MaxBackoff:
+		return 0
+	case established || last == 0:
+		return MinBackoff
+	}
+	return min(2*last, MaxBackoff)
 }
 
 func errString(err error) string {

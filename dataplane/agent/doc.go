@@ -22,8 +22,10 @@
 //     is called (the data plane makes admission ask the control plane
 //     again at once);
 //   - when the stream fails or the control plane closes it (with a
-//     reason, logged), Run reconnects after a jittered exponential backoff
-//     (250ms doubling to 2s, ±20%);
+//     reason, logged), Run reconnects: at once when the stream had been up
+//     for 2s or more (another replica, or the same one restarted, answers
+//     before the agent's liveness lapses), else after a jittered
+//     exponential backoff (250ms doubling to 2s, ±20%);
 //   - when its context ends, Run sends a goodbye, waits up to one second
 //     for the control plane to end the stream, and returns.
 //

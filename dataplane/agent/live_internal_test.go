@@ -66,3 +66,33 @@ func TestLiveCountHoldsPeaksForTheWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestNextBackoff checks the reconnect schedule by hand: at once after a
+// stream that was up, then 250ms doubling to 2s while connects fail.
+func TestNextBackoff(t *testing.T) {
+	const up = 10 * time.Second
+	tests := []struct {
+		name        string
+		last        time.Duration
+		established bool
+		lasted      time.Duration
+		want        time.Duration
+	}{
+		{"a stream that was up reconnects at once", 2 * time.Second, true, up, 0},
+		{"up for exactly 2s counts as up", 0, true, 2 * time.Second, 0},
+		{"a stream closed at once starts over at 250ms", 0, true, time.Second, 250 * time.Millisecond},
+		{"a short stream resets a long delay", 2 * time.Second, true, time.Millisecond, 250 * time.Millisecond},
+		{"the first failed connect waits 250ms", 0, false, 0, 250 * time.Millisecond},
+		{"then 500ms", 250 * time.Millisecond, false, 0, 500 * time.Millisecond},
+		{"then 1s", 500 * time.Millisecond, false, 0, time.Second},
+		{"then 2s", time.Second, false, 0, 2 * time.Second},
+		{"and stays at 2s", 2 * time.Second, false, 0, 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := nextBackoff(tt.last, tt.established, tt.lasted); got != tt.want {
+				t.Errorf("nextBackoff(%v, %v, %v) = %v, want %v", tt.last, tt.established, tt.lasted, got, tt.want)
+			}
+		})
+	}
+}

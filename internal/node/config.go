@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/clodex/clodex/dataplane/admission"
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/translate"
@@ -79,8 +80,10 @@ type Config struct {
 	// retry.NoFailureRetries for none; at most the turn budget's retries)
 	FailureRetries int
 
-	// ControlPlane is the fleet's control plane, host:port. (Optional;
-	// default none: an embedded control plane runs in-process)
+	// ControlPlane is the fleet's control plane: host:port (a name may
+	// resolve to several replicas), a comma-separated list of replicas, or
+	// dns:///host:port (admission.ParseControlPlanes). (Optional; default
+	// none: an embedded control plane runs in-process)
 	ControlPlane string
 	// AgentTokenFile holds the fleet's agent token. (Required with
 	// ControlPlane unless AgentToken is set)
@@ -217,8 +220,8 @@ func (c Config) Validate() error {
 			c.FailureRetries, pacing.MaxMaxRetries, retry.NoFailureRetries))
 	}
 	if c.fleet() {
-		if _, _, err := net.SplitHostPort(c.ControlPlane); err != nil {
-			errs = append(errs, fmt.Errorf("--control-plane %q is not host:port (e.g. controlplane.internal:17700)", c.ControlPlane))
+		if _, err := admission.ParseControlPlanes(c.ControlPlane); err != nil {
+			errs = append(errs, fmt.Errorf("--control-plane: %w", err))
 		}
 		if c.AgentTokenFile == "" && c.AgentToken == "" {
 			errs = append(errs, fmt.Errorf("--control-plane needs the agent token: pass --agent-token-file FILE or set %s", EnvAgentToken))

@@ -43,20 +43,20 @@ type controlPlaneConn struct {
 }
 
 // dialOptions are the client options of both paths: the agent token on
-// every RPC, otelgrpc client spans, and the admission client's reconnect
-// backoff.
+// every RPC and otelgrpc client spans.
 func dialOptions(tok bearer.Token, creds grpccreds.TransportCredentials, tp trace.TracerProvider) []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(bearer.Credentials(tok)),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
-		admission.DialOption(),
 	}
 }
 
 // dialRemote connects to --control-plane with the agent token and the TLS
-// flags. The connection is lazy: an unreachable control plane is not an
-// error here (admission falls back to its local bucket).
+// flags: one connection balancing over every replica the value names
+// (admission.ControlPlanes). The connection is lazy: an unreachable
+// control plane is not an error here (admission falls back to its local
+// bucket).
 func dialRemote(cfg *Config, notify func(string), tp trace.TracerProvider) (*controlPlaneConn, error) {
 	var tok bearer.Token
 	if cfg.AgentTokenFile != "" {
@@ -83,7 +83,11 @@ func dialRemote(cfg *Config, notify func(string), tp trace.TracerProvider) (*con
 	if tlsCfg != nil {
 		creds = grpccreds.NewTLS(tlsCfg)
 	}
-	conn, err := grpc.NewClient(cfg.ControlPlane, dialOptions(tok, creds, tp)...)
+	cps, err := admission.ParseControlPlanes(cfg.ControlPlane)
+	if err != nil {
+		return nil, &ConfigError{Err: fmt.Errorf("--control-plane: %w", err)}
+	}
+	conn, err := grpc.NewClient(cps.Target, append(dialOptions(tok, creds, tp), cps.DialOptions()...)...)
 	if err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("--control-plane %q: %w", cfg.ControlPlane, err)}
 	}
@@ -129,7 +133,7 @@ func startEmbedded(ctx context.Context, cfg *Config, logger *slog.Logger, reg pr
 	}
 	lis := bufconn.Listen(bufconnSize)
 	dial := func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }
-	opts := append(dialOptions(agentTok, insecure.NewCredentials(), tp), grpc.WithContextDialer(dial))
+	opts := append(dialOptions(agentTok, insecure.NewCredentials(), tp), admission.DialOption(), grpc.WithContextDialer(dial))
 	conn, err := grpc.NewClient(embeddedTarget, opts...)
 	if err != nil {
 		lis.Close()
