@@ -125,6 +125,9 @@ type Stats struct {
 	// Cancels counts requests whose context ended while they waited out a
 	// granted delay; Refunds counts the reservations that were refunded.
 	Cancels, Refunds int64
+	// HandOvers counts the reports of local grants the control plane
+	// accepted (ReportGrants); HandedOver is how many grants it debited.
+	HandOvers, HandedOver int64
 }
 
 // Client admits new upstream sockets through the control plane, falling
@@ -142,8 +145,9 @@ type Client struct {
 	log        *slog.Logger
 	rand       func() float64
 
-	notices     pacing.Notices // one-time notices other than the mode switches
-	rejectedLog rate.Sometimes // limits "control plane rejected" logs
+	reportPrefix string         // report ids are reportPrefix-gN
+	notices      pacing.Notices // one-time notices other than the mode switches
+	rejectedLog  rate.Sometimes // limits "control plane rejected" logs
 
 	mu        sync.Mutex // guards the following fields
 	closed    bool
@@ -153,6 +157,10 @@ type Client struct {
 	backoff   time.Duration // the last probe delay; reset by each fallback
 	policies  map[string]pacing.Policy
 	buckets   map[string]*localBucket // this outage's buckets; emptied by each fallback
+	tally     map[string]*grantTally  // local grants not yet in a report (the hand-over)
+	pending   []*pendingReport        // reports not yet confirmed, oldest first
+	reportSeq uint64
+	reporting bool // a hand-over is in flight
 	stats     Stats
 }
 
@@ -168,19 +176,21 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("new admission client: %w", err)
 	}
 	c := &Client{
-		admission:   controlplanev1.NewAdmissionServiceClient(cfg.Conn),
-		agentID:     cfg.AgentID,
-		timeout:     cfg.Timeout,
-		fallback:    cfg.Fallback,
-		liveAgents:  cfg.LiveAgents,
-		now:         cfg.Clock,
-		sleep:       cfg.Sleep,
-		notify:      cfg.Notify,
-		rand:        cfg.Rand,
-		rejectedLog: rate.Sometimes{First: 3, Interval: time.Minute},
-		mode:        ModeCentral,
-		policies:    make(map[string]pacing.Policy),
-		buckets:     make(map[string]*localBucket),
+		admission:    controlplanev1.NewAdmissionServiceClient(cfg.Conn),
+		agentID:      cfg.AgentID,
+		timeout:      cfg.Timeout,
+		fallback:     cfg.Fallback,
+		liveAgents:   cfg.LiveAgents,
+		now:          cfg.Clock,
+		sleep:        cfg.Sleep,
+		notify:       cfg.Notify,
+		rand:         cfg.Rand,
+		reportPrefix: reportPrefix(cfg.AgentID),
+		rejectedLog:  rate.Sometimes{First: 3, Interval: time.Minute},
+		mode:         ModeCentral,
+		policies:     make(map[string]pacing.Policy),
+		buckets:      make(map[string]*localBucket),
+		tally:        make(map[string]*grantTally),
 	}
 	if c.timeout == 0 {
 		c.timeout = DefaultTimeout
@@ -253,18 +263,31 @@ func (c *Client) Admit(ctx context.Context, accountKey string) error {
 	if err != nil {
 		return fmt.Errorf("admit: %w", err)
 	}
-	if ask {
-		resp, err := c.ask(ctx, accountKey)
-		if err == nil {
-			return c.central(ctx, accountKey, resp, probe)
-		}
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			c.endProbe(probe)
-			return ctxErr
-		}
-		c.failed(ctx, accountKey, err, probe)
+	if !ask {
+		return c.local(ctx, accountKey, true)
 	}
-	return c.local(ctx, accountKey)
+	// A probe hands the outage's grants over before it asks, so the
+	// account's bucket counts them before this host admits centrally.
+	if probe {
+		if err := c.handOver(ctx); err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				c.endProbe(probe)
+				return ctxErr
+			}
+			c.failed(ctx, accountKey, err, probe)
+			return c.local(ctx, accountKey, true)
+		}
+	}
+	resp, err := c.ask(ctx, accountKey)
+	if err == nil {
+		return c.central(ctx, accountKey, resp, probe)
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		c.endProbe(probe)
+		return ctxErr
+	}
+	c.failed(ctx, accountKey, err, probe)
+	return c.local(ctx, accountKey, unreachable(err))
 }
 
 // route reports whether this request asks the control plane and whether it
@@ -344,10 +367,15 @@ func (c *Client) central(ctx context.Context, key string, resp *controlplanev1.A
 	case controlplanev1.Decision_DECISION_REFUSE:
 		c.stats.Central.Refusals++
 	}
+	leftover := back && (len(c.tally) > 0 || len(c.pending) > 0)
 	c.mu.Unlock()
 	if back {
-		c.log.InfoContext(ctx, "control plane reachable again; admission is central")
-		c.notify("control plane reachable again: admission is central")
+		c.announceBack(ctx)
+	}
+	if leftover {
+		// Grants made locally while this probe was in flight. A failure
+		// keeps them for the next outage's hand-over.
+		_ = c.handOver(ctx)
 	}
 
 	switch resp.GetDecision() {
@@ -489,14 +517,19 @@ func share(p pacing.Policy, live int) pacing.Policy {
 	return p
 }
 
-// local decides with the account's local bucket.
-func (c *Client) local(ctx context.Context, key string) error {
+// local decides with the account's local bucket. When outage is set (the
+// control plane is unreachable, not merely refusing this data plane) a
+// debited grant is tallied for the hand-over.
+func (c *Client) local(ctx context.Context, key string, outage bool) error {
 	live := c.live(key)
 	now := c.now()
 	c.mu.Lock()
 	lb := c.bucketLocked(key, live, now)
 	d := lb.bucket.Take(now)
 	pol := lb.share
+	if outage && d.Debited {
+		c.tallyLocked(key, now)
+	}
 	switch d.Kind {
 	case pacing.KindAdmit:
 		c.stats.Local.Admits++
@@ -516,6 +549,9 @@ func (c *Client) local(ctx context.Context, key string) error {
 			c.stats.Cancels++
 			if lb.bucket.RefundReservation(now, d.ID) {
 				c.stats.Refunds++
+				if outage {
+					c.untallyLocked(key)
+				}
 			}
 			c.mu.Unlock()
 			return ctxErr(ctx, err)

@@ -83,6 +83,23 @@
 // the data plane calls it when its agent stream reconnects, so the next
 // Admit asks the control plane at once.
 //
+// # Hand-over
+//
+// Every grant a local bucket debits during an outage is tallied per
+// account (a local reservation refunded before it is reported is taken
+// back). The probe that finds the control plane back first reports the
+// tally (AdmissionService.ReportGrants: the account's bucket is debited as
+// if those sockets had been admitted centrally now, stopping where central
+// admission would refuse), then asks for its own admission; Recover does
+// the same without a request, and the data plane calls it when its agent
+// stream connects. So the sockets a fleet opened during an outage count
+// against the account after it, and the fleet stays within rate + burst
+// instead of adding a restarted control plane's full bucket on top. A
+// report that is not confirmed is kept and sent again with the same
+// report id (the control plane applies an id once); one the control plane
+// refuses (Unimplemented from one that predates the hand-over) is dropped
+// with a one-time notice.
+//
 // A control plane that answers with an error of another kind
 // (Unauthenticated, PermissionDenied, Internal, ...) is reachable but
 // unusable: that request is decided locally too, the error is logged

@@ -136,6 +136,8 @@ func TestEachOutageStartsEmpty(t *testing.T) {
 		Fallbacks:  2,
 		Recoveries: 1,
 		Probes:     1,
+		HandOvers:  1, // the first outage's two local grants, before the probe's admission
+		HandedOver: 2,
 	}
 	if got := c.Stats(); got != want {
 		t.Errorf("Stats() = %+v, want %+v", got, want)

@@ -47,6 +47,8 @@ type Node struct {
 	ag            *agent.Agent
 	agentCancel   context.CancelFunc
 	agentDone     chan struct{} // closed when ag.Run has returned
+	recoverKick   chan struct{} // size 1: the agent stream has connected
+	recoverDone   chan struct{} // closed when recoverLoop has returned
 	pool          *pool.Pool
 	gw            *gateway.Server
 	servers       []*http.Server // servers[0] is the API
@@ -195,10 +197,17 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 				"idle_timeout", p.Budget.IdleTimeout, "total_timeout", p.Budget.TotalTimeout)
 		},
 		// The control plane is back: admission asks it again at once
-		// instead of waiting out its own backoff. n.adm is set before
-		// the agent runs.
-		OnConnect: func() { n.adm.CentralMaybeBack() },
-		Logger:    logger,
+		// instead of waiting out its own backoff, and recoverLoop hands
+		// the outage's local grants over. n.adm is set before the agent
+		// runs.
+		OnConnect: func() {
+			n.adm.CentralMaybeBack()
+			select {
+			case n.recoverKick <- struct{}{}:
+			default:
+			}
+		},
+		Logger: logger,
 	})
 	if err != nil {
 		return nil, err
@@ -216,6 +225,8 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	}
 	agentCtx, agentCancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.agentCancel, n.agentDone = agentCancel, make(chan struct{})
+	n.recoverKick, n.recoverDone = make(chan struct{}, 1), make(chan struct{})
+	go n.recoverLoop(agentCtx)
 	go n.runAgent(agentCtx)
 
 	n.pool, err = pool.New(pool.Config{
@@ -334,6 +345,29 @@ func (n *Node) runAgent(ctx context.Context) {
 	}
 }
 
+// recoverLoop hands admission back to the control plane each time the
+// agent stream connects (admission.Client.Recover: the grants made
+// locally during an outage are reported first), until ctx ends.
+func (n *Node) recoverLoop(ctx context.Context) {
+	defer close(n.recoverDone)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.recoverKick:
+		}
+		rctx, cancel := context.WithTimeout(ctx, recoverTimeout)
+		if err := n.adm.Recover(rctx); err != nil {
+			n.logger.Warn("control plane reconnected, but the hand-over failed; the next new connection probes again", "err", err)
+		}
+		cancel()
+	}
+}
+
+// recoverTimeout bounds one Recover: a few ReportGrants RPCs, each under
+// the admission client's own deadline.
+const recoverTimeout = 5 * time.Second
+
 // Serve serves the listeners until ctx ends, Close is called or a listener
 // fails, then shuts the data plane down (Close) and returns. It returns nil
 // after a shutdown, the first listener's error, or ErrClosed when the Node
@@ -376,8 +410,8 @@ func (n *Node) Serve(ctx context.Context) error {
 //     and close the admin listener;
 //  3. close the pool's idle sockets (1001 "pool closed");
 //  4. close the admission client;
-//  5. stop the agent: it says goodbye, so the control plane drops it now
-//     rather than when its heartbeats lapse;
+//  5. stop the agent (it says goodbye, so the control plane drops it now
+//     rather than when its heartbeats lapse) and the hand-over loop;
 //  6. close the gRPC connection, then stop the embedded control plane
 //     (GracefulStop within 5 s, then Stop);
 //  7. close the diagnostics file and flush telemetry.
@@ -433,6 +467,7 @@ func (n *Node) shutdown(ctx context.Context, serving bool) {
 	if n.agentCancel != nil {
 		n.agentCancel()
 		<-n.agentDone // Run returns within agent.GoodbyeTimeout
+		<-n.recoverDone
 	}
 	if n.cp != nil {
 		cctx, cancel := context.WithTimeout(ctx, embeddedStopTimeout)
