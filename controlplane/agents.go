@@ -3,6 +3,7 @@ package controlplane
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
@@ -44,6 +45,7 @@ const (
 // agentConn is one connected agent. Fields above mu are immutable.
 type agentConn struct {
 	id, host, version string
+	stream            string // a nonce of this stream (store.AgentStream)
 	capability        int
 	connected         time.Time
 	wake              chan struct{} // size 1: there is something to send
@@ -151,9 +153,8 @@ func (r *registry) remove(c *agentConn) {
 	r.markLocked(c.accounts)
 }
 
-// heartbeat records a heartbeat and the agent's current accounts.
-func (r *registry) heartbeat(c *agentConn, accounts []string) {
-	now := r.now()
+// heartbeat records a heartbeat at now and the agent's current accounts.
+func (r *registry) heartbeat(c *agentConn, accounts []string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	wasLive := c.liveLocked(now)
@@ -184,6 +185,37 @@ func (r *registry) reap(now time.Time) {
 			r.markLocked(c.accounts)
 		}
 	}
+}
+
+// served returns the accounts the open agents serve, sorted, with this
+// registry's live count of each.
+func (r *registry) served(now time.Time) (keys []string, live []int) {
+	r.mu.Lock()
+	counts := map[string]int{}
+	for _, c := range r.agents {
+		if c.closed != "" {
+			continue
+		}
+		isLive := c.liveLocked(now)
+		for _, k := range c.accounts {
+			if isLive {
+				counts[k]++
+			} else if _, ok := counts[k]; !ok {
+				counts[k] = 0
+			}
+		}
+	}
+	r.mu.Unlock()
+	keys = make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	live = make([]int, len(keys))
+	for i, k := range keys {
+		live[i] = counts[k]
+	}
+	return keys, live
 }
 
 // closeAll closes every agent stream with reason.
@@ -221,8 +253,8 @@ func (r *registry) pushAll() {
 	}
 }
 
-// take returns c's dirty accounts with their live counts, and its close
-// reason.
+// take returns c's dirty accounts with this registry's live counts, and
+// its close reason.
 func (r *registry) take(c *agentConn) (keys []string, live []int, closed string) {
 	now := r.now()
 	r.mu.Lock()
@@ -233,7 +265,7 @@ func (r *registry) take(c *agentConn) (keys []string, live []int, closed string)
 	clear(c.dirty)
 	slices.Sort(keys)
 	for _, k := range keys {
-		live = append(live, max(r.liveCountLocked(k, now), 1))
+		live = append(live, r.liveCountLocked(k, now))
 	}
 	return keys, live, c.closed
 }
@@ -353,14 +385,21 @@ func (a *agentService) Connect(stream agentStream) error {
 	now := s.now()
 	c := &agentConn{
 		id: hello.GetAgentId(), host: hello.GetHost(), version: hello.GetVersion(),
-		capability: capability, connected: now, wake: make(chan struct{}, 1),
+		stream: rand.Text(), capability: capability, connected: now, wake: make(chan struct{}, 1),
 		accounts: accts, lastSeen: now, dirty: map[string]bool{},
 	}
+	// Registered in the store before the first push, so the counts it
+	// carries include this agent on every replica.
+	s.touchAgent(ctx, c, accts, now)
 	if reason := s.agents.add(c); reason != "" {
 		_ = stream.Send(&controlplanev1.ConnectResponse{Msg: &controlplanev1.ConnectResponse_Close{Close: &controlplanev1.AgentClose{Reason: reason}}})
+		s.dropAgent(ctx, c, accts)
 		return status.Error(codes.Unavailable, reason)
 	}
-	defer s.agents.remove(c)
+	defer func() {
+		s.dropAgent(ctx, c, c.accountsNow(s.agents))
+		s.agents.remove(c)
+	}()
 	s.log.InfoContext(ctx, "agent connected", "agent_id", c.id, "host", c.host, "version", c.version,
 		"capability_version", capability, "accounts", len(accts))
 
@@ -394,6 +433,7 @@ func (a *agentService) flush(ctx context.Context, stream agentStream, c *agentCo
 		s.log.InfoContext(ctx, "closing agent stream", "agent_id", c.id, "reason", closed)
 		return status.Error(codes.Unavailable, closed)
 	}
+	live = s.liveCounts(ctx, keys, live)
 	for i, k := range keys {
 		push, err := s.policyPush(ctx, k, live[i])
 		if err != nil {
@@ -452,7 +492,12 @@ func (a *agentService) recvLoop(ctx context.Context, stream agentStream, c *agen
 				done <- s.toStatus(ctx, "Connect", invalidf("heartbeat: %v", err))
 				return
 			}
-			s.agents.heartbeat(c, accts)
+			// The directory first, so the pushes the registry triggers
+			// count the change.
+			now := s.now()
+			s.touchAgent(ctx, c, accts, now)
+			s.dropAgent(ctx, c, missing(c.accountsNow(s.agents), accts))
+			s.agents.heartbeat(c, accts, now)
 		case *controlplanev1.ConnectRequest_Upstream_403:
 			if err := s.upstream403(ctx, c, m.Upstream_403); err != nil {
 				done <- err
@@ -515,6 +560,7 @@ func (s *Server) fleetLoop(ctx context.Context, stopped chan<- struct{}) {
 func (s *Server) fleetTick(ctx context.Context) {
 	now := s.now()
 	s.agents.reap(now)
+	s.recount(ctx, now)
 	s.reportStoreHealth()
 	changed, err := s.opts.Policies.Adapt(ctx, now)
 	if err != nil {
@@ -525,5 +571,122 @@ func (s *Server) fleetTick(ctx context.Context) {
 		s.log.InfoContext(ctx, "adaptive rate raised", "account", a.Key, "effective_rate_per_minute", a.EffectiveRate,
 			"rate_per_minute", a.Policy.RatePerMinute)
 		s.agents.push(a.Key)
+	}
+}
+
+// missing returns the keys of prev (sorted) that cur (sorted) lacks.
+func missing(prev, cur []string) []string {
+	var out []string
+	for _, k := range prev {
+		if _, ok := slices.BinarySearch(cur, k); !ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// accountsNow returns c's current accounts.
+func (c *agentConn) accountsNow(r *registry) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(c.accounts)
+}
+
+// agentDirTimeout bounds a directory write made after the agent's stream
+// ended (its context is done by then).
+const agentDirTimeout = time.Second
+
+// touchAgent registers c's stream in the store's agent directory as live
+// for AgentLiveWindow from now, for every replica to count. A failure
+// (the shared store is unreachable) is logged at debug level: the next
+// heartbeat touches again, and pushes fall back to the last counts.
+func (s *Server) touchAgent(ctx context.Context, c *agentConn, keys []string, now time.Time) {
+	if s.dir == nil || len(keys) == 0 {
+		return
+	}
+	err := s.dir.TouchAgent(ctx, store.AgentStream{Agent: c.id, Stream: c.stream}, keys, now.Add(AgentLiveWindow))
+	if err != nil {
+		s.log.DebugContext(ctx, "register agent in the store", "agent_id", c.id, "err", err)
+	}
+}
+
+// dropAgent removes c's stream from the directory for keys (after its
+// stream ended, or for accounts it no longer serves).
+func (s *Server) dropAgent(ctx context.Context, c *agentConn, keys []string) {
+	if s.dir == nil || len(keys) == 0 {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), agentDirTimeout)
+	defer cancel()
+	if err := s.dir.DropAgent(dctx, store.AgentStream{Agent: c.id, Stream: c.stream}, keys); err != nil {
+		s.log.DebugContext(ctx, "deregister agent in the store", "agent_id", c.id, "err", err)
+	}
+}
+
+// liveCounts returns the fleet-wide live agents of each key, at least 1:
+// the store directory's count (agents on every replica) and never below
+// this replica's own count (local). When the directory cannot be read,
+// the last count seen for the key stands in.
+func (s *Server) liveCounts(ctx context.Context, keys []string, local []int) []int {
+	out := make([]int, len(keys))
+	var fleet []int
+	if s.dir != nil && len(keys) > 0 {
+		n, err := s.dir.LiveAgents(ctx, keys, s.now())
+		if err != nil {
+			s.log.DebugContext(ctx, "count live agents in the store", "err", err)
+		} else {
+			fleet = n
+		}
+	}
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	for i, k := range keys {
+		n := local[i]
+		switch {
+		case fleet != nil:
+			n = max(n, fleet[i])
+			s.lastLive[k] = n
+		default:
+			n = max(n, s.lastLive[k])
+		}
+		out[i] = max(n, 1)
+	}
+	return out
+}
+
+// recount re-reads the fleet-wide live counts of the accounts this
+// replica's agents serve and re-pushes those that changed: agents joining
+// or leaving through other replicas, and the agents of a replica that
+// died, whose liveness lapses in the store.
+func (s *Server) recount(ctx context.Context, now time.Time) {
+	if s.dir == nil {
+		return
+	}
+	keys, local := s.agents.served(now)
+	if len(keys) == 0 {
+		s.liveMu.Lock()
+		clear(s.lastLive)
+		s.liveMu.Unlock()
+		return
+	}
+	fleet, err := s.dir.LiveAgents(ctx, keys, now)
+	if err != nil {
+		return
+	}
+	var changed []string
+	s.liveMu.Lock()
+	for k := range s.lastLive {
+		if _, ok := slices.BinarySearch(keys, k); !ok {
+			delete(s.lastLive, k)
+		}
+	}
+	for i, k := range keys {
+		if n := max(fleet[i], local[i]); n != s.lastLive[k] {
+			changed = append(changed, k)
+		}
+	}
+	s.liveMu.Unlock()
+	for _, k := range changed {
+		s.agents.push(k)
 	}
 }

@@ -27,7 +27,13 @@
 //     server pushes each of the agent's accounts' policy on connect, on
 //     every change (SetRate, SetBudget, SetAdaptive, an adaptive step)
 //     and whenever the account's live agent count changes; pushes are
-//     coalesced per stream and sent at once. An agent is live for
+//     coalesced per stream and sent at once. The live count is
+//     fleet-wide: every replica registers its agents in the store's agent
+//     directory (AgentDirectory; for Redis a hash per account whose
+//     entries lapse 15 s after the last heartbeat) and counts the
+//     directory, so an agent's local share divides the account among the
+//     agents of every replica; the fleet loop re-reads the counts every
+//     tick and re-pushes those that changed through another replica. An agent is live for
 //     AgentLiveWindow (15 s) after its last hello or heartbeat while its
 //     stream is open; the fleet loop (every Options.FleetTick) closes
 //     the streams of silent agents. On shutdown every stream gets an

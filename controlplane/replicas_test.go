@@ -449,3 +449,30 @@ func TestAccuracyAcrossReplicas(t *testing.T) {
 		t.Errorf("a replica left Redis during the run:\n%s", logs.String())
 	}
 }
+
+// The live count pushed to an agent counts the agents of every replica:
+// one agent on replica A and two on B serve the account, so A's agent is
+// told 3 (its local share is a third), not 1. When B's agents leave, A's
+// agent is told 1 within a fleet tick.
+func TestLiveAgentsCountEveryReplica(t *testing.T) {
+	rs := redistest.Start(t)
+	clk := newClock()
+	base := controlplanetest.Options{Now: clk.Now, RedisURL: rs.URL, RedisPrefix: "live:", RedisTimeout: 5 * time.Second,
+		FleetTick: 20 * time.Millisecond}
+	optsA, optsB := base, base
+	optsA.Replica, optsB.Replica = "cp-a", "cp-b"
+	a := controlplanetest.Start(t, &optsA)
+	optsB.Tokens = a
+	b := controlplanetest.Start(t, &optsB)
+
+	pushesA := agentStream(t, a, "agent-a1")
+	waitPush(t, pushesA, func(p *controlplanev1.PolicyPush) bool { return p.GetLiveAgents() == 1 })
+	pushesB1 := agentStream(t, b, "agent-b1")
+	pushesB2 := agentStream(t, b, "agent-b2")
+	waitPush(t, pushesA, func(p *controlplanev1.PolicyPush) bool { return p.GetLiveAgents() == 3 })
+	waitPush(t, pushesB1, func(p *controlplanev1.PolicyPush) bool { return p.GetLiveAgents() == 3 })
+	waitPush(t, pushesB2, func(p *controlplanev1.PolicyPush) bool { return p.GetLiveAgents() == 3 })
+
+	b.Stop() // B's streams end: it deregisters its agents
+	waitPush(t, pushesA, func(p *controlplanev1.PolicyPush) bool { return p.GetLiveAgents() == 1 })
+}

@@ -71,6 +71,16 @@ type PolicyWatcher interface {
 	WatchPolicies(fn func(key string))
 }
 
+// AgentDirectory records the live agents of every replica sharing a store,
+// so the live counts pushed to agents (the divisor of their local share)
+// count the whole fleet. *store.Memory and *store.Redis implement it; a
+// PolicyStore that does not leaves each server counting its own agents.
+type AgentDirectory interface {
+	TouchAgent(ctx context.Context, s store.AgentStream, keys []string, until time.Time) error
+	DropAgent(ctx context.Context, s store.AgentStream, keys []string) error
+	LiveAgents(ctx context.Context, keys []string, now time.Time) ([]int, error)
+}
+
 // StoreHealthService is the health service name that reports the store:
 // SERVING while it answers, NOT_SERVING while this replica admits from
 // its local share. The server's overall health ("") stays SERVING.
@@ -134,7 +144,11 @@ type Server struct {
 	deniedLog     rate.Sometimes // limits "rpc denied" logs to 10, then one a minute
 	notices       pacing.Notices // one-time operator notices, keyed per account
 	agents        *registry
+	dir           AgentDirectory // nil: count this server's agents only
 	streams       sync.WaitGroup // agent streams' receive loops
+
+	liveMu   sync.Mutex     // guards lastLive
+	lastLive map[string]int // the last fleet-wide live count per account
 
 	mu          sync.Mutex // guards the following fields
 	streamHooks []func(reason string)
@@ -191,6 +205,10 @@ func New(opts Options) (*Server, error) {
 
 		deniedLog: rate.Sometimes{First: 10, Interval: time.Minute},
 		agents:    newRegistry(opts.Now),
+		lastLive:  map[string]int{},
+	}
+	if d, ok := opts.Policies.(AgentDirectory); ok {
+		s.dir = d
 	}
 	s.OnShutdown(s.agents.closeAll)
 	s.metrics = newMetrics(opts.Policies, opts.Now, s.agents)

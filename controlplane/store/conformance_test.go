@@ -544,3 +544,90 @@ func TestConformanceHandOver(t *testing.T) {
 		}
 	})
 }
+
+// The live-agent directory: agents touched through one store handle are
+// counted through another sharing the same state (for Redis, another
+// replica), until their until passes or their stream is dropped; a
+// dropped old stream does not forget the agent's newer one.
+func TestConformanceLiveAgents(t *testing.T) {
+	srv := redistest.Start(t)
+	pairs := []struct {
+		name string
+		open func(t *testing.T, now func() time.Time) (a, b Store)
+	}{
+		{"memory", func(t *testing.T, now func() time.Time) (Store, Store) {
+			m, err := Open(Options{Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m, m
+		}},
+		{"redis", func(t *testing.T, now func() time.Time) (Store, Store) {
+			a := openRedisAt(t, srv, now, nil)
+			b, err := OpenRedis(t.Context(), RedisOptions{URL: srv.URL, Prefix: a.prefix, Now: now, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = b.Close() })
+			return a, b
+		}},
+	}
+	const (
+		k1 = "acct_00000000000000a1"
+		k2 = "acct_00000000000000a2"
+		k3 = "acct_00000000000000a3"
+	)
+	for _, p := range pairs {
+		t.Run(p.name, func(t *testing.T) {
+			clk := newFakeClock()
+			a, b := p.open(t, clk.Now)
+			ctx := t.Context()
+			count := func(s Store, at time.Duration) []int {
+				t.Helper()
+				n, err := s.LiveAgents(ctx, []string{k1, k2, k3}, t0.Add(at))
+				if err != nil {
+					t.Fatalf("LiveAgents: %v", err)
+				}
+				return n
+			}
+			touch := func(s Store, agent, stream string, until time.Duration, keys ...string) {
+				t.Helper()
+				if err := s.TouchAgent(ctx, AgentStream{agent, stream}, keys, t0.Add(until)); err != nil {
+					t.Fatalf("TouchAgent: %v", err)
+				}
+			}
+			drop := func(s Store, agent, stream string, keys ...string) {
+				t.Helper()
+				if err := s.DropAgent(ctx, AgentStream{agent, stream}, keys); err != nil {
+					t.Fatalf("DropAgent: %v", err)
+				}
+			}
+			check := func(what string, got []int, want ...int) {
+				t.Helper()
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("%s: live agents = %v, want %v", what, got, want)
+				}
+			}
+			check("empty", count(b, 0), 0, 0, 0)
+			touch(a, "h1", "s1", 15*time.Second, k1, k2) // on replica a
+			touch(b, "h2", "s1", 15*time.Second, k1)     // on replica b
+			touch(b, "h3", "s1", 20*time.Second, k1, k3)
+			check("three agents on two replicas", count(a, time.Second), 3, 1, 1)
+			check("read through the other replica", count(b, time.Second), 3, 1, 1)
+			// h1 reconnects to b with a new stream; a drops the old one.
+			touch(b, "h1", "s2", 16*time.Second, k1, k2)
+			drop(a, "h1", "s1", k1, k2)
+			check("the old stream's drop keeps the new one", count(a, 2*time.Second), 3, 1, 1)
+			// h2 leaves: its stream is dropped.
+			drop(b, "h2", "s1", k1)
+			check("after a goodbye", count(a, 2*time.Second), 2, 1, 1)
+			// Liveness ends at until: h1 at 16 s, h3 at 20 s.
+			check("just before h1's until", count(a, 16*time.Second-time.Millisecond), 2, 1, 1)
+			check("at h1's until", count(b, 16*time.Second), 1, 0, 1)
+			check("at h3's until", count(a, 20*time.Second), 0, 0, 0)
+			// A heartbeat extends it.
+			touch(a, "h3", "s1", 40*time.Second, k3)
+			check("after a heartbeat", count(b, 30*time.Second), 0, 0, 1)
+		})
+	}
+}

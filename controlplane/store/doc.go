@@ -49,5 +49,14 @@
 // out may still run when Redis recovers; it then counts twice, which errs
 // toward fewer admissions.
 //
+// TouchAgent, DropAgent and LiveAgents are the agent directory: which
+// agent streams serve which accounts, live until a given instant, so the
+// live count a control plane pushes covers every replica. Memory keeps it
+// in memory; Redis keeps one hash per account (agent id -> until and
+// stream nonce, with a time to live), so a replica that dies leaves its
+// agents counted only until their liveness lapses, and an agent that
+// moved to another replica is not forgotten when the old stream is
+// dropped.
+//
 // redistest starts a real redis-server for tests.
 package store

@@ -89,6 +89,7 @@ type Memory struct {
 	policies map[string]storedPolicy
 
 	handovers reports
+	agents    agentDir
 }
 
 type shard struct {

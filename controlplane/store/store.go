@@ -43,6 +43,15 @@ type Store interface {
 	Info() Info
 	// Run does the store's background work until ctx ends.
 	Run(ctx context.Context) error
+	// TouchAgent records that an agent stream serves keys and counts as
+	// live until until, for every replica sharing the store.
+	TouchAgent(ctx context.Context, s AgentStream, keys []string, until time.Time) error
+	// DropAgent forgets an agent stream for keys (not a newer stream of
+	// the same agent).
+	DropAgent(ctx context.Context, s AgentStream, keys []string) error
+	// LiveAgents counts, per key, the agents live at now across every
+	// replica sharing the store.
+	LiveAgents(ctx context.Context, keys []string, now time.Time) ([]int, error)
 }
 
 var (
