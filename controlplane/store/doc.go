@@ -32,14 +32,19 @@
 // stopping where the bucket would refuse; a report id is applied once.
 //
 // Redis keeps the same state in Redis: every decision is one Lua script
-// (lua/) over one hash per account with a time to live, the bucket,
+// (lua/) over one hash per account with a time to live (its state packed
+// in one field, pending reservations in others), the bucket,
 // adaptive and pending-reservation rules mirrored in integers below 2^53
 // (instants in microseconds, Redis TIME's resolution; tokens in units of
 // 1/60e9). Policies live in one hash with a store-wide version; every
 // change is published, and WatchPolicies delivers other replicas'
-// changes. Decisions use Redis's clock: TIME, re-read every tick and
-// advanced by the local monotonic clock in between, so all replicas share
-// one clock (an injected clock replaces it in tests). Every Redis call
+// changes. Admits that arrive together leave together (auto-pipelining):
+// while one EVALSHA pipeline is in flight the calls that arrive wait, and
+// the next carries them all, so under load a round trip, its syscalls and
+// Redis's wake-up are shared by the batch. Decisions use Redis's clock:
+// TIME, re-read every tick and advanced by the local monotonic clock in
+// between, so all replicas share one clock (an injected clock replaces it
+// in tests). Every Redis call
 // has a hard deadline; consecutive failures open a breaker, and while it
 // is open Admit answers from a local bucket with this replica's share of
 // the last known policy (live replicas register in Redis; each outage

@@ -125,7 +125,8 @@ var (
 // says so once, and hands its local grants over when Redis answers again. It is safe for concurrent use.
 type Redis struct {
 	client   redis.UniversalClient
-	addr     string // for display: no credentials
+	admits   *batcher // Admit's script calls, auto-pipelined
+	addr     string   // for display: no credentials
 	prefix   string
 	channel  string
 	defaults pacing.Policy
@@ -212,6 +213,7 @@ func OpenRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 			return nil, fmt.Errorf("open redis store: register metrics: %w", err)
 		}
 	}
+	r.admits = newBatcher(client, scriptAdmit, r.timeout)
 	if opts.Now != nil {
 		r.now = opts.Now
 	} else {
@@ -225,7 +227,7 @@ func OpenRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	defer cancel()
 	if err := r.client.Ping(sctx).Err(); err != nil {
 		if isAuthError(err) {
-			_ = client.Close()
+			_ = r.Close()
 			return nil, fmt.Errorf("open redis store %s: %w", r.addr, err)
 		}
 		r.breaker.forceOpen()
@@ -304,8 +306,11 @@ func replicaID() string {
 	return host + "-" + hex.EncodeToString(b)
 }
 
-// Close closes the Redis client.
-func (r *Redis) Close() error { return r.client.Close() }
+// Close stops the store's pipelines and closes the Redis client.
+func (r *Redis) Close() error {
+	r.admits.close()
+	return r.client.Close()
+}
 
 // Now returns the store's clock: Redis's, unless RedisOptions.Now was set.
 // The control plane decides every request on it.
@@ -414,11 +419,23 @@ func ints(v []any) ([]int64, error) {
 	return out, nil
 }
 
-// Admit runs key's bucket once at now in one script. While Redis cannot
-// be reached it decides from this replica's local share and never fails.
+// Admit runs key's bucket once at now in one script; concurrent Admits
+// share one pipeline per round trip. While Redis cannot be reached it
+// decides from this replica's local share and never fails.
 func (r *Redis) Admit(ctx context.Context, key string, now time.Time) (Admission, error) {
-	v, err := r.run(ctx, "admit", scriptAdmit, []string{r.acctKey(key), r.policiesKey()},
-		key, micros(now), r.defRec, r.idleMs)
+	var v []any
+	err := r.call(ctx, "admit", func(ctx context.Context) error {
+		reply, err := r.admits.run(ctx, []string{r.acctKey(key), r.policiesKey()}, key, micros(now), r.defRec, r.idleMs)
+		if err != nil {
+			return err
+		}
+		arr, ok := reply.([]any)
+		if !ok {
+			return fmt.Errorf("script admit returned %T; want an array", reply)
+		}
+		v = arr
+		return nil
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return Admission{}, ctx.Err()

@@ -2,7 +2,9 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,5 +110,50 @@ func TestRedisHungAdmitsFromShareWithinDeadline(t *testing.T) {
 	// floor still holds: -4 at most (a 5 s wait would exceed the bound).
 	if got := mustTokens(t, r, key, t0); got > -1 || got < -4 {
 		t.Errorf("Redis tokens after the hand-over = %v, want -1 (4 - 1 central - 4 local), down to -4 when the timed-out calls ran late", got)
+	}
+}
+
+// Concurrent Admits leave in shared pipelines; each gets its own decision,
+// in one bucket: 40 callers at one instant on a burst of 10 at 60/min see
+// 10 admissions now, 4 waits (1..4 s, inside the 4833 ms bound) and 26
+// refusals, whatever the batches were. A Redis that lost its scripts
+// (SCRIPT FLUSH, as after a restart) has them loaded again by the next
+// batch.
+func TestRedisConcurrentAdmitsShareBatches(t *testing.T) {
+	rs := redistest.Start(t)
+	clk := newFakeClock()
+	r := openRedisAt(t, rs, clk.Now, nil)
+	ctx := t.Context()
+	run := func(k string) map[string]int {
+		var mu sync.Mutex
+		got := map[string]int{}
+		var wg sync.WaitGroup
+		for range 40 {
+			wg.Go(func() {
+				a, err := r.Admit(ctx, k, t0)
+				if err != nil {
+					t.Errorf("Admit: %v", err)
+					return
+				}
+				mu.Lock()
+				got[describeAdmission(a)]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return got
+	}
+	want := map[string]int{"now": 10, "wait 1000ms": 1, "wait 2000ms": 1, "wait 3000ms": 1, "wait 4000ms": 1, "refuse 4s deficit 5000ms": 26}
+	if got := run(key); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("40 concurrent Admits = %v, want %v", got, want)
+	}
+	if err := r.client.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := run("acct_00000000000000b2"); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after SCRIPT FLUSH: 40 concurrent Admits = %v, want %v", got, want)
+	}
+	if r.breaker.isOpen() {
+		t.Error("the breaker opened; want every Admit decided by Redis")
 	}
 }

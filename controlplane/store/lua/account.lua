@@ -9,6 +9,5 @@ if not s then
   return snapshot(create(p, now), p, rec, now)
 end
 local changed = aAdvance(s.a, p.rate, now)
-if changed then s.dirty = true end
 if sync(s, p, now) or changed then save(KEYS[1], s, p.rate, now, tonumber(ARGV[4])) end
 return snapshot(s, p, rec, now)

@@ -7,7 +7,6 @@ local s = load(KEYS[1])
 if not s then return false end
 local p, rec = policy(KEYS[2], ARGV[1], ARGV[3])
 if not aAdvance(s.a, p.rate, now) then return false end
-s.dirty = true
 sync(s, p, now)
 save(KEYS[1], s, p.rate, now, tonumber(ARGV[4]))
 redis.call('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. itoa(p.version) .. ' ' .. ARGV[6])

@@ -8,5 +8,6 @@ local dep = redis.call('HGET', KEYS[1], f)
 if not dep or tonumber(dep) <= now then return 0 end
 redis.call('HDEL', KEYS[1], f)
 refund(s.b, now)
-redis.call('HSET', KEYS[1], 'u', itoa(s.b.u), 't', itoa(s.b.t), 'pn', itoa(s.pn - 1))
+s.pn = s.pn - 1
+redis.call('HSET', KEYS[1], 's', pack(s))
 return 1

@@ -10,7 +10,7 @@ local p, rec = policy(KEYS[2], ARGV[1], ARGV[3])
 local s = load(KEYS[1])
 if s then
   prune(KEYS[1], s, now)
-  if aAdvance(s.a, p.rate, now) then s.dirty = true end
+  aAdvance(s.a, p.rate, now)
   sync(s, p, now)
 else
   s = create(p, now)

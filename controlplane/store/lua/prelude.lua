@@ -160,27 +160,37 @@ local function aOn403(a, configured, now)
   return a.eff ~= old
 end
 
--- The account key: one hash per account.
-local FIELDS = {'u', 't', 'q', 'pm', 'pn', 'r', 'b', 'w', 'y', 'ao', 'ae', 'al', 'aq'}
+-- The account key: one hash per account. Field 's' packs the state as
+-- 13 integers, "u t q pm pn r b w y ao ae al aq" (one field to read and
+-- write instead of thirteen); fields 'p' .. id are pending reservations.
+local STATE = '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) ([01]) (%-?%d+) (%-?%d+) (%-?%d+)$'
 
 -- load returns the account's state, or nil when the key does not exist.
 -- s.pm is the lowest reservation id that may still be pending and s.pn
--- the number of pending reservations; s.dirty marks a changed policy or
--- adaptive state (save writes those fields only then).
+-- the number of pending reservations.
 local function load(key)
-  local v = redis.call('HMGET', key, unpack(FIELDS))
-  if not v[1] then return nil end
-  local s = {a = {}, pm = tonumber(v[4]), pn = tonumber(v[5]), dirty = false}
-  s.b = {u = tonumber(v[1]), t = tonumber(v[2]), q = tonumber(v[3])}
-  apply(s.b, tonumber(v[6]), tonumber(v[7]), tonumber(v[8]), tonumber(v[9]))
-  s.a.on, s.a.eff, s.a.low, s.a.quiet = v[10] == '1', tonumber(v[11]), tonumber(v[12]), tonumber(v[13])
+  local v = redis.call('HGET', key, 's')
+  if not v then return nil end
+  local u, t, q, pm, pn, r, b, w, y, ao, ae, al, aq = string.match(v, STATE)
+  if not u then error('clodex: malformed account state ' .. v) end
+  local s = {a = {}, pm = tonumber(pm), pn = tonumber(pn)}
+  s.b = {u = tonumber(u), t = tonumber(t), q = tonumber(q)}
+  apply(s.b, tonumber(r), tonumber(b), tonumber(w), tonumber(y))
+  s.a.on, s.a.eff, s.a.low, s.a.quiet = ao == '1', tonumber(ae), tonumber(al), tonumber(aq)
   return s
+end
+
+-- pack is the state as load reads it.
+local function pack(s)
+  local b, a = s.b, s.a
+  return string.format('%d %d %d %d %d %d %d %d %d %d %d %d %d', b.u, b.t, b.q, s.pm, s.pn,
+    b.rate, b.burst, b.bound, b.retries, a.on and 1 or 0, a.eff, a.low, a.quiet)
 end
 
 -- create returns a new account for policy p at now: a full bucket, and
 -- adaptive mode started over at the configured rate.
 local function create(p, now)
-  local s = {a = {}, pm = 1, pn = 0, dirty = true}
+  local s = {a = {}, pm = 1, pn = 0}
   aReset(s.a, p.custom and p.adaptive, p.rate, now)
   s.b = {u = 0, t = now, q = 0}
   apply(s.b, aRate(s.a, p.rate), p.burst, p.bound, p.retries)
@@ -199,7 +209,6 @@ local function sync(s, p, now)
     return false
   end
   setPolicy(b, now, rate, p.burst, p.bound, p.retries)
-  s.dirty = true
   return true
 end
 
@@ -209,13 +218,7 @@ end
 local function save(key, s, configured, now, idle)
   local b, a = s.b, s.a
   if s.pn == 0 then s.pm = b.q + 1 end
-  if s.dirty then
-    redis.call('HSET', key, 'u', itoa(b.u), 't', itoa(b.t), 'q', itoa(b.q), 'pm', itoa(s.pm), 'pn', itoa(s.pn),
-      'r', itoa(b.rate), 'b', itoa(b.burst), 'w', itoa(b.bound), 'y', itoa(b.retries), 'ao', a.on and '1' or '0',
-      'ae', itoa(a.eff), 'al', itoa(a.low), 'aq', itoa(a.quiet))
-  else
-    redis.call('HSET', key, 'u', itoa(b.u), 't', itoa(b.t), 'q', itoa(b.q), 'pm', itoa(s.pm), 'pn', itoa(s.pn))
-  end
+  redis.call('HSET', key, 's', pack(s))
   local ttl = idle
   if b.enabled and b.u < b.cap then
     ttl = ttl + idiv(idiv(b.cap - b.u + b.rate - 1, b.rate) + 999999, 1000000)

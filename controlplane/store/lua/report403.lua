@@ -16,7 +16,6 @@ if aOn403(s.a, p.rate, now) then
   changed = true
 end
 -- a 403 restarts the quiet interval even when it lowers nothing
-s.dirty = true
 save(KEYS[1], s, p.rate, now, tonumber(ARGV[4]))
 if changed then redis.call('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. itoa(p.version) .. ' ' .. ARGV[6]) end
 local r = snapshot(s, p, rec, now)

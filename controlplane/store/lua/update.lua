@@ -20,7 +20,6 @@ else
   -- change keeps its effective rate.
   if old.rate ~= p.rate or s.a.on ~= p.adaptive then aReset(s.a, p.adaptive, p.rate, now) end
   setPolicy(s.b, now, aRate(s.a, p.rate), p.burst, p.bound, p.retries)
-  s.dirty = true
 end
 if p.adaptive then
   redis.call('SADD', KEYS[4], ARGV[1])
