@@ -65,10 +65,15 @@ type DialerFunc func(ctx context.Context, p Partition) (Conn, error)
 func (f DialerFunc) Dial(ctx context.Context, p Partition) (Conn, error) { return f(ctx, p) }
 
 // Admitter is asked before the pool dials a NEW socket for a request: a new
-// head, a parallel head, an unpartitioned socket or a rotation. It is never
-// asked on reuse or for a replacement ([Lease.Replace]). It may block while
-// it waits out a granted delay and may return a refusal, which the pool
-// returns wrapped to the caller (whose retry loop decides what to do).
+// head, a parallel head, an unpartitioned socket, a rotation, or the
+// replacement of a socket the request continued ([Lease.Replace]). It is
+// never asked on reuse, nor for the replacement of a socket the request
+// was itself admitted for. It may block while it waits out a granted delay
+// and may return a refusal, which the pool returns wrapped to the caller
+// (whose retry loop decides what to do). When its context is cancelled
+// during a wait (the request went away, or a head it can continue freed
+// up) it should hand back what it reserved, as the data plane's admission
+// client does with the control plane's Cancel.
 type Admitter interface {
 	Admit(ctx context.Context, account string) error
 }

@@ -50,11 +50,17 @@
 //   - history_mismatch_new_head / new_partition_head: a new nursery head.
 //   - unpartitioned_socket: a socket that never becomes a head.
 //
-// Every new socket except a replacement first asks the Admitter; after it
-// returns (it may have waited) the pool matches again and uses a head that
-// freed up during the wait instead of dialling ([Stats.Rematches]). New
-// heads are registered, in flight, before the dial, so concurrent requests
-// of the partition see them and never share a socket.
+// Every new socket first asks the Admitter, the replacement of a socket a
+// request continued included ([Lease.Replace]); only the replacement of a
+// socket the request was itself admitted for does not ask again. A head
+// that completes a response the waiting request extends ends its wait:
+// the Admitter's context is cancelled (with the pool's cause), so it hands
+// its reservation back, and the request continues the head
+// ([Stats.ReturnedAdmissions]). After the Admitter returns the pool
+// matches again and uses a head that freed up meanwhile instead of
+// dialling ([Stats.Rematches]). New heads are registered, in flight,
+// before the dial, so concurrent requests of the partition see them and
+// never share a socket.
 //
 // # Retention
 //

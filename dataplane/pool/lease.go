@@ -35,6 +35,9 @@ type Lease struct {
 	h    *head // nil for an unpartitioned socket
 	part Partition
 	req  []digest // digests of the request's full input
+	// admitted reports that the request was admitted for a new socket
+	// (and kept that admission): its replacement does not ask again.
+	admitted bool
 
 	// guarded by p.mu
 	done     bool
@@ -83,6 +86,7 @@ func (l *Lease) Complete(responseID string, output [][]byte, usage Usage) {
 	h.nInput = int32(len(l.req))
 	h.reasoning = reasoning
 	p.releaseLocked(h)
+	p.headFreedLocked(h)
 	p.mu.Unlock()
 }
 
@@ -106,11 +110,16 @@ func (l *Lease) Discard(reason string) {
 // Replace closes the lease's socket and opens a new one for the same
 // request with the full context: after previous_response_not_found, a
 // transport failure before any output, or
-// websocket_connection_limit_reached. It is not paced (the request was
-// already admitted) and does not evict for caps. A persistent socket stays
-// registered as a fresh nursery head. One replacement per request: Replace
-// on a replacement returns ErrReplaceSpent and leaves the lease as it is.
-// On a dial error the head is dropped and the lease is finished.
+// websocket_connection_limit_reached. Every new socket asks the Admitter
+// first, except the replacement of a socket this request was itself
+// admitted for (a new head, a rotation, an unpartitioned socket): a turn
+// that continued a held socket asks like any new request, so a storm of
+// dropped sockets is paced like new conversations. Replace does not evict
+// for caps. A persistent socket stays registered as a fresh nursery head.
+// One replacement per request: Replace on a replacement returns
+// ErrReplaceSpent and leaves the lease as it is. When admission refuses
+// (the error wraps the Admitter's) or the dial fails, the head is dropped
+// and the lease is finished.
 func (l *Lease) Replace(ctx context.Context, reason string) (*Lease, error) {
 	p := l.p
 	p.mu.Lock()
@@ -134,7 +143,17 @@ func (l *Lease) Replace(ctx context.Context, reason string) (*Lease, error) {
 	p.mu.Unlock()
 	_ = l.Conn.Close("replaced: " + reason)
 
-	conn, err := p.dial(ctx, l.part)
+	var err error
+	outcome := "dial_failed"
+	if !l.admitted {
+		if err = p.admit(ctx, l.part.Account); err != nil {
+			outcome = "admission_refused"
+		}
+	}
+	var conn Conn
+	if err == nil {
+		conn, err = p.dial(ctx, l.part)
+	}
 	now := p.now()
 	p.mu.Lock()
 	if err != nil {
@@ -142,7 +161,7 @@ func (l *Lease) Replace(ctx context.Context, reason string) (*Lease, error) {
 			p.removeLocked(h)
 		}
 		p.mu.Unlock()
-		p.writeReplacement(l, 0, reason, "dial_failed")
+		p.writeReplacement(l, 0, reason, outcome)
 		return nil, fmt.Errorf("replace socket: %w", err)
 	}
 	p.nextID++
@@ -170,5 +189,6 @@ func (l *Lease) Replace(ctx context.Context, reason string) (*Lease, error) {
 		part:         l.part,
 		req:          l.req,
 		replaced:     true,
+		admitted:     true,
 	}, nil
 }

@@ -40,8 +40,9 @@ type Stats struct {
 	// the original design (close parallel sockets) would have opened.
 	ParallelHeads, SavedSockets uint64
 	// Rematches counts requests that found a head after waiting for
-	// admission and so did not dial.
-	Rematches uint64
+	// admission and so did not dial; ReturnedAdmissions those whose wait
+	// the freed head ended, so the Admitter handed the reservation back.
+	Rematches, ReturnedAdmissions uint64
 	// Rotations counts sockets replaced for age; RotationsDeferred turns
 	// that stayed on the old socket because the new one was refused.
 	Rotations, RotationsDeferred uint64

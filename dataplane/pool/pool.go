@@ -135,6 +135,7 @@ type Pool struct {
 	mu          sync.Mutex // guards the following fields
 	closed      bool
 	parts       map[Partition]*partition
+	waiting     map[Partition][]*admissionWait // requests waiting for admission of a new socket
 	nextID      uint64
 	nNursery    int       // registered nursery heads, busy or idle
 	nEstablish  int       // registered established heads, busy or idle
@@ -151,9 +152,10 @@ func New(cfg Config) (*Pool, error) {
 		return nil, err
 	}
 	p := &Pool{
-		cfg:   cfg.withDefaults(),
-		parts: make(map[Partition]*partition),
-		stats: newStats(),
+		cfg:     cfg.withDefaults(),
+		parts:   make(map[Partition]*partition),
+		waiting: make(map[Partition][]*admissionWait),
+		stats:   newStats(),
 	}
 	m, err := newMetrics(cfg.Registerer, p)
 	if err != nil {
@@ -192,7 +194,11 @@ func (p *Pool) Acquire(ctx context.Context, part Partition, items [][]byte) (*Le
 }
 
 // acquire runs the three steps of a keyed request in order: look for an
-// idle head, ask for admission, look again or dial.
+// idle head, ask for admission, look again or dial. A head that frees up
+// and matches while the request waits for admission ends the wait: the
+// Admitter hands the reservation back (its context is cancelled), and the
+// request takes the head without a new socket; if another request took
+// the head first, it asks again.
 func (p *Pool) acquire(ctx context.Context, part Partition, items [][]byte, full []digest, rec *decisionRecord) (*Lease, error) {
 	if !part.keyed() {
 		return p.acquireUnpartitioned(ctx, part, full, rec)
@@ -200,13 +206,79 @@ func (p *Pool) acquire(ctx context.Context, part Partition, items [][]byte, full
 	if l, found, err := p.firstLook(ctx, part, items, full, rec); found {
 		return l, err
 	}
-	if err := p.admit(ctx, part.Account); err != nil {
-		if rec != nil {
-			rec.Outcome = "admission_refused"
+	for {
+		err := p.admitWatching(ctx, part, full)
+		if errors.Is(err, errHeadFreed) {
+			// Not admitted (the reservation went back): take the head.
+			if l, found, err := p.lookAgain(ctx, part, items, full, rec); found {
+				return l, err
+			}
+			continue
 		}
-		return nil, err
+		if err != nil {
+			if rec != nil {
+				rec.Outcome = "admission_refused"
+			}
+			return nil, err
+		}
+		return p.secondLook(ctx, part, items, full, rec)
 	}
-	return p.secondLook(ctx, part, items, full, rec)
+}
+
+// errHeadFreed ends an admission wait because a head that matches the
+// request freed up.
+var errHeadFreed = errors.New("pool: a matching head freed up during the admission wait")
+
+// admissionWait is a request waiting for admission of a new socket: a
+// head of its partition that completes a response and matches it cancels
+// the wait (headFreedLocked).
+type admissionWait struct {
+	full   []digest
+	cancel context.CancelCauseFunc
+}
+
+// admitWatching asks the Admitter for a new socket of part while watching
+// the partition's heads. It returns errHeadFreed when a matching head
+// freed up before the admission returned (the Admitter saw its context
+// cancelled and handed back what it had reserved).
+func (p *Pool) admitWatching(ctx context.Context, part Partition, full []digest) error {
+	if p.cfg.Admitter == nil {
+		return nil
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := &admissionWait{full: full, cancel: cancel}
+	p.mu.Lock()
+	p.waiting[part] = append(p.waiting[part], w)
+	p.mu.Unlock()
+	err := p.admit(actx, part.Account)
+	p.mu.Lock()
+	ws := slices.DeleteFunc(p.waiting[part], func(x *admissionWait) bool { return x == w })
+	if len(ws) == 0 {
+		delete(p.waiting, part)
+	} else {
+		p.waiting[part] = ws
+	}
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errHeadFreed) {
+		p.stats.ReturnedAdmissions++
+		p.mu.Unlock()
+		return errHeadFreed
+	}
+	p.mu.Unlock()
+	return err
+}
+
+// headFreedLocked ends the admission waits of h's partition that h, idle
+// with a completed response, now matches.
+func (p *Pool) headFreedLocked(h *head) {
+	if h.removed || h.busy || h.responseID == "" {
+		return
+	}
+	for _, w := range p.waiting[h.part.key] {
+		if mode, _ := matchHead(h, w.full); mode != "" {
+			w.cancel(errHeadFreed)
+		}
+	}
 }
 
 // firstLook continues, or rotates, the idle head whose conversation the
@@ -255,6 +327,28 @@ func (p *Pool) secondLook(ctx context.Context, part Partition, items [][]byte, f
 	return p.dialHead(ctx, part, h, decision, full, rec)
 }
 
+// lookAgain takes a head that matches the request after its admission
+// wait was ended by that head freeing up: the request holds no admission.
+// found is false when another request took the head first.
+func (p *Pool) lookAgain(ctx context.Context, part Partition, items [][]byte, full []digest, rec *decisionRecord) (l *Lease, found bool, err error) {
+	now := p.now()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, true, ErrClosed
+	}
+	var evicted []*head
+	_, m := p.lookLocked(now, part, full, items, rec, nil, &evicted)
+	if m.h == nil {
+		p.mu.Unlock()
+		closeHeads(evicted)
+		return nil, false, nil
+	}
+	p.countRematchLocked(rec)
+	l, err = p.takeHeadUnlock(ctx, part, m, full, now, rec, evicted, false)
+	return l, true, err
+}
+
 // lookLocked sweeps expired idle heads into *evicted, then returns the
 // request's partition and its best idle match. sweepRec records the
 // evictions, matchRec the candidates (the second look does not).
@@ -271,6 +365,7 @@ func (p *Pool) lookLocked(now time.Time, part Partition, full []digest, items []
 func (p *Pool) takeHeadUnlock(ctx context.Context, part Partition, m match, full []digest, now time.Time, rec *decisionRecord, evicted []*head, admitted bool) (*Lease, error) {
 	if now.Sub(m.h.created) < p.cfg.RotateAge {
 		l := p.continueLocked(m, full, now, rec, &evicted)
+		l.admitted = admitted
 		p.mu.Unlock()
 		closeHeads(evicted)
 		return l, nil
@@ -335,6 +430,7 @@ func (p *Pool) dialHead(ctx context.Context, part Partition, h *head, decision s
 		h:            h,
 		part:         part,
 		req:          full,
+		admitted:     true,
 	}, nil
 }
 
@@ -379,6 +475,7 @@ func (p *Pool) acquireUnpartitioned(ctx context.Context, part Partition, full []
 		p:            p,
 		part:         part,
 		req:          full,
+		admitted:     true,
 	}, nil
 }
 
@@ -400,6 +497,7 @@ func (p *Pool) rotate(ctx context.Context, part Partition, m match, full []diges
 	var err error
 	if !admitted {
 		err = p.admit(ctx, part.Account)
+		admitted = err == nil
 	}
 	var conn Conn
 	if err == nil {
@@ -429,6 +527,7 @@ func (p *Pool) rotate(ctx context.Context, part Partition, m match, full []diges
 			var evicted []*head
 			p.releaseLocked(h)
 			l := p.continueLocked(m, full, now, rec, &evicted)
+			l.admitted = admitted // admitted, but the dial failed
 			p.mu.Unlock()
 			closeHeads(evicted)
 			if rec != nil {
@@ -490,6 +589,7 @@ func (p *Pool) rotate(ctx context.Context, part Partition, m match, full []diges
 		h:            h,
 		part:         part,
 		req:          full,
+		admitted:     true,
 	}, nil
 }
 

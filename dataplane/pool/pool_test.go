@@ -451,8 +451,8 @@ func TestReplace(t *testing.T) {
 	if !e.dialer.conns[0].isClosed() {
 		t.Errorf("failed socket not closed")
 	}
-	if e.admit.count() != 1 {
-		t.Errorf("admissions = %d, want 1: a replacement is not paced", e.admit.count())
+	if e.admit.count() != 2 {
+		t.Errorf("admissions = %d, want 2: the replacement of a held socket asks like a new one", e.admit.count())
 	}
 	if _, err := r.Replace(t.Context(), ReplaceTransport); !errors.Is(err, ErrReplaceSpent) {
 		t.Errorf("second Replace err = %v, want ErrReplaceSpent", err)
