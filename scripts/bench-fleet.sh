@@ -2,12 +2,15 @@
 # bench-fleet.sh: the fleet benchmark (make bench-fleet). Real processes on
 # loopback: clodex-sim throttling upgrades above 30 per 10 s, 3 data planes
 # with 20 concurrent agents each opening new conversations on one account,
-# in three configurations side by side:
-#   central       one clodex-controlplane owns the account's bucket (120/min, burst 5)
-#   per-host      no control plane; every host paces itself at the full 120/min
-#   central-kill  central, control plane SIGKILLed 20 s into the run for 20 s
+# in five configurations side by side:
+#   central        one clodex-controlplane owns the account's bucket (120/min, burst 5)
+#   per-host       no control plane; every host paces itself at the full 120/min
+#   central-kill   central, control plane SIGKILLed 20 s into the run for 20 s
+#   replicas-kill  two replicas over one redis-server, one SIGKILLed 20 s in for good
+#   replicas-2x2   two replicas x two data planes on a hot account (30/min, burst 5):
+#                  the most upgrades in any 60 s window against rate x time + burst
 # Each configuration runs about a minute of load plus a bounded drain; the
-# whole run is bounded by --timeout (default 12m). Extra arguments go to
+# whole run is bounded by --timeout (default 20m). The replicas need redis-server. Extra arguments go to
 # the benchmark, e.g. ./scripts/bench-fleet.sh --configs central,per-host --duration 30s
 # (./scripts/bench-fleet.sh --help lists them).
 set -euo pipefail

@@ -20,7 +20,16 @@
 //     rate with CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=120, as each process
 //     of the original TypeScript clodex paced itself.
 //   - central-kill: central, with the control plane SIGKILLed 20 s into
-//     the run and restarted on the same port 20 s later.
+//     the run and restarted on the same port 20 s later; the data planes
+//     hand the grants they made locally over when it is back.
+//   - replicas-kill: central over two clodex-controlplane replicas sharing
+//     one redis-server; every data plane takes both addresses
+//     (--control-plane a,b) and one replica is SIGKILLed 20 s in for
+//     good. The note says how many data planes ever admitted locally.
+//   - replicas-2x2: two replicas x two data planes (--accuracy-dataplanes)
+//     on a hot account (--accuracy-rate 30/min, --accuracy-burst 5), with
+//     no upstream throttle and clodex-sim's window as long as the run: the
+//     most upgrades in any such window against rate x time + burst (+1%).
 //
 // The table reports, per configuration: the emulator's upstream 403s,
 // failed turns, admitted new sockets per minute (upgrades over the run),

@@ -44,12 +44,24 @@ type scenario struct {
 	name string
 	mode cluster.Mode
 	kill bool // SIGKILL the control plane mid-run, restart it later
+	// replicas is the number of control-plane replicas over one Redis
+	// (0: one control plane on the memory store).
+	replicas int
+	// killReplica SIGKILLs the last replica at --kill-at, for good.
+	killReplica bool
+	// accuracy runs --accuracy-dataplanes data planes on a hot account
+	// (--accuracy-rate, --accuracy-burst) with no upstream throttle and
+	// reports the most upgrades in any --duration window against
+	// rate x duration + burst.
+	accuracy bool
 }
 
 var scenarios = []scenario{
 	{name: "central", mode: cluster.Central},
 	{name: "per-host", mode: cluster.PerHost},
 	{name: "central-kill", mode: cluster.Central, kill: true},
+	{name: "replicas-kill", mode: cluster.Central, replicas: 2, killReplica: true},
+	{name: "replicas-2x2", mode: cluster.Central, replicas: 2, accuracy: true},
 }
 
 func scenarioNames() string {
@@ -78,6 +90,9 @@ type config struct {
 	killFor       time.Duration
 	timeout       time.Duration
 	verbose       bool
+	accDataPlanes int
+	accRate       int
+	accBurst      int
 }
 
 func parseFlags(args []string, stdout io.Writer) (*config, error) {
@@ -99,7 +114,10 @@ func parseFlags(args []string, stdout io.Writer) (*config, error) {
 	fs.IntVar(&c.maxRetries, "max-retries", 10, "429 retries per turn, like CLAUDE_CODE_MAX_RETRIES (0..20)")
 	fs.DurationVar(&c.killAt, "kill-at", 20*time.Second, "central-kill: SIGKILL the control plane this long into the run")
 	fs.DurationVar(&c.killFor, "kill-for", 20*time.Second, "central-kill: restart it on the same port after this long")
-	fs.DurationVar(&c.timeout, "timeout", 12*time.Minute, "hard bound on the whole benchmark (30s..1h)")
+	fs.DurationVar(&c.timeout, "timeout", 20*time.Minute, "hard bound on the whole benchmark (30s..1h)")
+	fs.IntVar(&c.accDataPlanes, "accuracy-dataplanes", 2, "replicas-2x2: data planes on the hot account, 1..16")
+	fs.IntVar(&c.accRate, "accuracy-rate", 30, "replicas-2x2: the hot account's new connections per minute (1..600)")
+	fs.IntVar(&c.accBurst, "accuracy-burst", 5, "replicas-2x2: the hot account's burst (1..1000)")
 	fs.BoolVar(&c.verbose, "v", false, "log process starts and phases to stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -140,6 +158,9 @@ func parseFlags(args []string, stdout io.Writer) (*config, error) {
 		}
 	}
 	intRange("dataplanes", c.dataPlanes, 1, 16)
+	intRange("accuracy-dataplanes", c.accDataPlanes, 1, 16)
+	intRange("accuracy-rate", c.accRate, 1, 600)
+	intRange("accuracy-burst", c.accBurst, 1, 1000)
 	intRange("agents", c.agents, 1, 200)
 	intRange("rate", c.rate, 1, 600)
 	intRange("burst", c.burst, 1, 1000)
@@ -151,6 +172,9 @@ func parseFlags(args []string, stdout io.Writer) (*config, error) {
 	durRange("timeout", c.timeout, 30*time.Second, time.Hour)
 	if c.killAt <= 0 || c.killFor <= 0 || c.killAt+c.killFor >= c.duration {
 		errs = append(errs, fmt.Sprintf("--kill-at %v and --kill-for %v must be positive and end before --duration %v", c.killAt, c.killFor, c.duration))
+	}
+	if c.duration%time.Second != 0 {
+		errs = append(errs, fmt.Sprintf("--duration %v must be whole seconds (it is clodex-sim's window in replicas-2x2)", c.duration))
 	}
 	if len(errs) > 0 {
 		return nil, &usageError{msg: strings.Join(errs, "; ")}
@@ -165,7 +189,11 @@ type outcome struct {
 	upgrades int64
 	u403     int64
 	maxWin   int
+	window   time.Duration // clodex-sim's throttle window in this run
+	limit    int           // clodex-sim's upgrade limit in this run
 	killNote string
+	accNote  string
+	accMet   bool
 	err      error
 }
 
@@ -238,8 +266,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // runScenario starts a fresh fleet, runs the load, reads the emulator and
 // stops everything.
 func runScenario(ctx context.Context, cfg *config, bins cluster.Binaries, dir string, sc scenario, log *slog.Logger) outcome {
-	o := outcome{sc: sc}
-	f, err := cluster.Start(ctx, cluster.Options{
+	o := outcome{sc: sc, window: cfg.upgradeWindow, limit: cfg.upgradeLimit}
+	opts := cluster.Options{
 		Bins:          bins,
 		Dir:           dir,
 		Logger:        log.With("config", sc.name),
@@ -249,7 +277,16 @@ func runScenario(ctx context.Context, cfg *config, bins cluster.Binaries, dir st
 		Burst:         cfg.burst,
 		UpgradeLimit:  cfg.upgradeLimit,
 		UpgradeWindow: cfg.upgradeWindow,
-	})
+		Replicas:      sc.replicas,
+	}
+	if sc.accuracy {
+		// No throttle: the emulator only counts, in windows as long as
+		// the run.
+		opts.DataPlanes, opts.Rate, opts.Burst = cfg.accDataPlanes, cfg.accRate, cfg.accBurst
+		opts.UpgradeLimit, opts.UpgradeWindow = 100000, cfg.duration
+		o.window, o.limit = opts.UpgradeWindow, opts.UpgradeLimit
+	}
+	f, err := cluster.Start(ctx, opts)
 	if err != nil {
 		o.err = err
 		return o
@@ -267,12 +304,21 @@ func runScenario(ctx context.Context, cfg *config, bins cluster.Binaries, dir st
 	killCtx, stopKiller := context.WithCancel(ctx)
 	done := make(chan struct{})
 	var killErr error
-	if sc.kill {
+	switch {
+	case sc.kill:
 		go func() {
 			defer close(done)
 			killErr = outage(killCtx, f.ControlPlane, cfg.killAt, cfg.killFor, log)
 		}()
-	} else {
+	case sc.killReplica:
+		go func() {
+			defer close(done)
+			if sleepCtx(killCtx, cfg.killAt) == nil {
+				log.Info("SIGKILL the last control-plane replica")
+				f.ControlPlanes[len(f.ControlPlanes)-1].Kill()
+			}
+		}()
+	default:
 		close(done)
 	}
 	// sampler reads the emulator's 403 count every 500 ms, so the kill
@@ -305,6 +351,15 @@ func runScenario(ctx context.Context, cfg *config, bins cluster.Binaries, dir st
 		o.killNote = fmt.Sprintf("control plane SIGKILLed at %v, restarted at %v; upstream 403s before the kill %d, during the outage %d, after the restart %d",
 			cfg.killAt, restart, count403(samples, 0, cfg.killAt), count403(samples, cfg.killAt, restart), count403(samples, restart, time.Hour))
 	}
+	if sc.killReplica {
+		local, err := localNotices(f)
+		if err != nil {
+			o.err = err
+			return o
+		}
+		o.killNote = fmt.Sprintf("replica %d of %d SIGKILLed at %v for good; upstream 403s before the kill %d, after it %d; data planes that admitted locally: %d of %d",
+			len(f.ControlPlanes), len(f.ControlPlanes), cfg.killAt, count403(samples, 0, cfg.killAt), count403(samples, cfg.killAt, time.Hour), local, len(f.DataPlanes))
+	}
 	st, err := f.Sim.Stats(ctx, client)
 	if err != nil {
 		o.err = err
@@ -313,7 +368,29 @@ func runScenario(ctx context.Context, cfg *config, bins cluster.Binaries, dir st
 	o.upgrades = st.Upgrades
 	o.u403 = st.Upgrade403s
 	o.maxWin = st.MaxUpgradesPerWindow[cluster.Account]
+	if sc.accuracy {
+		bound := float64(cfg.accRate)*cfg.duration.Minutes() + float64(cfg.accBurst)
+		o.accMet = float64(o.maxWin) <= bound*1.01
+		o.accNote = fmt.Sprintf("%d replicas x %d data planes x %d agents on one account at %d/min burst %d: at most %d upgrades in any %v window; bound rate x time + burst = %.0f (+1%% = %.2f)",
+			len(f.ControlPlanes), len(f.DataPlanes), cfg.agents, cfg.accRate, cfg.accBurst, o.maxWin, cfg.duration, bound, bound*1.01)
+	}
 	return o
+}
+
+// localNotices counts the data planes whose log says they admitted
+// locally (the control plane was unreachable) at least once.
+func localNotices(f *cluster.Fleet) (int, error) {
+	n := 0
+	for _, dp := range f.DataPlanes {
+		b, err := os.ReadFile(dp.Log)
+		if err != nil {
+			return 0, fmt.Errorf("read data plane log: %w", err)
+		}
+		if strings.Contains(string(b), "admitting new upstream connections locally") {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // sample is the emulator's 403 count at an offset into the run.
@@ -413,7 +490,7 @@ func printTable(w io.Writer, cfg *config, outs []outcome) {
 		return fmt.Sprintf("%.1f", float64(o.upgrades)/o.load.Elapsed.Minutes())
 	})
 	row("upgrades (total)", func(o outcome) string { return fmt.Sprint(o.upgrades) })
-	row(fmt.Sprintf("max upgrades in a %v window (limit %d)", cfg.upgradeWindow, cfg.upgradeLimit), func(o outcome) string { return fmt.Sprint(o.maxWin) })
+	row("max upgrades in one throttle window", func(o outcome) string { return fmt.Sprintf("%d (%d per %v)", o.maxWin, o.limit, o.window) })
 	row("429s retried by clients", func(o outcome) string { return fmt.Sprint(o.load.Retries) })
 	row("p50 turn latency", func(o outcome) string { return cluster.FormatDuration(o.load.Percentile(50)) })
 	row("p99 turn latency", func(o outcome) string { return cluster.FormatDuration(o.load.Percentile(99)) })
@@ -422,6 +499,13 @@ func printTable(w io.Writer, cfg *config, outs []outcome) {
 	for _, o := range outs {
 		if o.killNote != "" {
 			fmt.Fprintf(w, "\n%s: %s", o.sc.name, o.killNote)
+		}
+		if o.accNote != "" {
+			verdict := "met"
+			if !o.accMet {
+				verdict = "NOT met"
+			}
+			fmt.Fprintf(w, "\n%s: %s: %s", o.sc.name, o.accNote, verdict)
 		}
 		if len(o.load.Reasons) > 0 {
 			keys := make([]string, 0, len(o.load.Reasons))
@@ -437,7 +521,7 @@ func printTable(w io.Writer, cfg *config, outs []outcome) {
 		}
 	}
 	for _, o := range outs {
-		if o.err != nil || o.sc.mode != cluster.Central || o.sc.kill {
+		if o.err != nil || o.sc.mode != cluster.Central || o.sc.accuracy {
 			continue
 		}
 		verdict := "met"

@@ -17,7 +17,7 @@ func TestParseFlagsRejectsBadInput(t *testing.T) {
 		args []string
 		want []string // substrings of the one error
 	}{
-		{"unknown configuration", []string{"--configs", "central,bogus"}, []string{`--configs: unknown configuration "bogus"`, "allowed central,per-host,central-kill"}},
+		{"unknown configuration", []string{"--configs", "central,bogus"}, []string{`--configs: unknown configuration "bogus"`, "allowed central,per-host,central-kill,replicas-kill,replicas-2x2"}},
 		{"empty configurations", []string{"--configs", ","}, []string{"--configs is empty"}},
 		{"rate out of range", []string{"--rate", "601"}, []string{"--rate 601 is out of range; allowed 1..600"}},
 		{"several problems at once", []string{"--dataplanes", "0", "--agents", "500"}, []string{"--dataplanes 0", "--agents 500", "allowed 1..200"}},
@@ -26,6 +26,9 @@ func TestParseFlagsRejectsBadInput(t *testing.T) {
 		{"positional argument", []string{"central"}, []string{`unexpected argument "central"`}},
 		{"unknown flag", []string{"--nope"}, []string{"flag provided but not defined: -nope"}},
 		{"bad duration", []string{"--duration", "soon"}, []string{`invalid value "soon" for flag -duration`}},
+		{"fractional duration", []string{"--duration", "60500ms"}, []string{"--duration 1m0.5s must be whole seconds"}},
+		{"accuracy out of range", []string{"--accuracy-dataplanes", "0", "--accuracy-rate", "0", "--accuracy-burst", "1001"},
+			[]string{"--accuracy-dataplanes 0", "--accuracy-rate 0", "--accuracy-burst 1001"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,8 +61,13 @@ func TestParseFlagsDefaultsAreTheIssueScenario(t *testing.T) {
 	for _, s := range c.configs {
 		names = append(names, s.name)
 	}
-	if got := strings.Join(names, ","); got != "central,per-host,central-kill" {
-		t.Errorf("default configurations = %s, want central,per-host,central-kill", got)
+	if got := strings.Join(names, ","); got != "central,per-host,central-kill,replicas-kill,replicas-2x2" {
+		t.Errorf("default configurations = %s, want central,per-host,central-kill,replicas-kill,replicas-2x2", got)
+	}
+	// The replicas' accuracy run: 2 data planes on a hot account at
+	// 30/min burst 5.
+	if c.accDataPlanes != 2 || c.accRate != 30 || c.accBurst != 5 {
+		t.Errorf("accuracy defaults = %d data planes, %d/min burst %d; want 2, 30, 5", c.accDataPlanes, c.accRate, c.accBurst)
 	}
 }
 
@@ -76,22 +84,27 @@ func TestPrintTable(t *testing.T) {
 	cfg := &config{upgradeWindow: 10 * time.Second, upgradeLimit: 30}
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	outs := []outcome{
-		{sc: scenarios[0], upgrades: 120, load: cluster.LoadResult{OK: 118, Failed: 0, Elapsed: time.Minute, Retries: 7,
+		{sc: scenarios[0], upgrades: 120, limit: 30, window: 10 * time.Second, load: cluster.LoadResult{OK: 118, Failed: 0, Elapsed: time.Minute, Retries: 7,
 			Latencies: []time.Duration{ms(100), ms(200), ms(300), ms(400)}}},
-		{sc: scenarios[1], u403: 42, upgrades: 180, maxWin: 30, load: cluster.LoadResult{OK: 170, Failed: 3, Unfinished: 2,
+		{sc: scenarios[1], u403: 42, upgrades: 180, maxWin: 30, limit: 30, window: 10 * time.Second, load: cluster.LoadResult{OK: 170, Failed: 3, Unfinished: 2,
 			Elapsed: 2 * time.Minute, Latencies: []time.Duration{ms(15000)}, Reasons: map[string]int{"status 500": 3}}},
 		{sc: scenarios[2], err: errors.New("boom")},
+		{sc: scenarios[4], upgrades: 36, maxWin: 35, limit: 100000, window: time.Minute, load: cluster.LoadResult{Elapsed: time.Minute},
+			accMet: true, accNote: "at most 35 upgrades in any 1m0s window"},
 	}
 	var b bytes.Buffer
 	printTable(&b, cfg, outs)
 	got := b.String()
 	for _, want := range []string{
-		"central  per-host  central-kill",
+		"central-kill          replicas-2x2",
 		"upstream 403s",
 		"admitted new sockets/min",
 		"120.0", // 120 upgrades in one minute
 		"90.0",  // 180 upgrades in two minutes
-		"max upgrades in a 10s window (limit 30)",
+		"max upgrades in one throttle window",
+		"30 (30 per 10s)",
+		"35 (100000 per 1m0s)",
+		"replicas-2x2: at most 35 upgrades in any 1m0s window: met",
 		"p50 turn latency",
 		"200ms", // nearest-rank p50 of 100..400 ms
 		"15.0s",

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,9 +25,13 @@ import (
 	"github.com/clodex/clodex/internal/codexsim"
 )
 
-// Binaries are the paths of the four clodex programs.
+// Binaries are the paths of the four clodex programs, and of
+// redis-server for replicas.
 type Binaries struct {
 	Sim, ControlPlane, Ctl, DataPlane string
+	// RedisServer is redis-server, needed only with Options.Replicas > 1.
+	// (Optional; default redis-server on PATH)
+	RedisServer string
 }
 
 // BinariesIn is the binaries as `make build` lays them out in dir.
@@ -112,6 +117,12 @@ type Options struct {
 	// ControlPlaneAdmin serves the control plane's /metrics on a loopback
 	// port (ControlPlane.AdminURL). (Optional)
 	ControlPlaneAdmin bool
+	// Replicas is how many control planes serve the fleet in Central
+	// mode. 1 (the default) runs one on the memory store; 2 or more run
+	// them as replicas over one redis-server (started on a free loopback
+	// port; Binaries.RedisServer), and every data plane gets all their
+	// addresses, --control-plane a,b,...
+	Replicas int
 	// DataPlaneArgs are extra flags for every data plane. (Optional)
 	DataPlaneArgs []string
 	// ReadyTimeout bounds each process's start. (Default 20 s)
@@ -126,16 +137,22 @@ const (
 	Account = "acct-fleet"
 )
 
-// Fleet is clodex-sim, an optional control plane and the data planes, as
-// real processes on loopback.
+// Fleet is clodex-sim, an optional control plane (or several replicas over
+// a redis-server) and the data planes, as real processes on loopback.
 type Fleet struct {
-	opts         Options
-	log          *slog.Logger
-	env          []string
-	refreshFlag  bool // the data plane has --refresh
-	Sim          *Sim
-	ControlPlane *ControlPlane // nil in PerHost mode
-	DataPlanes   []*DataPlane
+	opts        Options
+	log         *slog.Logger
+	env         []string
+	refreshFlag bool // the data plane has --refresh
+	redis       *proc
+	redisURL    string // "" without replicas
+	Sim         *Sim
+	// ControlPlane is the first (or only) control plane; nil in PerHost
+	// mode.
+	ControlPlane *ControlPlane
+	// ControlPlanes are every replica, ControlPlane first.
+	ControlPlanes []*ControlPlane
+	DataPlanes    []*DataPlane
 }
 
 // Sim is a running clodex-sim.
@@ -162,6 +179,7 @@ type ControlPlane struct {
 	f          *Fleet
 	p          *proc
 	restarts   int
+	replica    string // the replica id over Redis; "" on the memory store
 	Addr       string // gRPC host:port
 	AdminAddr  string // host:port of /metrics, "" when off
 	adminToken string // path
@@ -191,6 +209,9 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = 20 * time.Second
 	}
+	if opts.Replicas == 0 {
+		opts.Replicas = 1
+	}
 	if opts.Dir == "" {
 		return nil, errors.New("start fleet: Options.Dir is required")
 	}
@@ -219,8 +240,15 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 		return nil, err
 	}
 	if opts.Mode == Central {
-		if err := f.startControlPlane(ctx); err != nil {
-			return nil, err
+		if opts.Replicas > 1 {
+			if err := f.startRedis(ctx); err != nil {
+				return nil, err
+			}
+		}
+		for i := range opts.Replicas {
+			if err := f.startControlPlane(ctx, i); err != nil {
+				return nil, err
+			}
 		}
 		if _, err := f.ControlPlane.SetRate(ctx, opts.Rate, opts.Burst); err != nil {
 			return nil, err
@@ -266,7 +294,41 @@ func (f *Fleet) startSim(ctx context.Context) error {
 	return nil
 }
 
-func (f *Fleet) startControlPlane(ctx context.Context) error {
+var redisReady = regexp.MustCompile(`Ready to accept connections`)
+
+// startRedis runs redis-server on a free loopback port, without
+// persistence, for the replicas to share.
+func (f *Fleet) startRedis(ctx context.Context) error {
+	o := f.opts
+	bin := o.Bins.RedisServer
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			return fmt.Errorf("start redis-server for %d control-plane replicas: %w (apt-get install redis-server)", o.Replicas, err)
+		}
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	dir := filepath.Join(o.Dir, "redis")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
+	p, _, err := startProc(ctx, "redis-server", bin, args, f.env, filepath.Join(o.Dir, "redis.log"), redisReady, o.ReadyTimeout)
+	if err != nil {
+		return err
+	}
+	f.redis, f.redisURL = p, "redis://"+addr
+	f.log.Info("redis-server ready", "addr", addr)
+	return nil
+}
+
+// startControlPlane starts control plane i: the only one, on the memory
+// store, or replica i over the fleet's Redis. Replicas share the tokens.
+func (f *Fleet) startControlPlane(ctx context.Context, i int) error {
 	o := f.opts
 	addr, err := freeAddr()
 	if err != nil {
@@ -279,18 +341,34 @@ func (f *Fleet) startControlPlane(ctx context.Context) error {
 		agentToken: filepath.Join(o.Dir, "agent.token"),
 		dataDir:    filepath.Join(o.Dir, "controlplane"),
 	}
+	if f.redisURL != "" {
+		cp.replica = fmt.Sprintf("cp-%d", i)
+	}
 	if o.ControlPlaneAdmin {
 		if cp.AdminAddr, err = freeAddr(); err != nil {
 			return err
 		}
 	}
-	for _, path := range []string{cp.adminToken, cp.agentToken} {
-		if err := atomicfile.WriteFile(path, []byte(randomToken()+"\n"), 0o600); err != nil {
-			return fmt.Errorf("start control plane: %w", err)
+	if i == 0 {
+		for _, path := range []string{cp.adminToken, cp.agentToken} {
+			if err := atomicfile.WriteFile(path, []byte(randomToken()+"\n"), 0o600); err != nil {
+				return fmt.Errorf("start control plane: %w", err)
+			}
 		}
+		f.ControlPlane = cp
 	}
-	f.ControlPlane = cp
+	f.ControlPlanes = append(f.ControlPlanes, cp)
 	return cp.start(ctx)
+}
+
+// controlPlaneAddrs is the data planes' --control-plane value: every
+// replica's address.
+func (f *Fleet) controlPlaneAddrs() string {
+	addrs := make([]string, len(f.ControlPlanes))
+	for i, cp := range f.ControlPlanes {
+		addrs[i] = cp.Addr
+	}
+	return strings.Join(addrs, ",")
 }
 
 // start runs the control plane process and waits until it answers an
@@ -299,15 +377,21 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	o := cp.f.opts
 	args := []string{
 		"--listen", cp.Addr,
-		"--data-dir", cp.dataDir,
 		"--admin-token-file", cp.adminToken,
 		"--agent-token-file", cp.agentToken,
 		"--log-level", "info",
 	}
+	name := "controlplane"
+	if cp.replica != "" {
+		args = append(args, "--redis", cp.f.redisURL, "--replica", cp.replica)
+		name = cp.replica
+	} else {
+		args = append(args, "--data-dir", cp.dataDir)
+	}
 	if cp.AdminAddr != "" {
 		args = append(args, "--admin-listen", cp.AdminAddr)
 	}
-	logPath := filepath.Join(o.Dir, fmt.Sprintf("controlplane.%d.log", cp.restarts))
+	logPath := filepath.Join(o.Dir, fmt.Sprintf("%s.%d.log", name, cp.restarts))
 	p, _, err := startProc(ctx, "clodex-controlplane", o.Bins.ControlPlane, args, cp.f.env, logPath, nil, 0)
 	if err != nil {
 		return err
@@ -493,7 +577,7 @@ func (f *Fleet) startDataPlane(ctx context.Context, i int) (*DataPlane, error) {
 	env[0] = "HOME=" + home
 	switch o.Mode {
 	case Central:
-		args = append(args, "--control-plane", f.ControlPlane.Addr, "--agent-token-file", f.ControlPlane.agentToken)
+		args = append(args, "--control-plane", f.controlPlaneAddrs(), "--agent-token-file", f.ControlPlane.agentToken)
 	case PerHost:
 		env = append(env, "CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN="+strconv.Itoa(o.Rate))
 	}
@@ -577,8 +661,13 @@ func (f *Fleet) Close() {
 	for _, dp := range f.DataPlanes {
 		dp.p.stop(5 * time.Second)
 	}
-	if f.ControlPlane != nil && f.ControlPlane.p != nil {
-		f.ControlPlane.p.stop(5 * time.Second)
+	for _, cp := range f.ControlPlanes {
+		if cp.p != nil {
+			cp.p.stop(5 * time.Second)
+		}
+	}
+	if f.redis != nil {
+		f.redis.stop(5 * time.Second)
 	}
 	if f.Sim != nil {
 		f.Sim.p.stop(5 * time.Second)
