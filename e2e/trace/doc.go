@@ -6,6 +6,7 @@
 // provider and in-memory exporter, to clodex-sim. It checks that a turn
 // that opens a new socket yields turn -> attempt -> Admit (client) ->
 // Admit (server) in one trace, that a turn reusing the head yields no
-// Admit span, and that no span carries the raw account id or the prompt
-// text. It has no non-test code.
+// Admit span, that a follow-up turn whose held socket drops asks for its
+// replacement (an Admit under the replacement attempt), and that no span
+// carries the raw account id or the prompt text. It has no non-test code.
 package trace

@@ -55,6 +55,7 @@ const (
 type stack struct {
 	baseURL string
 	client  *http.Client
+	sim     *nodetest.Sim
 	// dp records the data plane's spans (gateway and Admit client);
 	// cp the control plane's (Admit server).
 	dp, cp *tracetest.InMemoryExporter
@@ -160,6 +161,7 @@ func startStack(t *testing.T) *stack {
 	t.Cleanup(stop)
 	return &stack{
 		baseURL: dp.URL,
+		sim:     sim,
 		client:  &http.Client{Transport: tr, Timeout: 30 * time.Second},
 		dp:      dpExp,
 		cp:      cpExp,
@@ -351,6 +353,60 @@ func TestTurnTraceCrossesIntoControlPlane(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestDroppedHeldSocketAsksForItsReplacement: a follow-up turn whose held
+// socket drops before any output opens its replacement only after an
+// Admit, in the replacement attempt's trace, as any new socket does; the
+// attempt that continued the held socket asked nothing.
+func TestDroppedHeldSocketAsksForItsReplacement(t *testing.T) {
+	s := startStack(t)
+	const session = "5b2d8e3f-1c4a-4f6e-8a7b-9c0d1e2f3a4b"
+	s.turn(t, messagesBody(t, session, prompt1))
+	// The held socket has sent turn 1's events; it drops after one more,
+	// early in turn 2. Its replacement sends turn 2 (as many events as
+	// turn 1) whole.
+	events := int(s.sim.Stats().Events)
+	drop := events + 1
+	if err := s.sim.SetConfig(codexsim.ConfigPatch{CloseAfterEvents: &drop}); err != nil {
+		t.Fatal(err)
+	}
+	s.turn(t, messagesBody(t, session, prompt1, prompt2))
+	s.stop()
+
+	dp := s.dp.GetSpans()
+	var second tracetest.SpanStub
+	for _, sp := range dp {
+		if sp.Name == turnSpan && (second.Name == "" || sp.StartTime.After(second.StartTime)) {
+			second = sp
+		}
+	}
+	attempts := childrenOf(dp, second.SpanContext.SpanID(), attemptSpan)
+	if len(attempts) != 2 {
+		t.Fatalf("turn 2 has %d %s spans, want 2 (the held socket, then its replacement); spans: %s", len(attempts), attemptSpan, names(dp))
+	}
+	held, repl := attempts[0], attempts[1]
+	if held.StartTime.After(repl.StartTime) {
+		held, repl = repl, held
+	}
+	if got := attr(held, "clodex.socket.reused"); !got.AsBool() {
+		t.Errorf("first attempt clodex.socket.reused = %v, want true (the held socket)", got.Emit())
+	}
+	if n := len(childrenOf(dp, held.SpanContext.SpanID(), admitSpan)); n != 0 {
+		t.Errorf("the attempt on the held socket has %d Admit spans, want 0", n)
+	}
+	if got := attr(repl, "clodex.attempt.replacement"); !got.AsBool() {
+		t.Errorf("second attempt clodex.attempt.replacement = %v, want true", got.Emit())
+	}
+	if got := attr(repl, "clodex.pool.decision").AsString(); got != "replacement" {
+		t.Errorf("second attempt clodex.pool.decision = %q, want replacement", got)
+	}
+	if n := len(childrenOf(dp, repl.SpanContext.SpanID(), admitSpan)); n != 1 {
+		t.Errorf("the replacement attempt has %d Admit spans, want 1: its new socket must ask like any other; spans: %s", n, names(dp))
+	}
+	if st := s.sim.Stats(); st.Upgrades != 2 {
+		t.Errorf("emulator upgrades = %d, want 2 (turn 1's socket and the replacement)", st.Upgrades)
+	}
 }
 
 // childrenOf returns the spans named name whose parent is parent.
