@@ -49,7 +49,7 @@ bench-controlplane: ## Admit on the memory and Redis stores vs a no-op RPC floor
 bench-pool: ## memory per idle pooled conversation with real sockets to clodex-sim, bytes saved, fan-out sockets
 	./scripts/bench-pool.sh
 
-bench-fleet: ## 3 data planes against one account: central admission vs per-host pacing, and a control-plane outage
+bench-fleet: ## 3 data planes against one account: central vs per-host pacing, a control-plane outage, a replica killed; 2x2 accuracy over Redis
 	./scripts/bench-fleet.sh
 
 mutation: ## mutation testing of the pacing core (slow; not part of `make test`)

@@ -22,7 +22,8 @@ const (
 	Fatal Class = iota + 1
 	// Replace: previous_response_not_found, websocket_connection_limit_reached, or a transport
 	// failure on a reused socket. The next attempt runs at once on a new socket with the full
-	// context; it is not paced and spends no retry. Each budgeted attempt gets one replacement:
+	// context and spends no retry; the new socket asks for admission unless the attempt was
+	// itself admitted for the socket it replaces (docs/pool.md §6). Each budgeted attempt gets one replacement:
 	// a Replace failure of the replacement itself is treated as Backoff (docs/errors.md §5).
 	Replace
 	// Backoff: a transport failure on a new socket, an upgrade 5xx, or a 502/529 output-less
