@@ -2,6 +2,8 @@ module github.com/clodex/clodex
 
 go 1.26.0
 
+toolchain go1.26.9
+
 require (
 	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0
 	github.com/coder/websocket v1.8.15

@@ -2,7 +2,7 @@
 # The whole test suite: what `make test` and CI run.
 #
 #   1. generated protobuf/gRPC code matches the .proto sources (and buf lint passes)
-#   2. gofmt and go vet are clean
+#   2. the static checks are clean: gofmt, go vet, golangci-lint, govulncheck (scripts/lint.sh)
 #   3. the pinned real clients (Claude Code, Codex CLI) are installed into a cache outside the repo,
 #      and tmux; under CI=true anything missing fails here, otherwise the tests that need it skip
 #      and a note at the end says so
@@ -10,20 +10,16 @@
 #   5. every package's tests, with the race detector
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The project's Go release (see the Makefile): fetched from the module proxy once.
+export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.26.9}
 
 step() { printf '\n==> %s\n' "$*"; }
 
 step "generated code is current"
 ./scripts/check-generated.sh
 
-step "gofmt"
-unformatted=$(gofmt -l $(git ls-files '*.go'))
-if [ -n "$unformatted" ]; then
-	echo "gofmt would change these files:"; echo "$unformatted"; exit 1
-fi
-
-step "go vet"
-go vet ./...
+step "static checks: gofmt, go vet, golangci-lint, govulncheck"
+./scripts/lint.sh
 
 step "real clients (pinned Claude Code and Codex CLI, cached outside the repo)"
 ./scripts/install-clients.sh
