@@ -1,6 +1,7 @@
 // Package docs holds the reference pages of clodex (the *.md files beside
-// this one) and the test that keeps the repository's citations of them
-// true.
+// this one), the test that keeps the repository's citations of them true,
+// and the test that keeps real credentials out of the repository
+// (TestNoCommittedSecrets in secrets_test.go).
 //
 // TestRepositoryReferences fails when a file of the repository mentions a document
 // outside the repository, cites a section of a docs page that does not
