@@ -56,7 +56,7 @@ func TestNewValidates(t *testing.T) {
 		t.Errorf("New(same tokens) = %v, want an error", err)
 	}
 	_, err = New(Options{})
-	for _, want := range []string{"Admissions is required", "Policies is required", "AdminToken is required", "AgentToken is required"} {
+	for _, want := range []string{"field Admissions is required", "field Policies is required", "field AdminToken is required", "field AgentToken is required"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New(zero) error = %v, want it to contain %q", err, want)
 		}

@@ -165,22 +165,22 @@ var (
 func New(opts Options) (*Server, error) {
 	var errs []error
 	if opts.Admissions == nil {
-		errs = append(errs, errors.New("Admissions is required"))
+		errs = append(errs, errors.New("field Admissions is required"))
 	}
 	if opts.Policies == nil {
-		errs = append(errs, errors.New("Policies is required"))
+		errs = append(errs, errors.New("field Policies is required"))
 	}
 	if opts.AdminToken.IsZero() {
-		errs = append(errs, errors.New("AdminToken is required"))
+		errs = append(errs, errors.New("field AdminToken is required"))
 	}
 	if opts.AgentToken.IsZero() {
-		errs = append(errs, errors.New("AgentToken is required"))
+		errs = append(errs, errors.New("field AgentToken is required"))
 	}
 	if !opts.AdminToken.IsZero() && opts.AdminToken.Equal(opts.AgentToken) {
-		errs = append(errs, errors.New("AdminToken and AgentToken must differ"))
+		errs = append(errs, errors.New("fields AdminToken and AgentToken must differ"))
 	}
 	if opts.ShutdownGrace < 0 || opts.DrainDelay < 0 || opts.FleetTick < 0 {
-		errs = append(errs, errors.New("ShutdownGrace, DrainDelay and FleetTick must not be negative"))
+		errs = append(errs, errors.New("fields ShutdownGrace, DrainDelay and FleetTick must not be negative"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("new control plane server: %w", err)
@@ -306,7 +306,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.shutdown(ctx)
-	<-errc
+	// nil once GracefulStop or Stop ran; ErrServerStopped when ctx ended
+	// before serveLoop began serving.
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("serve %s: %w", lis.Addr(), err)
+	}
 	return nil
 }
 

@@ -188,7 +188,7 @@ func (c *config) Validate() error {
 			errs = append(errs, fmt.Errorf("--redis-timeout %v is out of range; allowed 1ms..5s", c.RedisTimeout))
 		}
 		if c.RedisPrefix == "" || strings.ContainsAny(c.RedisPrefix, " \t\r\n") {
-			errs = append(errs, fmt.Errorf("--redis-prefix %q is invalid; want a non-empty prefix without spaces such as clodex:", c.RedisPrefix))
+			errs = append(errs, fmt.Errorf("--redis-prefix %q is invalid; want a non-empty prefix without spaces, such as %q", c.RedisPrefix, "clodex:"))
 		}
 		if err := validReplica(c.Replica); err != nil {
 			errs = append(errs, err)

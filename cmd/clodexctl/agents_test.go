@@ -31,7 +31,12 @@ func runAgent(t *testing.T, srv *controlplanetest.Server, clk *clock, id string,
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent Run = %v, want nil once cancelled", err)
+		}
+	})
 	select {
 	case <-pushed:
 	case <-time.After(20 * time.Second):

@@ -171,7 +171,9 @@ func TestAdaptiveOffAndRateChange(t *testing.T) {
 	if a, _ := m.Account(t.Context(), key, t0); a.EffectiveRate != 100 || !a.Adaptive {
 		t.Fatalf("after set-rate 100: effective %d adaptive %v, want 100 true", a.EffectiveRate, a.Adaptive)
 	}
-	m.Report403(t.Context(), key, t0.Add(time.Second))
+	if a, changed, err := m.Report403(t.Context(), key, t0.Add(time.Second)); err != nil || !changed || a.EffectiveRate >= 100 {
+		t.Fatalf("403 at rate 100: effective %d changed %v (%v), want below 100, changed", a.EffectiveRate, changed, err)
+	}
 	// Turning it off restores the configured rate.
 	a, err = m.SetAdaptive(t.Context(), key, false, t0.Add(2*time.Second))
 	if err != nil || a.EffectiveRate != 100 || a.Adaptive {
@@ -179,7 +181,9 @@ func TestAdaptiveOffAndRateChange(t *testing.T) {
 	}
 	// Rate 0 (pacing off) is never adapted.
 	setRate(t, m, 0)
-	m.SetAdaptive(t.Context(), key, true, t0)
+	if _, err := m.SetAdaptive(t.Context(), key, true, t0); err != nil {
+		t.Fatalf("SetAdaptive(on) at rate 0: %v", err)
+	}
 	if a, changed, _ := m.Report403(t.Context(), key, t0.Add(time.Minute)); changed || a.EffectiveRate != 0 {
 		t.Fatalf("403 at rate 0: effective %d changed %v, want 0 false", a.EffectiveRate, changed)
 	}

@@ -76,18 +76,16 @@ func freePort() (int, error) {
 
 func (s *Server) start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
-	cmd := exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"))
+	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log")}
+	cmd := exec.Command(s.bin, args...) //nolint:gosec // G204: s.bin is the redis-server found on PATH, the arguments this package's own
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if pingOK(s.Addr) {
-			break
-		}
+	for !pingOK(s.Addr) {
 		select {
 		case err := <-exited:
 			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
@@ -96,14 +94,13 @@ func (s *Server) start() error {
 		}
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
-			<-exited
-			return fmt.Errorf("redis-server on %s did not answer PING within 10s", s.Addr)
+			err := <-exited // "signal: killed", or why it exited meanwhile
+			return fmt.Errorf("redis-server on %s did not answer PING within 10s (%v)", s.Addr, err)
 		}
 	}
 	s.mu.Lock()
 	s.cmd = cmd
 	s.mu.Unlock()
-	go func() { <-exited }()
 	return nil
 }
 
