@@ -89,14 +89,14 @@ type Config struct {
 func (cfg *Config) Validate() error {
 	var errs []error
 	if cfg.Conn == nil {
-		errs = append(errs, errors.New("Conn is required: a connection to the control plane"))
+		errs = append(errs, errors.New("field Conn is required: a connection to the control plane"))
 	}
 	if cfg.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("Timeout %v is negative; want 0 (default %v) or more", cfg.Timeout, DefaultTimeout))
+		errs = append(errs, fmt.Errorf("field Timeout %v is negative; want 0 (default %v) or more", cfg.Timeout, DefaultTimeout))
 	}
 	if cfg.Fallback != (pacing.Policy{}) {
 		if err := cfg.Fallback.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("Fallback: %w", err))
+			errs = append(errs, fmt.Errorf("field Fallback: %w", err))
 		}
 	}
 	return errors.Join(errs...)

@@ -617,9 +617,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		cfg  admission.Config
 		want []string // substrings, all required
 	}{
-		{"no conn", admission.Config{}, []string{"Conn is required"}},
+		{"no conn", admission.Config{}, []string{"field Conn is required"}},
 		{"everything", admission.Config{Timeout: -1, Fallback: badFallback},
-			[]string{"Conn is required", "Timeout -1ns is negative", "Fallback: burst 0 is out of range; allowed 1..1000"}},
+			[]string{"field Conn is required", "field Timeout -1ns is negative", "field Fallback: burst 0 is out of range; allowed 1..1000"}},
 		{"negative timeout", admission.Config{Conn: conn, Timeout: -time.Second}, []string{"Timeout -1s is negative"}},
 	}
 	for _, tt := range tests {

@@ -95,13 +95,13 @@ type Config struct {
 func (cfg *Config) Validate() error {
 	var errs []error
 	if cfg.Conn == nil {
-		errs = append(errs, errors.New("Conn is required: a connection to the control plane"))
+		errs = append(errs, errors.New("field Conn is required: a connection to the control plane"))
 	}
 	if err := ValidateID(cfg.ID); err != nil {
 		errs = append(errs, err)
 	}
 	if cfg.Heartbeat < 0 || cfg.Heartbeat >= LiveWindow {
-		errs = append(errs, fmt.Errorf("Heartbeat %v is invalid; allowed 0 (default %v) or more, below the %v liveness window", cfg.Heartbeat, DefaultHeartbeat, LiveWindow))
+		errs = append(errs, fmt.Errorf("field Heartbeat %v is invalid; allowed 0 (default %v) or more, below the %v liveness window", cfg.Heartbeat, DefaultHeartbeat, LiveWindow))
 	}
 	return errors.Join(errs...)
 }
@@ -433,12 +433,18 @@ func (a *Agent) goodbye(ctx context.Context, stream grpc.BidiStreamingClient[con
 	t := time.NewTimer(GoodbyeTimeout)
 	defer t.Stop()
 	select {
-	case <-recvDone:
+	case err := <-recvDone:
+		if err != nil {
+			a.log.WarnContext(context.WithoutCancel(ctx), "the agent stream failed after the goodbye", "err", err)
+			return
+		}
 		a.log.InfoContext(context.WithoutCancel(ctx), "deregistered from the control plane")
 	case <-t.C:
 		a.log.WarnContext(context.WithoutCancel(ctx), "the control plane did not end the stream after the goodbye", "timeout", GoodbyeTimeout)
 		cancel()
-		<-recvDone
+		if err := <-recvDone; err != nil && status.Code(err) != codes.Canceled {
+			a.log.WarnContext(context.WithoutCancel(ctx), "the agent stream failed after the goodbye", "err", err)
+		}
 	}
 }
 

@@ -171,7 +171,12 @@ func TestHeartbeatKeepsLiveAndUpdatesAccounts(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- ag.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v, want nil once cancelled", err)
+		}
+	}()
 	rec.waitFor(t, "on connect", keyA, func(push) bool { return true })
 
 	accts <- []string{keyA, keyB}
@@ -264,7 +269,12 @@ func (a *idle) run(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v, want nil once cancelled", err)
+		}
+	})
 }
 
 // Shutdown closes agent streams with the reason; the agent keeps trying
@@ -294,12 +304,12 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		cfg  agent.Config
 		want string
 	}{
-		{"no conn", agent.Config{ID: "x"}, "Conn is required"},
+		{"no conn", agent.Config{ID: "x"}, "field Conn is required"},
 		{"no id", agent.Config{Conn: c}, "agent id is empty"},
 		{"space in id", agent.Config{Conn: c, ID: "a b"}, `agent id "a b" has a byte 0x20 at 1; allowed printable ASCII without spaces`},
 		{"long id", agent.Config{Conn: c, ID: strings.Repeat("x", 129)}, "agent id is 129 bytes; allowed 1..128"},
-		{"heartbeat too long", agent.Config{Conn: c, ID: "x", Heartbeat: 15 * time.Second}, "Heartbeat 15s is invalid"},
-		{"negative heartbeat", agent.Config{Conn: c, ID: "x", Heartbeat: -time.Second}, "Heartbeat -1s is invalid"},
+		{"heartbeat too long", agent.Config{Conn: c, ID: "x", Heartbeat: 15 * time.Second}, "field Heartbeat 15s is invalid"},
+		{"negative heartbeat", agent.Config{Conn: c, ID: "x", Heartbeat: -time.Second}, "field Heartbeat -1s is invalid"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,7 +32,12 @@ func BenchmarkSetRatePush(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- a.Run(ctx) }()
-		b.Cleanup(func() { cancel(); <-done })
+		b.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				b.Errorf("Run = %v, want nil once cancelled", err)
+			}
+		})
 	}
 	// Drain the pushes on connect and live-count changes.
 	for drained := false; !drained; {

@@ -170,23 +170,23 @@ var _ Source = (*RefreshingFile)(nil)
 func NewFileSource(cfg FileConfig) (*RefreshingFile, error) {
 	var errs []error
 	if strings.TrimSpace(cfg.Path) == "" {
-		errs = append(errs, errors.New("Path is empty; want the Codex auth.json (default ~/.codex/auth.json)"))
+		errs = append(errs, errors.New("field Path is empty; want the Codex auth.json (default ~/.codex/auth.json)"))
 	}
 	endpoint := cfg.TokenEndpoint
 	if endpoint == "" {
 		endpoint = DefaultTokenEndpoint
 	}
 	if u, err := url.Parse(endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("TokenEndpoint %q is invalid; want an http or https URL such as %s", endpoint, DefaultTokenEndpoint))
+		errs = append(errs, fmt.Errorf("field TokenEndpoint %q is invalid; want an http or https URL such as %s", endpoint, DefaultTokenEndpoint))
 	}
 	if cfg.Mode != RefreshAuto && cfg.Mode != RefreshNever {
-		errs = append(errs, fmt.Errorf("Mode %v is invalid; choices are auto, never", cfg.Mode))
+		errs = append(errs, fmt.Errorf("field Mode %v is invalid; choices are auto, never", cfg.Mode))
 	}
 	if cfg.Skew < 0 {
-		errs = append(errs, fmt.Errorf("Skew %v is invalid; want 0 (default %v) or more", cfg.Skew, DefaultSkew))
+		errs = append(errs, fmt.Errorf("field Skew %v is invalid; want 0 (default %v) or more", cfg.Skew, DefaultSkew))
 	}
 	if cfg.LockWait < 0 {
-		errs = append(errs, fmt.Errorf("LockWait %v is invalid; want 0 (default %v) or more", cfg.LockWait, DefaultLockWait))
+		errs = append(errs, fmt.Errorf("field LockWait %v is invalid; want 0 (default %v) or more", cfg.LockWait, DefaultLockWait))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("codex credentials config: %w", err)

@@ -661,11 +661,11 @@ func TestNewFileSourceErrors(t *testing.T) {
 		cfg  FileConfig
 		want []string
 	}{
-		{"empty path", FileConfig{}, []string{"Path is empty"}},
-		{"bad endpoint", FileConfig{Path: good, TokenEndpoint: "ftp://x/token"}, []string{`TokenEndpoint "ftp://x/token" is invalid`}},
+		{"empty path", FileConfig{}, []string{"field Path is empty"}},
+		{"bad endpoint", FileConfig{Path: good, TokenEndpoint: "ftp://x/token"}, []string{`field TokenEndpoint "ftp://x/token" is invalid`}},
 		{"relative endpoint", FileConfig{Path: good, TokenEndpoint: "/oauth/token"}, []string{"want an http or https URL"}},
-		{"bad mode", FileConfig{Path: good, Mode: 7}, []string{"Mode RefreshMode(7) is invalid; choices are auto, never"}},
-		{"negative durations", FileConfig{Path: good, Skew: -time.Second, LockWait: -1}, []string{"Skew -1s is invalid", "LockWait -1ns is invalid"}},
+		{"bad mode", FileConfig{Path: good, Mode: 7}, []string{"field Mode RefreshMode(7) is invalid; choices are auto, never"}},
+		{"negative durations", FileConfig{Path: good, Skew: -time.Second, LockWait: -1}, []string{"field Skew -1s is invalid", "field LockWait -1ns is invalid"}},
 		{"all at once", FileConfig{TokenEndpoint: "x", Mode: 2}, []string{"Path is empty", "TokenEndpoint", "Mode"}},
 		{"missing file", FileConfig{Path: good + ".missing"}, []string{good + ".missing does not exist", "codex login"}},
 	}

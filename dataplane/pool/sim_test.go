@@ -186,7 +186,7 @@ func echoShape(item map[string]any) []byte {
 		parts, _ := item["content"].([]any)
 		for _, p := range parts {
 			if m, ok := p.(map[string]any); ok && m["type"] == "output_text" {
-				text.WriteString(fmt.Sprint(m["text"]))
+				fmt.Fprint(&text, m["text"])
 			}
 		}
 		return assistant(text.String())

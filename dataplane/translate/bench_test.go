@@ -13,7 +13,9 @@ func (discard) WriteEvent(string, []byte) error { return nil }
 // translated into one content_block_delta event.
 func BenchmarkStreamHandleTextDelta(b *testing.B) {
 	s := NewStream(&Turn{RequestedModel: "claude-opus-5-5"}, discard{}, "msg_1")
-	s.Handle([]byte(`{"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"msg_1","role":"assistant","content":[]}}`))
+	if _, err := s.Handle([]byte(`{"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"msg_1","role":"assistant","content":[]}}`)); err != nil {
+		b.Fatal(err)
+	}
 	frame := []byte(`{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hello, wörld! Here is some text.","sequence_number":42}`)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(frame)))
@@ -27,7 +29,9 @@ func BenchmarkStreamHandleTextDelta(b *testing.B) {
 // BenchmarkStreamHandleThinkingDelta measures one reasoning summary delta.
 func BenchmarkStreamHandleThinkingDelta(b *testing.B) {
 	s := NewStream(&Turn{RequestedModel: "m"}, discard{}, "msg_1")
-	s.Handle([]byte(`{"type":"response.output_item.added","output_index":0,"item":{"type":"reasoning","id":"rs_1","summary":[]}}`))
+	if _, err := s.Handle([]byte(`{"type":"response.output_item.added","output_index":0,"item":{"type":"reasoning","id":"rs_1","summary":[]}}`)); err != nil {
+		b.Fatal(err)
+	}
 	frame := []byte(`{"type":"response.reasoning_summary_text.delta","item_id":"rs_1","output_index":0,"summary_index":0,"delta":"Thinking about the user's request."}`)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -41,7 +45,9 @@ func BenchmarkStreamHandleThinkingDelta(b *testing.B) {
 // function_call_arguments.delta.
 func BenchmarkStreamHandleArgumentsDelta(b *testing.B) {
 	s := NewStream(&Turn{RequestedModel: "m"}, discard{}, "msg_1")
-	s.Handle([]byte(`{"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","id":"fc","call_id":"c","name":"Bash"}}`))
+	if _, err := s.Handle([]byte(`{"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","id":"fc","call_id":"c","name":"Bash"}}`)); err != nil {
+		b.Fatal(err)
+	}
 	frame := []byte(`{"type":"response.function_call_arguments.delta","item_id":"fc","output_index":0,"delta":"\"ls -la\","}`)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -68,7 +68,9 @@ data: {"type":"message_start","message":{"id":"m","model":"x"}}`)
 	if _, err := c.Message(); !errors.Is(err, ErrCollectorIncomplete) {
 		t.Errorf("err = %v, want ErrCollectorIncomplete", err)
 	}
-	c.WriteEvent("error", []byte(`{"type":"error","error":{"type":"api_error","message":"m"}}`))
+	if err := c.WriteEvent("error", []byte(`{"type":"error","error":{"type":"api_error","message":"m"}}`)); err != nil {
+		t.Fatalf("WriteEvent(error) = %v", err)
+	}
 	if _, err := c.Message(); err == nil || !strings.Contains(err.Error(), "api_error") {
 		t.Errorf("err = %v", err)
 	}

@@ -214,7 +214,9 @@ func TestFixturePermissionDeniedAndRead(t *testing.T) {
 	msgs := `[` + userRunEcho + `,{"role":"assistant","content":[{"type":"tool_use","id":"toolu_stub_09801774ffba4c87","name":"Bash","input":{"command":"touch made-by-tool.txt"}}]},` + string(denied) + `]`
 	turn := translate(t, wrap(t, json.RawMessage(msgs), nil), Options{})
 	var out struct{ Output, CallID string }
-	json.Unmarshal(turn.Input[2], &out)
+	if err := json.Unmarshal(turn.Input[2], &out); err != nil {
+		t.Fatalf("input[2] %s: %v", turn.Input[2], err)
+	}
 	if !strings.HasPrefix(out.Output, "touch in '<workdir>/made-by-tool.txt' needs approval.") {
 		t.Errorf("denied output %q", out.Output)
 	}

@@ -83,11 +83,10 @@ func (d *jsonDoc) release() {
 }
 
 type jparser struct {
-	d     *jsonDoc
-	src   []byte
-	pos   int
-	err   bool
-	depth int
+	d   *jsonDoc
+	src []byte
+	pos int
+	err bool
 }
 
 func (p *jparser) skipSpace() bool {

@@ -84,7 +84,9 @@ func TestCreateFrameSpec16(t *testing.T) {
 		t.Fatal(err)
 	}
 	var m map[string]any
-	json.Unmarshal(f, &m)
+	if err := json.Unmarshal(f, &m); err != nil {
+		t.Fatalf("continuation frame %s: %v", f, err)
+	}
 	if m["previous_response_id"] != "resp_A1" || len(m["input"].([]any)) != 1 {
 		t.Errorf("continuation frame %s", f)
 	}
@@ -323,7 +325,9 @@ func TestEchoRoundTripMatchesOutputItems(t *testing.T) {
 	c := NewCollector()
 	for _, e := range rec.events {
 		n, d := splitEvent(e)
-		c.WriteEvent(n, []byte(d))
+		if err := c.WriteEvent(n, []byte(d)); err != nil {
+			t.Fatalf("WriteEvent(%s): %v", n, err)
+		}
 	}
 	msg, err := c.Message()
 	if err != nil {
@@ -332,7 +336,9 @@ func TestEchoRoundTripMatchesOutputItems(t *testing.T) {
 	var m struct {
 		Content json.RawMessage `json:"content"`
 	}
-	json.Unmarshal(msg, &m)
+	if err := json.Unmarshal(msg, &m); err != nil {
+		t.Fatalf("collected message %s: %v", msg, err)
+	}
 	body := `{"model":"gpt-5.6-sol","max_tokens":1,"messages":[{"role":"user","content":"Say hi"},{"role":"assistant","content":` + string(m.Content) + `},{"role":"user","content":"Read README.md"}]}`
 	turn := translate(t, body, Options{})
 	if len(turn.Input) != 4 {

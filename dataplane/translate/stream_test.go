@@ -413,7 +413,9 @@ func TestStreamPing(t *testing.T) {
 	if wrote, err := s.Ping(); wrote || err != nil {
 		t.Fatalf("Ping before output = %v, %v; want nothing written", wrote, err)
 	}
-	s.Handle([]byte(`{"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","call_id":"c","name":"Bash"}}`))
+	if _, err := s.Handle([]byte(`{"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","call_id":"c","name":"Bash"}}`)); err != nil {
+		t.Fatal(err)
+	}
 	if wrote, err := s.Ping(); !wrote || err != nil {
 		t.Fatalf("Ping after output = %v, %v", wrote, err)
 	}

@@ -200,7 +200,7 @@ func (c *Conn) Next(ctx context.Context) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		// coder/websocket closes the socket only when ctx ends during a
 		// read; make an already-ended ctx behave the same.
-		c.ws.CloseNow()
+		_ = c.ws.CloseNow() // the socket is abandoned either way; ctx's error is the one to report
 		return nil, fmt.Errorf("read upstream frame: %w", err)
 	}
 	typ, data, err := c.ws.Read(ctx)

@@ -51,7 +51,7 @@ func (es *echoServer) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	defer c.CloseNow()
+	defer func() { _ = c.CloseNow() }()
 	c.SetReadLimit(64 << 20)
 	for {
 		_, data, err := c.Read(r.Context())
@@ -87,7 +87,11 @@ func TestDialHeadersAndRoundTrip(t *testing.T) {
 		return [][]byte{[]byte(`{"type":"response.created"}`), append([]byte(`{"type":"big","pad":"`), append(big, '"', '}')...), in}
 	})
 	tp := sdktrace.NewTracerProvider()
-	defer tp.Shutdown(context.Background())
+	defer func() {
+		if err := tp.Shutdown(context.Background()); err != nil {
+			t.Errorf("shut down the tracer provider: %v", err)
+		}
+	}()
 	ctx, span := tp.Tracer("test").Start(t.Context(), "turn")
 	defer span.End()
 
@@ -150,7 +154,7 @@ func TestDialOmitsAccountHeaderWhenUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
-	defer conn.CloseNow()
+	defer func() { _ = conn.CloseNow() }()
 	h := <-es.headers
 	if _, ok := h["Chatgpt-Account-Id"]; ok {
 		t.Errorf("chatgpt-account-id sent without an account id: %q", h.Get("Chatgpt-Account-Id"))
@@ -177,7 +181,7 @@ func TestDialUpgradeRefused(t *testing.T) {
 					w.Header().Set("Retry-After", tt.retryAfter)
 				}
 				w.WriteHeader(tt.status)
-				w.Write([]byte("BODY-SECRET-PROSE"))
+				_, _ = w.Write([]byte("BODY-SECRET-PROSE"))
 			}))
 			defer ts.Close()
 			_, err := Dial(t.Context(), DialOptions{URL: wsURL(ts), Credential: testCred})
@@ -253,7 +257,7 @@ func TestNextCancelClosesSocket(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
-	defer conn.CloseNow()
+	defer func() { _ = conn.CloseNow() }()
 	ctx, cancel := context.WithCancel(t.Context())
 	if err := conn.Send(ctx, []byte(`{}`)); err != nil {
 		t.Fatal(err)
@@ -271,8 +275,10 @@ func TestNextBinaryFrame(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
-	defer conn.CloseNow()
-	conn.Send(t.Context(), []byte(`{}`))
+	defer func() { _ = conn.CloseNow() }()
+	if err := conn.Send(t.Context(), []byte(`{}`)); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
 	if _, err := conn.Next(t.Context()); !errors.Is(err, ErrBinaryFrame) {
 		t.Errorf("Next = %v, want ErrBinaryFrame", err)
 	}
@@ -291,7 +297,7 @@ func TestNextPeerClose(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
-	defer conn.CloseNow()
+	defer func() { _ = conn.CloseNow() }()
 	_, err = conn.Next(t.Context())
 	if got := CloseStatus(err); got != websocket.StatusGoingAway {
 		t.Errorf("CloseStatus(Next error) = %v (err %v), want 1001", got, err)
@@ -304,7 +310,7 @@ func TestPingNeedsAReaderAndTimesOutOnASilentPeer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
-	defer conn.CloseNow()
+	defer func() { _ = conn.CloseNow() }()
 	// The pong is read by a concurrent Next, as the pool's idle reader does.
 	readCtx, stopRead := context.WithCancel(t.Context())
 	readDone := make(chan error, 1)
@@ -318,7 +324,9 @@ func TestPingNeedsAReaderAndTimesOutOnASilentPeer(t *testing.T) {
 		t.Errorf("Ping with a reader = %v, want nil", err)
 	}
 	stopRead()
-	<-readDone
+	if err := <-readDone; !errors.Is(err, context.Canceled) {
+		t.Errorf("Next after its ctx ended = %v, want context.Canceled", err)
+	}
 
 	// A peer that accepts but never reads never answers the ping.
 	silent := make(chan struct{})
@@ -327,7 +335,7 @@ func TestPingNeedsAReaderAndTimesOutOnASilentPeer(t *testing.T) {
 		if err != nil {
 			return
 		}
-		defer c.CloseNow()
+		defer func() { _ = c.CloseNow() }()
 		<-silent
 	}))
 	defer ts2.Close()
@@ -336,7 +344,7 @@ func TestPingNeedsAReaderAndTimesOutOnASilentPeer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
-	defer conn2.CloseNow()
+	defer func() { _ = conn2.CloseNow() }()
 	readCtx2, stopRead2 := context.WithCancel(t.Context())
 	readDone2 := make(chan error, 1)
 	go func() {
@@ -349,5 +357,7 @@ func TestPingNeedsAReaderAndTimesOutOnASilentPeer(t *testing.T) {
 		t.Errorf("Ping to a silent peer = %v, want a ping upstream error wrapping DeadlineExceeded", err)
 	}
 	stopRead2()
-	<-readDone2
+	if err := <-readDone2; !errors.Is(err, context.Canceled) {
+		t.Errorf("Next after its ctx ended = %v, want context.Canceled", err)
+	}
 }
