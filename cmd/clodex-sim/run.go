@@ -170,7 +170,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := sim.Close(); err != nil && shutdownErr == nil {
 		shutdownErr = err
 	}
-	<-serveErr // http.ErrServerClosed once Shutdown began
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) { // ErrServerClosed is what Serve returns once Shutdown began
+		return fmt.Errorf("serve: %w", errors.Join(err, shutdownErr))
+	}
 	if shutdownErr != nil {
 		return fmt.Errorf("shutdown: %w", shutdownErr)
 	}

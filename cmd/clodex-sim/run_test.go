@@ -84,7 +84,7 @@ func TestRunServes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read ready line: %v", err)
 	}
-	go io.Copy(io.Discard, pr)
+	go func() { _, _ = io.Copy(io.Discard, pr) }() // ends when run returns and closes pw
 	wsu := strings.TrimSpace(line)
 	if !strings.HasPrefix(wsu, "ws://127.0.0.1:") || !strings.HasSuffix(wsu, "/backend-api/codex/responses") {
 		t.Fatalf("ready line %q, want ws://ADDR/backend-api/codex/responses", line)
@@ -143,7 +143,7 @@ func TestRunServes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dial with --accept-token: %v", err)
 	}
-	c2.CloseNow()
+	_ = c2.CloseNow() // only releases the socket: --upgrade-limit counts upgrades
 	if _, resp, err := websocket.Dial(dctx, wsu, &websocket.DialOptions{HTTPHeader: h}); err == nil || resp == nil || resp.StatusCode != 403 {
 		t.Errorf("second acct-sim upgrade with --upgrade-limit 1: %v, want 403", err)
 	}

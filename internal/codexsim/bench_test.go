@@ -45,7 +45,7 @@ func BenchmarkUpgrade(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c.CloseNow()
+		_ = c.CloseNow()
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "upgrades/s")
 }
@@ -59,7 +59,7 @@ func BenchmarkStreamEvents(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.CloseNow()
+	defer func() { _ = c.CloseNow() }()
 	c.SetReadLimit(1 << 24)
 	frame := fmt.Sprintf(`{"type":"response.create","model":"m","input":[{"role":"user","content":"#sim reply %s"}]}`,
 		strings.TrimSpace(strings.Repeat("word ", 200)))

@@ -56,7 +56,7 @@ func TestCloseIdleClosesOnlyTheAccountsIdleSockets(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dial other account: %d %v", st, err)
 	}
-	defer other.CloseNow()
+	defer func() { _ = other.CloseNow() }()
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -15,16 +15,6 @@ type field struct {
 	v any
 }
 
-// get returns the value of key k, or nil.
-func (o obj) get(k string) any {
-	for _, f := range o {
-		if f.k == k {
-			return f.v
-		}
-	}
-	return nil
-}
-
 // set replaces the value of key k, or appends it.
 func (o obj) set(k string, v any) obj {
 	for i := range o {

@@ -3,7 +3,6 @@ package codexsim
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -239,9 +238,4 @@ func splitDeltas(s string) []string {
 		s = s[end:]
 	}
 	return out
-}
-
-// describe is a short label of the plan for logs.
-func (p *plan) describe() string {
-	return fmt.Sprintf("calls=%d reasoning=%d reply=%t", len(p.calls), len(p.reasoning), p.reply != nil)
 }

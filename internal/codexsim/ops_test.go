@@ -41,7 +41,7 @@ func TestFaults(t *testing.T) {
 		for range 4 {
 			c, status, _ := dial(t.Context(), ts, ChatGPTPath, goodHeaders(testToken, testAccount))
 			if c != nil {
-				c.CloseNow()
+				_ = c.CloseNow()
 			}
 			got = append(got, status)
 		}
@@ -94,7 +94,7 @@ func TestFaults(t *testing.T) {
 		if err != nil {
 			t.Fatalf("dial with an issued token: status %d: %v", status, err)
 		}
-		c.CloseNow()
+		_ = c.CloseNow()
 		clock.Advance(time.Minute + time.Second)
 		_, status, _ = dial(t.Context(), ts, ChatGPTPath, goodHeaders(tok.AccessToken, "acct-oauth"))
 		if status != 401 {
@@ -195,7 +195,7 @@ func TestSimEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dial with a token added at run time: %d %v", st, err)
 	}
-	c.CloseNow()
+	_ = c.CloseNow()
 
 	// The OAuth emulator's endpoints are mounted; a refresh counts in stats.
 	tok, err := auth.Issue("acct-oauth")
@@ -212,10 +212,10 @@ func TestSimEndpoints(t *testing.T) {
 	var refreshed struct {
 		AccessToken string `json:"access_token"`
 	}
-	json.NewDecoder(resp.Body).Decode(&refreshed)
+	err = json.NewDecoder(resp.Body).Decode(&refreshed)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || refreshed.AccessToken == "" {
-		t.Fatalf("POST /oauth/token: %d", resp.StatusCode)
+	if err != nil || resp.StatusCode != 200 || refreshed.AccessToken == "" {
+		t.Fatalf("POST /oauth/token: %d (%v)", resp.StatusCode, err)
 	}
 	// Reusing the rotated refresh token is detected.
 	req, _ = http.NewRequestWithContext(t.Context(), "POST", ts.URL+"/oauth/token", strings.NewReader(form.Encode()))
@@ -273,7 +273,7 @@ func TestNewValidates(t *testing.T) {
 
 func TestRetryAfter403(t *testing.T) {
 	_, ts := testServer(t, Config{UpgradeLimit: 1, Faults: Faults{RetryAfter403: 1500 * time.Millisecond}})
-	mustDial(t, ts).CloseNow()
+	_ = mustDial(t, ts).CloseNow()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	_, resp, err := websocket.Dial(ctx, wsURL(ts, ChatGPTPath), &websocket.DialOptions{HTTPHeader: goodHeaders(testToken, testAccount)})

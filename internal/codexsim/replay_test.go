@@ -126,7 +126,7 @@ func TestReplayWebSocketSessions(t *testing.T) {
 				if err != nil {
 					t.Fatalf("dial with captured headers: status %d: %v", status, err)
 				}
-				defer c.CloseNow()
+				defer func() { _ = c.CloseNow() }()
 
 				// Frame 1: the prewarm completes with no output.
 				if prewarm["generate"] != false {

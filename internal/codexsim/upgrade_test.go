@@ -35,7 +35,7 @@ func TestUpgradeChecks(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, status, err := dial(t.Context(), ts, tt.path, tt.header)
 			if err == nil {
-				c.CloseNow()
+				_ = c.CloseNow()
 				t.Fatalf("dial succeeded, want HTTP %d", tt.wantStatus)
 			}
 			if status != tt.wantStatus {
@@ -56,7 +56,7 @@ func TestUpgradeChecks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("good api-path dial (no account header): status %d: %v", status, err)
 	}
-	c.CloseNow()
+	_ = c.CloseNow()
 	if st := srv.Stats(); st.Upgrades != 1 || st.Upgrade401s != 6 || st.Upgrade400s != 3 {
 		t.Errorf("stats upgrades=%d upgrade_401s=%d upgrade_400s=%d, want 1, 6, 3", st.Upgrades, st.Upgrade401s, st.Upgrade400s)
 	}
@@ -71,7 +71,9 @@ func TestUpgradeNotWebSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, resp.Body)
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Errorf("read the plain GET's body: %v", err)
+	}
 	if resp.StatusCode != http.StatusUpgradeRequired {
 		t.Errorf("plain GET status = %d, want 426", resp.StatusCode)
 	}
@@ -91,7 +93,7 @@ func TestThrottleAccuracy(t *testing.T) {
 		switch {
 		case err == nil:
 			ok++
-			c.CloseNow()
+			_ = c.CloseNow()
 		case status == http.StatusForbidden:
 			forbidden++
 			if i < 80 {
@@ -110,7 +112,7 @@ func TestThrottleAccuracy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("other account while acct-a is throttled: status %d: %v", status, err)
 	}
-	c.CloseNow()
+	_ = c.CloseNow()
 	st := srv.Stats()
 	if st.Upgrades != 81 || st.Upgrade403s != 20 {
 		t.Errorf("stats upgrades=%d upgrade_403s=%d, want 81 and 20", st.Upgrades, st.Upgrade403s)
@@ -127,7 +129,7 @@ func TestThrottleAccuracy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("acct-a after its oldest upgrade left the window: status %d: %v", status, err)
 	}
-	c.CloseNow()
+	_ = c.CloseNow()
 	if _, status, err := dial(t.Context(), ts, ChatGPTPath, goodHeaders("tok-a", "acct-a")); err == nil || status != 403 {
 		t.Errorf("second upgrade at t=60s: status %d, want 403 (only one slot freed)", status)
 	}
@@ -154,7 +156,7 @@ func TestThrottleCountRejected(t *testing.T) {
 				elapsed = s.at
 				c, status, _ := dial(t.Context(), ts, ChatGPTPath, goodHeaders(testToken, testAccount))
 				if c != nil {
-					c.CloseNow()
+					_ = c.CloseNow()
 				}
 				if status != s.want {
 					t.Errorf("upgrade at t=%v: status %d, want %d", s.at, status, s.want)
@@ -172,7 +174,7 @@ func TestThrottleInstantAndOpenSockets(t *testing.T) {
 		for i, w := range want {
 			c, status, _ := dial(t.Context(), ts, ChatGPTPath, goodHeaders(testToken, testAccount))
 			if c != nil {
-				c.CloseNow()
+				_ = c.CloseNow()
 			}
 			if status != w {
 				t.Errorf("upgrade %d within one second: status %d, want %d", i, status, w)
@@ -181,7 +183,7 @@ func TestThrottleInstantAndOpenSockets(t *testing.T) {
 		clock.Advance(time.Second)
 		c, status, _ := dial(t.Context(), ts, ChatGPTPath, goodHeaders(testToken, testAccount))
 		if c != nil {
-			c.CloseNow()
+			_ = c.CloseNow()
 		}
 		if status != 101 {
 			t.Errorf("upgrade one second later: status %d, want 101", status)
@@ -197,7 +199,7 @@ func TestThrottleInstantAndOpenSockets(t *testing.T) {
 		c1.Close(1000, "")
 		waitFor(t, func() bool { return srv.Stats().OpenSockets == 0 })
 		c2 := mustDial(t, ts)
-		c2.CloseNow()
+		_ = c2.CloseNow()
 	})
 }
 

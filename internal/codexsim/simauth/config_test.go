@@ -16,7 +16,7 @@ func TestNewConfigErrors(t *testing.T) {
 		{name: "short TTLs", cfg: Config{TokenTTL: time.Second, RefreshTTL: time.Second}},
 		{name: "negative token TTL", cfg: Config{TokenTTL: -time.Second}, wantErrs: []string{"TokenTTL -1s is invalid; want 0 (default) or at least 1s"}},
 		{name: "sub-second refresh TTL", cfg: Config{RefreshTTL: time.Millisecond}, wantErrs: []string{"RefreshTTL 1ms is invalid"}},
-		{name: "empty accept token", cfg: Config{Accept: map[string]string{"": "acct"}}, wantErrs: []string{"Accept has an empty token"}},
+		{name: "empty accept token", cfg: Config{Accept: map[string]string{"": "acct"}}, wantErrs: []string{"field Accept has an empty token"}},
 		{name: "empty accept account", cfg: Config{Accept: map[string]string{"secret-tok": ""}}, wantErrs: []string{"empty account id"}},
 		{name: "bad device account", cfg: Config{DeviceAccountID: "a b"}, wantErrs: []string{"DeviceAccountID"}},
 		{

@@ -160,10 +160,10 @@ func New(cfg Config) (*Authority, error) {
 	for tok, acct := range cfg.Accept {
 		switch {
 		case tok == "":
-			errs = append(errs, errors.New("Accept has an empty token; want non-empty bearer tokens"))
+			errs = append(errs, errors.New("field Accept has an empty token; want non-empty bearer tokens"))
 		case acct == "":
 			// The token is a secret: name the entry by position-free wording.
-			errs = append(errs, errors.New("Accept has a token with an empty account id; want a non-empty account id"))
+			errs = append(errs, errors.New("field Accept has a token with an empty account id; want a non-empty account id"))
 		default:
 			accept[tok] = acct
 		}
