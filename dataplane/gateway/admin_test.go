@@ -19,7 +19,11 @@ import (
 func TestMetricsAndSpans(t *testing.T) {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
-	defer tp.Shutdown(t.Context())
+	defer func() {
+		if err := tp.Shutdown(t.Context()); err != nil {
+			t.Errorf("shut down the tracer provider: %v", err)
+		}
+	}()
 	e := newEnv(t, envOptions{mutate: func(c *node.Config) {
 		c.TracerProvider = tp
 		c.AdminListen = "127.0.0.1:0"
@@ -77,8 +81,8 @@ func TestMetricsAndSpans(t *testing.T) {
 	}
 	for _, sp := range sr.Ended() {
 		for _, kv := range sp.Attributes() {
-			if strings.Contains(kv.Value.Emit(), simAccount) || strings.Contains(kv.Value.Emit(), "metered") {
-				t.Errorf("span %s attribute %s = %q carries the raw account id or prompt text", sp.Name(), kv.Key, kv.Value.Emit())
+			if strings.Contains(kv.Value.String(), simAccount) || strings.Contains(kv.Value.String(), "metered") {
+				t.Errorf("span %s attribute %s = %q carries the raw account id or prompt text", sp.Name(), kv.Key, kv.Value.String())
 			}
 		}
 	}

@@ -203,10 +203,16 @@ func benchOverhead(b *testing.B, body []byte) {
 		}
 		proxied.add(ttfb, total)
 		start := time.Now()
-		if r, err := translate.DecodeRequest(body); err == nil {
-			if tt, err := translate.ToResponses(r, translate.Options{}); err == nil {
-				tt.CreateFrame("", tt.Input)
-			}
+		r, err := translate.DecodeRequest(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tt, err := translate.ToResponses(r, translate.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tt.CreateFrame("", tt.Input); err != nil {
+			b.Fatal(err)
 		}
 		xlate = append(xlate, time.Since(start))
 	}

@@ -146,39 +146,39 @@ func isLoopbackHost(host string) bool {
 func (c *Config) validate() error {
 	var errs []error
 	if c.Credentials == nil {
-		errs = append(errs, errors.New("Credentials is required"))
+		errs = append(errs, errors.New("field Credentials is required"))
 	}
 	if c.Pool == nil {
-		errs = append(errs, errors.New("Pool is required"))
+		errs = append(errs, errors.New("field Pool is required"))
 	}
 	if c.Budget != (pacing.Budget{}) {
 		if err := checkBudget(c.Budget); err != nil {
-			errs = append(errs, fmt.Errorf("Budget %w", err))
+			errs = append(errs, fmt.Errorf("field Budget %w", err))
 		}
 	}
 	if c.ListenAddr == "" {
 		c.ListenAddr = DefaultListenAddr
 	}
 	if !IsLoopbackAddr(c.ListenAddr) && strings.TrimSpace(c.APIKey) == "" {
-		errs = append(errs, fmt.Errorf("APIKey is required when listening on %s, which is not a loopback address (use 127.0.0.1 or [::1] to run without a key)", c.ListenAddr))
+		errs = append(errs, fmt.Errorf("field APIKey is required when listening on %s, which is not a loopback address (use 127.0.0.1 or [::1] to run without a key)", c.ListenAddr))
 	}
 	c.APIKey = strings.TrimSpace(c.APIKey)
 	for i, o := range c.AllowedOrigins {
 		if _, err := normalizeOrigin(o); err != nil {
-			errs = append(errs, fmt.Errorf("AllowedOrigins[%d] %q: %w", i, o, err))
+			errs = append(errs, fmt.Errorf("field AllowedOrigins[%d] %q: %w", i, o, err))
 		}
 	}
 	switch {
 	case c.PingInterval == 0:
 		c.PingInterval = DefaultPingInterval
 	case c.PingInterval < 0:
-		errs = append(errs, fmt.Errorf("PingInterval is %v; want a positive duration", c.PingInterval))
+		errs = append(errs, fmt.Errorf("field PingInterval is %v; want a positive duration", c.PingInterval))
 	}
 	switch {
 	case c.MaxBodyBytes == 0:
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	case c.MaxBodyBytes < 0:
-		errs = append(errs, fmt.Errorf("MaxBodyBytes is %d; want a positive size", c.MaxBodyBytes))
+		errs = append(errs, fmt.Errorf("field MaxBodyBytes is %d; want a positive size", c.MaxBodyBytes))
 	}
 	if c.Models == nil {
 		c.Models = translate.DefaultModels()

@@ -52,7 +52,9 @@ func (c *conversation) turn(text string) string {
 	var texts []string
 	for _, blk := range msg.Content {
 		var tb struct{ Type, Text string }
-		json.Unmarshal(blk, &tb)
+		if err := json.Unmarshal(blk, &tb); err != nil {
+			c.t.Fatalf("turn %q: content block %s: %v", text, blk, err)
+		}
 		if tb.Type == "text" {
 			texts = append(texts, tb.Text)
 		}

@@ -112,7 +112,7 @@ func (u *wsUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	defer c.CloseNow()
+	defer func() { _ = c.CloseNow() }()
 	ctx := context.Background()
 	for {
 		_, data, err := c.Read(ctx)

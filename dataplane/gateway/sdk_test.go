@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -205,7 +206,9 @@ func TestClientDisconnectBeforeOutputClosesUpstream(t *testing.T) {
 	}()
 	gateway.WaitFor(t, "the turn to reach the sim", func() bool { return e.sim.Stats().Responses > 0 })
 	cancel()
-	<-done
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled request ended with %v, want context.Canceled (or a response)", err)
+	}
 	gateway.WaitFor(t, "the sim to see the socket closed", func() bool { return e.sim.Stats().OpenSockets == 0 })
 	if socks := e.sim.Sockets(); len(socks) != 1 || !socks[0].Closed || len(socks[0].Sent()) != 1 {
 		t.Errorf("sim sockets %+v, want one, closed after its one response.create", socks)

@@ -37,12 +37,12 @@ func TestNewRequiresKeyOffLoopback(t *testing.T) {
 	}
 	defer p.Close()
 	_, err = New(Config{Credentials: NoRefresh(credentials.Static{}), Pool: p, ListenAddr: ":17645"})
-	if err == nil || !strings.Contains(err.Error(), "APIKey is required") || !strings.Contains(err.Error(), ":17645") {
+	if err == nil || !strings.Contains(err.Error(), "field APIKey is required") || !strings.Contains(err.Error(), ":17645") {
 		t.Errorf("New(non-loopback, no key) = %v, want an error naming APIKey and the address", err)
 	}
 	_, err = New(Config{ListenAddr: "127.0.0.1:1", AllowedOrigins: []string{"not an origin"}, PingInterval: -1,
 		Budget: pacing.Budget{IdleTimeout: -1, TotalTimeout: time.Minute}})
-	for _, want := range []string{"Credentials is required", "Pool is required", "AllowedOrigins[0]", "PingInterval", "Budget has idle timeout"} {
+	for _, want := range []string{"field Credentials is required", "field Pool is required", "field AllowedOrigins[0]", "field PingInterval", "field Budget has idle timeout"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New(bad config) = %v, want it to mention %q", err, want)
 		}
@@ -120,8 +120,12 @@ func compress(t *testing.T, coding string, data []byte) []byte {
 	case "raw-deflate":
 		w, _ = flate.NewWriter(&buf, flate.DefaultCompression)
 	}
-	w.Write(data)
-	w.Close()
+	if _, err := w.Write(data); err != nil {
+		t.Fatalf("%s: %v", coding, err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("%s: %v", coding, err)
+	}
 	return buf.Bytes()
 }
 
@@ -161,7 +165,10 @@ func TestBodyLimitsAndEncodings(t *testing.T) {
 			}
 			if tt.wantStatus == 200 {
 				var msg struct{ Content []struct{ Text string } }
-				json.Unmarshal(ReadAll(t, resp), &msg)
+				body := ReadAll(t, resp)
+				if err := json.Unmarshal(body, &msg); err != nil {
+					t.Fatalf("body %.300s: %v", body, err)
+				}
 				if len(msg.Content) != 1 || msg.Content[0].Text != "decoded fine" {
 					t.Errorf("content = %+v, want \"decoded fine\"", msg.Content)
 				}
@@ -361,7 +368,7 @@ func TestCloseGoingAwayIsBounded(t *testing.T) {
 		if err != nil {
 			return
 		}
-		defer c.CloseNow()
+		defer func() { _ = c.CloseNow() }()
 		<-release // deaf until the client gave up
 		_, _, err = c.Read(context.Background())
 		got <- websocket.CloseStatus(err)
