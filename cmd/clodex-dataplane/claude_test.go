@@ -319,7 +319,7 @@ func TestClaudeSession(t *testing.T) {
 
 	t.Run("refuses a listener that is not clodex", func(t *testing.T) {
 		other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Write([]byte(`{"ok":true}`))
+			_, _ = w.Write([]byte(`{"ok":true}`))
 		}))
 		defer other.Close()
 		c := newClaudeCase(t, bins)
@@ -452,7 +452,11 @@ func TestClaudeInteractive(t *testing.T) {
 		" XDG_STATE_HOME=" + filepath.Join(dir, "state") + " CLODEX_LISTEN=" + addr +
 		` clodex-dataplane claude; echo "clodex-exit=$?"; sleep 600`
 	tm("new-session", "-d", "-s", "claude", "-x", "120", "-y", "40", "-c", work, "--", "sh", "-c", session)
-	defer exec.Command(tmux, "-S", sock, "kill-server").Run()
+	defer func() { // the pane's `sleep 600` keeps the server up until now
+		if out, err := exec.Command(tmux, "-S", sock, "kill-server").CombinedOutput(); err != nil {
+			t.Errorf("tmux kill-server: %v\n%s", err, out)
+		}
+	}()
 
 	visible := func() string { return tm("capture-pane", "-p", "-t", "claude") }
 	screen := func() string { return tm("capture-pane", "-p", "-t", "claude", "-S", "-200") }

@@ -264,7 +264,11 @@ func startRun(t *testing.T, env map[string]string, args ...string) *running {
 	go func() {
 		r.errc <- runEnv(ctx, append([]string{"--listen", "127.0.0.1:0"}, args...), envMap(env), stdout, r.stderr)
 	}()
-	t.Cleanup(func() { r.stop(t) })
+	t.Cleanup(func() {
+		if err := r.stop(t); err != nil {
+			t.Errorf("run after cancel: %v\nstderr:\n%s", err, r.stderr)
+		}
+	})
 	var line string
 	select {
 	case line = <-stdout.lines:
@@ -306,8 +310,7 @@ func turn(t *testing.T, base, prompt string) string {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	var msg struct{ Content []struct{ Text string } }
-	json.Unmarshal(raw, &msg)
-	if resp.StatusCode != 200 || len(msg.Content) != 1 {
+	if err := json.Unmarshal(raw, &msg); err != nil || resp.StatusCode != 200 || len(msg.Content) != 1 {
 		t.Fatalf("POST /v1/messages = %d %s, want 200 with one text block", resp.StatusCode, raw)
 	}
 	return msg.Content[0].Text
@@ -423,7 +426,9 @@ func post(t *testing.T, base, body string) *http.Response {
 	if err != nil {
 		t.Fatal(err)
 	}
-	io.Copy(io.Discard, resp.Body)
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatalf("read the response to POST /v1/messages: %v", err)
+	}
 	resp.Body.Close()
 	return resp
 }
@@ -678,7 +683,7 @@ func TestBinary(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	defer func() { _ = cmd.Process.Kill() }() // fails only when it has already exited
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
 		t.Fatalf("read the export line: %v\nstderr:\n%s", err, stderr.String())
@@ -687,7 +692,9 @@ func TestBinary(t *testing.T) {
 	if got := turn(t, base, "#sim reply from the binary"); got != "from the binary" {
 		t.Errorf("reply = %q, want \"from the binary\"", got)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM clodex-dataplane: %v\nstderr:\n%s", err, stderr.String())
+	}
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("clodex-dataplane after SIGTERM: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -734,10 +741,16 @@ func TestRunScript(t *testing.T) {
 			return nil
 		}
 		stopped = true
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) // the script, clodex-sim and clodex-dataplane
+		// The script, clodex-sim and clodex-dataplane. Kill fails only when
+		// the whole group has exited; Wait then says how.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		return cmd.Wait()
 	}
-	defer stop()
+	defer func() { // after a failure; the passing path checks stop below
+		if err := stop(); err != nil {
+			t.Errorf("run.sh after SIGTERM: %v\nstderr:\n%s", err, stderr.String())
+		}
+	}()
 	sc := bufio.NewScanner(stdout)
 	var lines []string
 	var base string
@@ -753,7 +766,7 @@ func TestRunScript(t *testing.T) {
 	if !strings.Contains(strings.Join(lines, "\n"), "starting clodex-sim") {
 		t.Errorf("run.sh did not say it uses the emulator; stdout:\n%s", strings.Join(lines, "\n"))
 	}
-	go io.Copy(io.Discard, stdout)
+	go func() { _, _ = io.Copy(io.Discard, stdout) }() // ends when Wait closes the pipe
 	if got := turn(t, base, "#sim reply from make run"); got != "from make run" {
 		t.Errorf("reply = %q, want \"from make run\"", got)
 	}

@@ -443,7 +443,10 @@ func (n *Node) shutdown(ctx context.Context, serving bool) {
 		n.gw.Close() // cancels remaining turns: they end with "server shutting down"
 		if err != nil {
 			cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-			api.Shutdown(cctx) // handlers return promptly once their turns are cancelled
+			// Handlers return promptly once their turns are cancelled.
+			if err := api.Shutdown(cctx); err != nil {
+				n.logger.Warn("handlers outlived their cancelled turns; closing their connections", "err", err)
+			}
 			ccancel()
 			api.Close()
 		}
