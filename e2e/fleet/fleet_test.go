@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -406,9 +405,9 @@ func buildBinaries(t *testing.T, ctx context.Context) cluster.Binaries {
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatalf("module root %s: %v", root, err)
 	}
-	goBin, err := exec.LookPath("go")
+	goBin, err := exec.LookPath("go") // go test puts the go command that runs it first on PATH
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("find the go command: %v", err)
 	}
 	bins, err := cluster.Build(ctx, goBin, root, t.TempDir())
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,9 +26,9 @@ func buildBinaries(ctx context.Context, t *testing.T) (sim, dataplane string) {
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatalf("module root %s: %v", root, err)
 	}
-	goBin, err := exec.LookPath("go")
+	goBin, err := exec.LookPath("go") // go test puts the go command that runs it first on PATH
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("find the go command: %v", err)
 	}
 	dir := t.TempDir()
 	cmd := exec.CommandContext(ctx, goBin, "build", "-o", dir+string(os.PathSeparator), "./cmd/clodex-sim", "./cmd/clodex-dataplane")

@@ -282,7 +282,7 @@ func TestTurnTraceCrossesIntoControlPlane(t *testing.T) {
 		}
 		att := attempts[0]
 		if got := attr(att, "clodex.socket.reused"); got.Type() != attribute.BOOL || got.AsBool() {
-			t.Errorf("attempt clodex.socket.reused = %v, want false (a new socket)", got.Emit())
+			t.Errorf("attempt clodex.socket.reused = %v, want false (a new socket)", got.String())
 		}
 		if got := attr(att, "clodex.account.key").AsString(); got != wantKey {
 			t.Errorf("attempt clodex.account.key = %q, want %q", got, wantKey)
@@ -328,7 +328,7 @@ func TestTurnTraceCrossesIntoControlPlane(t *testing.T) {
 			t.Fatalf("%s has %d %s children, want 1; spans: %s", turnSpan, len(attempts), attemptSpan, names(dp))
 		}
 		if got := attr(attempts[0], "clodex.socket.reused"); got.Type() != attribute.BOOL || !got.AsBool() {
-			t.Errorf("attempt clodex.socket.reused = %v, want true (the head of turn 1)", got.Emit())
+			t.Errorf("attempt clodex.socket.reused = %v, want true (the head of turn 1)", got.String())
 		}
 		if got := attr(attempts[0], "clodex.account.key").AsString(); got != wantKey {
 			t.Errorf("attempt clodex.account.key = %q, want %q", got, wantKey)
@@ -344,7 +344,7 @@ func TestTurnTraceCrossesIntoControlPlane(t *testing.T) {
 		forbidden := []string{simAccount, simToken, prompt1, prompt2, "marmalade", "pangolin"}
 		for _, sp := range append(append([]tracetest.SpanStub(nil), dp...), cp...) {
 			for _, kv := range allAttrs(sp) {
-				v := kv.Value.Emit()
+				v := kv.Value.String()
 				for _, f := range forbidden {
 					if strings.Contains(v, f) {
 						t.Errorf("span %s attribute %s = %q contains %q", sp.Name, kv.Key, v, f)

@@ -207,7 +207,7 @@ func (s *responsesStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.t.Errorf("accept: %v", err)
 		return
 	}
-	defer c.CloseNow()
+	defer func() { _ = c.CloseNow() }()
 	c.SetReadLimit(32 << 20)
 	ctx := r.Context()
 	for n := 1; ; n++ {

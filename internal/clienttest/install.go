@@ -136,7 +136,7 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 	if verifyVersion(ctx, bin, c.version) == nil {
 		return bin, nil
 	}
-	if err := os.MkdirAll(in.cache, 0o755); err != nil {
+	if err := os.MkdirAll(in.cache, 0o755); err != nil { //nolint:gosec // G301: the cache holds public npm packages, readable like any npm install
 		return "", fmt.Errorf("create client cache: %w", err)
 	}
 	lock, err := filelock.Acquire(ctx, filepath.Join(in.cache, ".install.lock"))
@@ -183,7 +183,7 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 	// What `npm init -y` writes, minus the name it would derive from the
 	// folder (a dot-folder name is not a valid package name).
 	pkgJSON := []byte(`{"name":"clodex-client-cache","version":"1.0.0","private":true}` + "\n")
-	if err := os.WriteFile(filepath.Join(tmp, "package.json"), pkgJSON, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, "package.json"), pkgJSON, 0o644); err != nil { //nolint:gosec // G306: public metadata, as npm writes it
 		return "", fmt.Errorf("write package.json: %w", err)
 	}
 	out, err := in.npmCmd(ctx, npm, tmp, "install", "--no-audit", "--no-fund", "--loglevel=error", c.spec())
@@ -200,7 +200,7 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 	if err := verifyVersion(ctx, c.binPath(tmp), c.version); err != nil {
 		return "", fmt.Errorf("check installed %s: %w", c.spec(), err)
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp makes it 0700
+	if err := os.Chmod(tmp, 0o755); err != nil { //nolint:gosec // G302: MkdirTemp makes it 0700; an npm install folder holds nothing private
 		return "", fmt.Errorf("chmod install dir: %w", err)
 	}
 	if err := os.RemoveAll(dir); err != nil {

@@ -27,7 +27,7 @@ func LockClientRun(ctx context.Context, t testing.TB) (unlock func()) {
 	if err != nil {
 		t.Fatalf("lock client run: %v", err)
 	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
+	if err := os.MkdirAll(cache, 0o755); err != nil { //nolint:gosec // G301: the cache holds public npm packages, readable like any npm install
 		t.Fatalf("lock client run: create client cache: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, runLockTimeout)

@@ -62,8 +62,9 @@ func (b Binaries) Check() error {
 // Build compiles the four programs of the module rooted at moduleDir into
 // outDir with one `go build` (the build cache makes repeats fast).
 func Build(ctx context.Context, goBin, moduleDir, outDir string) (Binaries, error) {
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", outDir+string(os.PathSeparator),
-		"./cmd/clodex-sim", "./cmd/clodex-controlplane", "./cmd/clodexctl", "./cmd/clodex-dataplane")
+	args := []string{"build", "-o", outDir + string(os.PathSeparator),
+		"./cmd/clodex-sim", "./cmd/clodex-controlplane", "./cmd/clodexctl", "./cmd/clodex-dataplane"}
+	cmd := exec.CommandContext(ctx, goBin, args...) //nolint:gosec // G204: goBin is the go command the caller located; the arguments are fixed
 	cmd.Dir = moduleDir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return Binaries{}, fmt.Errorf("build binaries: %w\n%s", err, out)
