@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The project's Go release (see the Makefile): fetched from the module proxy once.
-export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.26.9}
+export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.26.10}
 
 step() { printf '\n==> %s\n' "$*"; }
 
