@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand" // the demo's bearer tokens must not be guessable by another user of the machine
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -221,7 +222,7 @@ func start(ctx context.Context, o options, progress io.Writer) (_ *demo, err err
 		return nil, err
 	}
 	admin, agent := filepath.Join(o.dir, "admin.token"), filepath.Join(o.dir, "agent.token")
-	for path, tok := range map[string]string{admin: "demo-admin-" + randomHex(), agent: "demo-agent-" + randomHex()} {
+	for path, tok := range map[string]string{admin: "demo-admin-" + crand.Text(), agent: "demo-agent-" + crand.Text()} {
 		if err := atomicfile.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
 			return nil, err
 		}
@@ -307,10 +308,6 @@ func start(ctx context.Context, o options, progress io.Writer) (_ *demo, err err
 		time.Sleep(500 * time.Millisecond)
 	}
 	return d, nil
-}
-
-func randomHex() string {
-	return strconv.FormatUint(rand.Uint64(), 16) + strconv.FormatUint(rand.Uint64(), 16)
 }
 
 func get(ctx context.Context, u string) ([]byte, error) {
