@@ -185,7 +185,7 @@ func clip(s string, n int) string {
 }
 
 // measureKind runs one kind on its own emulator and data plane.
-func measureKind(ctx context.Context, kind, bin string, retries int, timeout time.Duration) result {
+func measureKind(ctx context.Context, kind, bin string, retries int, timeout time.Duration) (r result) {
 	dir, err := os.MkdirTemp("", "giveup-"+kind+"-")
 	if err != nil {
 		return result{err: err}
@@ -212,7 +212,7 @@ func measureKind(ctx context.Context, kind, bin string, retries int, timeout tim
 		return result{err: err}
 	}
 	simSrv := &http.Server{Handler: sim.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go simSrv.Serve(simLn)
+	go func() { _ = simSrv.Serve(simLn) }() // ErrServerClosed once the deferred Close runs; a failure before shows in the turns
 	defer simSrv.Close()
 	upstreamURL := "ws://" + simLn.Addr().String() + codexsim.ChatGPTPath
 	if kind == "unreachable" {
@@ -243,7 +243,12 @@ func measureKind(ctx context.Context, kind, bin string, retries int, timeout tim
 	nodeCtx, stopNode := context.WithCancel(context.WithoutCancel(ctx))
 	served := make(chan error, 1)
 	go func() { served <- n.Serve(nodeCtx) }()
-	defer func() { stopNode(); <-served }()
+	defer func() {
+		stopNode()
+		if err := <-served; err != nil && r.err == nil {
+			r.err = fmt.Errorf("serve the data plane: %w", err)
+		}
+	}()
 
 	// A recording proxy in front of the data plane: what Claude Code asked
 	// and what it was told.
@@ -262,7 +267,7 @@ func measureKind(ctx context.Context, kind, bin string, retries int, timeout tim
 		return result{err: err}
 	}
 	psrv := &http.Server{Handler: stamp(proxy), ReadHeaderTimeout: 10 * time.Second}
-	go psrv.Serve(pln)
+	go func() { _ = psrv.Serve(pln) }() // ErrServerClosed once the deferred Close runs; a failure before shows in the turns
 	defer psrv.Close()
 
 	home := filepath.Join(dir, "home")
@@ -288,7 +293,7 @@ func measureKind(ctx context.Context, kind, bin string, retries int, timeout tim
 	cmd.Stdout = &out
 	start := time.Now()
 	err = cmd.Run()
-	r := result{elapsed: time.Since(start), exit: cmd.ProcessState.ExitCode(), answers: rec.all()}
+	r = result{elapsed: time.Since(start), exit: cmd.ProcessState.ExitCode(), answers: rec.all()}
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
 		r.err = err

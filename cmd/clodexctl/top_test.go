@@ -197,7 +197,12 @@ func TestTopInTmux(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent Run = %v, want nil once cancelled", err)
+		}
+	})
 	<-pushed
 	for range 3 {
 		a.Report403(key)

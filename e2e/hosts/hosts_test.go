@@ -263,9 +263,9 @@ func TestHostsOverVeth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goBin, err := exec.LookPath("go")
+	goBin, err := exec.LookPath("go") // go test puts the go command that runs it first on PATH
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("find the go command: %v", err)
 	}
 	bins, err := cluster.Build(ctx, goBin, root, t.TempDir())
 	if err != nil {
