@@ -390,13 +390,13 @@ func TestDroppedHeldSocketAsksForItsReplacement(t *testing.T) {
 		held, repl = repl, held
 	}
 	if got := attr(held, "clodex.socket.reused"); !got.AsBool() {
-		t.Errorf("first attempt clodex.socket.reused = %v, want true (the held socket)", got.Emit())
+		t.Errorf("first attempt clodex.socket.reused = %v, want true (the held socket)", got.String())
 	}
 	if n := len(childrenOf(dp, held.SpanContext.SpanID(), admitSpan)); n != 0 {
 		t.Errorf("the attempt on the held socket has %d Admit spans, want 0", n)
 	}
 	if got := attr(repl, "clodex.attempt.replacement"); !got.AsBool() {
-		t.Errorf("second attempt clodex.attempt.replacement = %v, want true", got.Emit())
+		t.Errorf("second attempt clodex.attempt.replacement = %v, want true", got.String())
 	}
 	if got := attr(repl, "clodex.pool.decision").AsString(); got != "replacement" {
 		t.Errorf("second attempt clodex.pool.decision = %q, want replacement", got)
