@@ -11,7 +11,7 @@
 # Compose, Kubernetes and systemd files under deploy/ choose the binary with
 # their command (the binaries are on PATH).
 
-ARG GO_VERSION=1.26.8
+ARG GO_VERSION=1.26.10
 
 FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src

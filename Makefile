@@ -1,10 +1,11 @@
 # clodex — build, test and run targets. `make help` lists them.
 
 GO       ?= go
-# The Go release the project is built and tested with: 1.26.10 carries the
-# standard-library security fixes govulncheck asks for. The go command fetches
-# it from the module proxy once (machines default to GOTOOLCHAIN=local).
-export GOTOOLCHAIN ?= go1.26.10
+# The Go release the project is built and tested with is go.mod's toolchain
+# line (it carries the standard-library security fixes govulncheck asks
+# for). The go command fetches it from the module proxy once; machines
+# default to GOTOOLCHAIN=local, which would ignore that line.
+export GOTOOLCHAIN ?= $(shell sed -n 's/^toolchain //p' go.mod)
 TOOL     := $(GO) tool -modfile=tools/go.mod
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMAGE    ?= clodex

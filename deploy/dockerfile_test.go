@@ -99,6 +99,13 @@ func TestDockerfile(t *testing.T) {
 	if version.Compare("go"+goVersion, "go"+string(m[1])) < 0 {
 		t.Errorf("ARG GO_VERSION=%s is older than go.mod's go %s", goVersion, m[1])
 	}
+	// The image is built with the release make build and make test use:
+	// go.mod's toolchain line (the standard library's security fixes).
+	if tc := regexp.MustCompile(`(?m)^toolchain go(\S+)$`).FindSubmatch(gomod); tc == nil {
+		t.Error("go.mod has no toolchain line; the Makefile and scripts take the project's Go release from it")
+	} else if goVersion != string(tc[1]) {
+		t.Errorf("ARG GO_VERSION=%s; want go.mod's toolchain %s, the release the binaries are tested with", goVersion, tc[1])
+	}
 	if build.from != "golang:${GO_VERSION}-bookworm" {
 		t.Errorf("build stage FROM %s; want golang:${GO_VERSION}-bookworm", build.from)
 	}

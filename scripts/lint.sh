@@ -10,7 +10,7 @@
 #      ~/.cache/clodex/vulndb/<version>), outside the repository.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.26.10} # the project's Go release (see the Makefile)
+export GOTOOLCHAIN=${GOTOOLCHAIN:-$(sed -n 's/^toolchain //p' go.mod)} # the project's Go release: go.mod's toolchain line
 GO=${GO:-go}
 TOOL=("$GO" tool -modfile=tools/go.mod)
 

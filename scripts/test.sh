@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The project's Go release (see the Makefile): fetched from the module proxy once.
-export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.26.10}
+export GOTOOLCHAIN=${GOTOOLCHAIN:-$(sed -n 's/^toolchain //p' go.mod)} # the project's Go release: go.mod's toolchain line
 
 step() { printf '\n==> %s\n' "$*"; }
 
