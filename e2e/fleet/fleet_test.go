@@ -343,18 +343,29 @@ func (h *harness) waitAgents(ctx context.Context, n int) {
 	deadline := time.Now().Add(30 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
-		agents, err := h.f.ControlPlane.Agents(ctx)
-		if err == nil {
-			live := 0
+		// Each replica lists the agents whose streams it holds, so the
+		// fleet's agents are the union over every replica.
+		live := map[string]bool{}
+		var err error
+		var all []cluster.AgentView
+		for _, cp := range h.f.ControlPlanes {
+			agents, aerr := cp.Agents(ctx)
+			if aerr != nil {
+				err = aerr
+				break
+			}
+			all = append(all, agents...)
 			for _, a := range agents {
 				if (a.Live == nil || *a.Live) && contains(a.Accounts, key, cluster.Account) {
-					live++
+					live[a.ID] = true
 				}
 			}
-			if live >= n {
+		}
+		if err == nil {
+			if len(live) >= n {
 				return
 			}
-			last = fmt.Sprintf("%d live agents for %s: %+v", live, key, agents)
+			last = fmt.Sprintf("%d live agents for %s: %+v", len(live), key, all)
 		} else {
 			last = err.Error()
 		}
