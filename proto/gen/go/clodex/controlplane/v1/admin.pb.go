@@ -62,8 +62,11 @@ type Account struct {
 	ForbiddenUpgrades   int64 `protobuf:"varint,18,opt,name=forbidden_upgrades,json=forbiddenUpgrades,proto3" json:"forbidden_upgrades,omitempty"`
 	CountersSinceUnixMs int64 `protobuf:"varint,19,opt,name=counters_since_unix_ms,json=countersSinceUnixMs,proto3" json:"counters_since_unix_ms,omitempty"`
 	Counted             bool  `protobuf:"varint,20,opt,name=counted,proto3" json:"counted,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// paused_until_unix_ms is when the pause after an upstream 403 ends
+	// (adaptive mode); 0 when not paused.
+	PausedUntilUnixMs int64 `protobuf:"varint,21,opt,name=paused_until_unix_ms,json=pausedUntilUnixMs,proto3" json:"paused_until_unix_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Account) Reset() {
@@ -234,6 +237,13 @@ func (x *Account) GetCounted() bool {
 		return x.Counted
 	}
 	return false
+}
+
+func (x *Account) GetPausedUntilUnixMs() int64 {
+	if x != nil {
+		return x.PausedUntilUnixMs
+	}
+	return 0
 }
 
 type SetRateRequest struct {
@@ -1006,11 +1016,188 @@ func (x *SetAdaptiveResponse) GetAccount() *Account {
 	return nil
 }
 
+type ListQuotasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key limits the answer to one account; "" lists every account.
+	Key           string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQuotasRequest) Reset() {
+	*x = ListQuotasRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQuotasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQuotasRequest) ProtoMessage() {}
+
+func (x *ListQuotasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQuotasRequest.ProtoReflect.Descriptor instead.
+func (*ListQuotasRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListQuotasRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type ListQuotasResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Quotas        []*AccountQuota        `protobuf:"bytes,1,rep,name=quotas,proto3" json:"quotas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQuotasResponse) Reset() {
+	*x = ListQuotasResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQuotasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQuotasResponse) ProtoMessage() {}
+
+func (x *ListQuotasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQuotasResponse.ProtoReflect.Descriptor instead.
+func (*ListQuotasResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListQuotasResponse) GetQuotas() []*AccountQuota {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
+// AccountQuota is the latest plan usage reported for one account.
+type AccountQuota struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Key          string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	PlanType     string                 `protobuf:"bytes,2,opt,name=plan_type,json=planType,proto3" json:"plan_type,omitempty"`
+	LimitReached bool                   `protobuf:"varint,3,opt,name=limit_reached,json=limitReached,proto3" json:"limit_reached,omitempty"`
+	// windows are the latest report of each window, by name.
+	Windows []*QuotaWindow `protobuf:"bytes,4,rep,name=windows,proto3" json:"windows,omitempty"`
+	// reported_unix_ms is when the latest report was read by its data plane.
+	ReportedUnixMs int64 `protobuf:"varint,5,opt,name=reported_unix_ms,json=reportedUnixMs,proto3" json:"reported_unix_ms,omitempty"`
+	// agent_id is the data plane that sent it.
+	AgentId       string `protobuf:"bytes,6,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccountQuota) Reset() {
+	*x = AccountQuota{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccountQuota) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccountQuota) ProtoMessage() {}
+
+func (x *AccountQuota) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccountQuota.ProtoReflect.Descriptor instead.
+func (*AccountQuota) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AccountQuota) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *AccountQuota) GetPlanType() string {
+	if x != nil {
+		return x.PlanType
+	}
+	return ""
+}
+
+func (x *AccountQuota) GetLimitReached() bool {
+	if x != nil {
+		return x.LimitReached
+	}
+	return false
+}
+
+func (x *AccountQuota) GetWindows() []*QuotaWindow {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
+func (x *AccountQuota) GetReportedUnixMs() int64 {
+	if x != nil {
+		return x.ReportedUnixMs
+	}
+	return 0
+}
+
+func (x *AccountQuota) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
 var File_clodex_controlplane_v1_admin_proto protoreflect.FileDescriptor
 
 const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\"clodex/controlplane/v1/admin.proto\x12\x16clodex.controlplane.v1\"\x9f\x05\n" +
+	"\"clodex/controlplane/v1/admin.proto\x12\x16clodex.controlplane.v1\x1a\"clodex/controlplane/v1/agent.proto\"\xd0\x05\n" +
 	"\aAccount\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
 	"\x0frate_per_minute\x18\x02 \x01(\x05R\rratePerMinute\x12\x14\n" +
@@ -1034,7 +1221,8 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\brefusals\x18\x11 \x01(\x03R\brefusals\x12-\n" +
 	"\x12forbidden_upgrades\x18\x12 \x01(\x03R\x11forbiddenUpgrades\x123\n" +
 	"\x16counters_since_unix_ms\x18\x13 \x01(\x03R\x13countersSinceUnixMs\x12\x18\n" +
-	"\acounted\x18\x14 \x01(\bR\acounted\"o\n" +
+	"\acounted\x18\x14 \x01(\bR\acounted\x12/\n" +
+	"\x14paused_until_unix_ms\x18\x15 \x01(\x03R\x11pausedUntilUnixMs\"o\n" +
 	"\x0eSetRateRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
 	"\x0frate_per_minute\x18\x02 \x01(\x05R\rratePerMinute\x12\x19\n" +
@@ -1084,7 +1272,18 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\aenabled\x18\x02 \x01(\bR\aenabled\"P\n" +
 	"\x13SetAdaptiveResponse\x129\n" +
-	"\aaccount\x18\x01 \x01(\v2\x1f.clodex.controlplane.v1.AccountR\aaccount2\xe9\x04\n" +
+	"\aaccount\x18\x01 \x01(\v2\x1f.clodex.controlplane.v1.AccountR\aaccount\"%\n" +
+	"\x11ListQuotasRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"R\n" +
+	"\x12ListQuotasResponse\x12<\n" +
+	"\x06quotas\x18\x01 \x03(\v2$.clodex.controlplane.v1.AccountQuotaR\x06quotas\"\xe6\x01\n" +
+	"\fAccountQuota\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
+	"\tplan_type\x18\x02 \x01(\tR\bplanType\x12#\n" +
+	"\rlimit_reached\x18\x03 \x01(\bR\flimitReached\x12=\n" +
+	"\awindows\x18\x04 \x03(\v2#.clodex.controlplane.v1.QuotaWindowR\awindows\x12(\n" +
+	"\x10reported_unix_ms\x18\x05 \x01(\x03R\x0ereportedUnixMs\x12\x19\n" +
+	"\bagent_id\x18\x06 \x01(\tR\aagentId2\xce\x05\n" +
 	"\fAdminService\x12Z\n" +
 	"\aSetRate\x12&.clodex.controlplane.v1.SetRateRequest\x1a'.clodex.controlplane.v1.SetRateResponse\x12`\n" +
 	"\tSetBudget\x12(.clodex.controlplane.v1.SetBudgetRequest\x1a).clodex.controlplane.v1.SetBudgetResponse\x12c\n" +
@@ -1093,7 +1292,9 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\fListAccounts\x12+.clodex.controlplane.v1.ListAccountsRequest\x1a,.clodex.controlplane.v1.ListAccountsResponse\x12c\n" +
 	"\n" +
 	"ListAgents\x12).clodex.controlplane.v1.ListAgentsRequest\x1a*.clodex.controlplane.v1.ListAgentsResponse\x12f\n" +
-	"\vSetAdaptive\x12*.clodex.controlplane.v1.SetAdaptiveRequest\x1a+.clodex.controlplane.v1.SetAdaptiveResponseBMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
+	"\vSetAdaptive\x12*.clodex.controlplane.v1.SetAdaptiveRequest\x1a+.clodex.controlplane.v1.SetAdaptiveResponse\x12c\n" +
+	"\n" +
+	"ListQuotas\x12).clodex.controlplane.v1.ListQuotasRequest\x1a*.clodex.controlplane.v1.ListQuotasResponseBMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
 
 var (
 	file_clodex_controlplane_v1_admin_proto_rawDescOnce sync.Once
@@ -1107,7 +1308,7 @@ func file_clodex_controlplane_v1_admin_proto_rawDescGZIP() []byte {
 	return file_clodex_controlplane_v1_admin_proto_rawDescData
 }
 
-var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*Account)(nil),              // 0: clodex.controlplane.v1.Account
 	(*SetRateRequest)(nil),       // 1: clodex.controlplane.v1.SetRateRequest
@@ -1124,6 +1325,10 @@ var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*Agent)(nil),                // 12: clodex.controlplane.v1.Agent
 	(*SetAdaptiveRequest)(nil),   // 13: clodex.controlplane.v1.SetAdaptiveRequest
 	(*SetAdaptiveResponse)(nil),  // 14: clodex.controlplane.v1.SetAdaptiveResponse
+	(*ListQuotasRequest)(nil),    // 15: clodex.controlplane.v1.ListQuotasRequest
+	(*ListQuotasResponse)(nil),   // 16: clodex.controlplane.v1.ListQuotasResponse
+	(*AccountQuota)(nil),         // 17: clodex.controlplane.v1.AccountQuota
+	(*QuotaWindow)(nil),          // 18: clodex.controlplane.v1.QuotaWindow
 }
 var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: clodex.controlplane.v1.SetRateResponse.account:type_name -> clodex.controlplane.v1.Account
@@ -1134,23 +1339,27 @@ var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	7,  // 5: clodex.controlplane.v1.ListAccountsResponse.store:type_name -> clodex.controlplane.v1.StoreInfo
 	12, // 6: clodex.controlplane.v1.ListAgentsResponse.agents:type_name -> clodex.controlplane.v1.Agent
 	0,  // 7: clodex.controlplane.v1.SetAdaptiveResponse.account:type_name -> clodex.controlplane.v1.Account
-	1,  // 8: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
-	3,  // 9: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
-	5,  // 10: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
-	8,  // 11: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
-	10, // 12: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
-	13, // 13: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
-	2,  // 14: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
-	4,  // 15: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
-	6,  // 16: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
-	9,  // 17: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
-	11, // 18: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
-	14, // 19: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	17, // 8: clodex.controlplane.v1.ListQuotasResponse.quotas:type_name -> clodex.controlplane.v1.AccountQuota
+	18, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
+	1,  // 10: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
+	3,  // 11: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
+	5,  // 12: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
+	8,  // 13: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
+	10, // 14: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
+	13, // 15: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
+	15, // 16: clodex.controlplane.v1.AdminService.ListQuotas:input_type -> clodex.controlplane.v1.ListQuotasRequest
+	2,  // 17: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
+	4,  // 18: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
+	6,  // 19: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
+	9,  // 20: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
+	11, // 21: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
+	14, // 22: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
+	16, // 23: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
+	17, // [17:24] is the sub-list for method output_type
+	10, // [10:17] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_clodex_controlplane_v1_admin_proto_init() }
@@ -1158,6 +1367,7 @@ func file_clodex_controlplane_v1_admin_proto_init() {
 	if File_clodex_controlplane_v1_admin_proto != nil {
 		return
 	}
+	file_clodex_controlplane_v1_agent_proto_init()
 	file_clodex_controlplane_v1_admin_proto_msgTypes[1].OneofWrappers = []any{}
 	file_clodex_controlplane_v1_admin_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
@@ -1166,7 +1376,7 @@ func file_clodex_controlplane_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_admin_proto_rawDesc), len(file_clodex_controlplane_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

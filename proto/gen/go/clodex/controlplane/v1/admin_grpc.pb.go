@@ -25,6 +25,7 @@ const (
 	AdminService_ListAccounts_FullMethodName = "/clodex.controlplane.v1.AdminService/ListAccounts"
 	AdminService_ListAgents_FullMethodName   = "/clodex.controlplane.v1.AdminService/ListAgents"
 	AdminService_SetAdaptive_FullMethodName  = "/clodex.controlplane.v1.AdminService/SetAdaptive"
+	AdminService_ListQuotas_FullMethodName   = "/clodex.controlplane.v1.AdminService/ListQuotas"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -53,12 +54,20 @@ type AdminServiceClient interface {
 	// ListAgents returns the registered agents (live, or expired and not yet
 	// dropped), ordered by id.
 	ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error)
-	// SetAdaptive turns adaptive mode on or off for one account. In adaptive
-	// mode an upstream 403 anywhere in the fleet lowers the effective rate
-	// to max(1, floor(0.7 x effective)) at most once per 10 s, and each full
-	// minute without one raises it by max(1, configured / 10), never above
-	// the configured rate. Turning it off restores the configured rate.
+	// SetAdaptive turns adaptive mode (the learned upgrade throttle) on or
+	// off for one account; it is on by default. In adaptive mode an upstream
+	// 403 anywhere in the fleet pauses the account's new sockets for the
+	// 403's retry-after, or a learned interval when it has none (60 s,
+	// doubled up to 4 min each time a 403 follows a pause within it), and
+	// lowers the effective rate and burst to max(1, floor(0.5 x effective))
+	// at most once per 10 s; each 30 s without one raises the rate by
+	// max(1, configured / 10), never above the configured rate. Turning it
+	// off restores the configured rate and ends a pause.
 	SetAdaptive(ctx context.Context, in *SetAdaptiveRequest, opts ...grpc.CallOption) (*SetAdaptiveResponse, error)
+	// ListQuotas returns the latest plan usage data planes reported for
+	// each account (codex.rate_limits), ordered by key; key filters to one
+	// account. Since CAPABILITY_VERSION_LIMITS.
+	ListQuotas(ctx context.Context, in *ListQuotasRequest, opts ...grpc.CallOption) (*ListQuotasResponse, error)
 }
 
 type adminServiceClient struct {
@@ -129,6 +138,16 @@ func (c *adminServiceClient) SetAdaptive(ctx context.Context, in *SetAdaptiveReq
 	return out, nil
 }
 
+func (c *adminServiceClient) ListQuotas(ctx context.Context, in *ListQuotasRequest, opts ...grpc.CallOption) (*ListQuotasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListQuotasResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListQuotas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -155,12 +174,20 @@ type AdminServiceServer interface {
 	// ListAgents returns the registered agents (live, or expired and not yet
 	// dropped), ordered by id.
 	ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error)
-	// SetAdaptive turns adaptive mode on or off for one account. In adaptive
-	// mode an upstream 403 anywhere in the fleet lowers the effective rate
-	// to max(1, floor(0.7 x effective)) at most once per 10 s, and each full
-	// minute without one raises it by max(1, configured / 10), never above
-	// the configured rate. Turning it off restores the configured rate.
+	// SetAdaptive turns adaptive mode (the learned upgrade throttle) on or
+	// off for one account; it is on by default. In adaptive mode an upstream
+	// 403 anywhere in the fleet pauses the account's new sockets for the
+	// 403's retry-after, or a learned interval when it has none (60 s,
+	// doubled up to 4 min each time a 403 follows a pause within it), and
+	// lowers the effective rate and burst to max(1, floor(0.5 x effective))
+	// at most once per 10 s; each 30 s without one raises the rate by
+	// max(1, configured / 10), never above the configured rate. Turning it
+	// off restores the configured rate and ends a pause.
 	SetAdaptive(context.Context, *SetAdaptiveRequest) (*SetAdaptiveResponse, error)
+	// ListQuotas returns the latest plan usage data planes reported for
+	// each account (codex.rate_limits), ordered by key; key filters to one
+	// account. Since CAPABILITY_VERSION_LIMITS.
+	ListQuotas(context.Context, *ListQuotasRequest) (*ListQuotasResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -188,6 +215,9 @@ func (UnimplementedAdminServiceServer) ListAgents(context.Context, *ListAgentsRe
 }
 func (UnimplementedAdminServiceServer) SetAdaptive(context.Context, *SetAdaptiveRequest) (*SetAdaptiveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetAdaptive not implemented")
+}
+func (UnimplementedAdminServiceServer) ListQuotas(context.Context, *ListQuotasRequest) (*ListQuotasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListQuotas not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -318,6 +348,24 @@ func _AdminService_SetAdaptive_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListQuotas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListQuotasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListQuotas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListQuotas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListQuotas(ctx, req.(*ListQuotasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -348,6 +396,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetAdaptive",
 			Handler:    _AdminService_SetAdaptive_Handler,
+		},
+		{
+			MethodName: "ListQuotas",
+			Handler:    _AdminService_ListQuotas_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -36,6 +36,10 @@ const (
 //	3 (2026-12-01): AdmissionService.ReportGrants (the hand-over of grants
 //	                made locally during an outage); control planes may be
 //	                replicas over one Redis (StoreInfo on admin reads).
+//	4 (2026-12-01): the learned upgrade throttle (Upstream403.retry_after_ms,
+//	                PolicyPush.paused_until_unix_ms, adaptive on by
+//	                default); plan quotas (ConnectRequest.rate_limits,
+//	                AdminService.ListQuotas).
 type CapabilityVersion int32
 
 const (
@@ -44,8 +48,11 @@ const (
 	CapabilityVersion_CAPABILITY_VERSION_ADMISSION CapabilityVersion = 1
 	// CAPABILITY_VERSION_AGENTS: the agent stream.
 	CapabilityVersion_CAPABILITY_VERSION_AGENTS CapabilityVersion = 2
-	// CAPABILITY_VERSION_HANDOVER: ReportGrants. The current version.
+	// CAPABILITY_VERSION_HANDOVER: ReportGrants.
 	CapabilityVersion_CAPABILITY_VERSION_HANDOVER CapabilityVersion = 3
+	// CAPABILITY_VERSION_LIMITS: the learned throttle's pause and plan
+	// quotas. The current version.
+	CapabilityVersion_CAPABILITY_VERSION_LIMITS CapabilityVersion = 4
 )
 
 // Enum value maps for CapabilityVersion.
@@ -55,12 +62,14 @@ var (
 		1: "CAPABILITY_VERSION_ADMISSION",
 		2: "CAPABILITY_VERSION_AGENTS",
 		3: "CAPABILITY_VERSION_HANDOVER",
+		4: "CAPABILITY_VERSION_LIMITS",
 	}
 	CapabilityVersion_value = map[string]int32{
 		"CAPABILITY_VERSION_UNSPECIFIED": 0,
 		"CAPABILITY_VERSION_ADMISSION":   1,
 		"CAPABILITY_VERSION_AGENTS":      2,
 		"CAPABILITY_VERSION_HANDOVER":    3,
+		"CAPABILITY_VERSION_LIMITS":      4,
 	}
 )
 
@@ -100,6 +109,7 @@ type ConnectRequest struct {
 	//	*ConnectRequest_Heartbeat
 	//	*ConnectRequest_Upstream_403
 	//	*ConnectRequest_Goodbye
+	//	*ConnectRequest_RateLimits
 	Msg           isConnectRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -178,6 +188,15 @@ func (x *ConnectRequest) GetGoodbye() *AgentGoodbye {
 	return nil
 }
 
+func (x *ConnectRequest) GetRateLimits() *RateLimits {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectRequest_RateLimits); ok {
+			return x.RateLimits
+		}
+	}
+	return nil
+}
+
 type isConnectRequest_Msg interface {
 	isConnectRequest_Msg()
 }
@@ -198,6 +217,11 @@ type ConnectRequest_Goodbye struct {
 	Goodbye *AgentGoodbye `protobuf:"bytes,4,opt,name=goodbye,proto3,oneof"`
 }
 
+type ConnectRequest_RateLimits struct {
+	// rate_limits: since CAPABILITY_VERSION_LIMITS.
+	RateLimits *RateLimits `protobuf:"bytes,5,opt,name=rate_limits,json=rateLimits,proto3,oneof"`
+}
+
 func (*ConnectRequest_Hello) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Heartbeat) isConnectRequest_Msg() {}
@@ -205,6 +229,8 @@ func (*ConnectRequest_Heartbeat) isConnectRequest_Msg() {}
 func (*ConnectRequest_Upstream_403) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Goodbye) isConnectRequest_Msg() {}
+
+func (*ConnectRequest_RateLimits) isConnectRequest_Msg() {}
 
 // AgentHello registers the data plane. It is the stream's first message.
 type AgentHello struct {
@@ -345,7 +371,11 @@ type Upstream403 struct {
 	// (informational; the control plane uses its own clock).
 	AtUnixMs int64 `protobuf:"varint,2,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
 	// count is how many 403s the report stands for (0 counts as 1).
-	Count         int32 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Count int32 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	// retry_after_ms is the longest retry-after the 403s carried (whole
+	// seconds from the header), 0 when none did: the control plane pauses
+	// the account's admissions for it, or for a learned interval when 0.
+	RetryAfterMs  int64 `protobuf:"varint,4,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -401,6 +431,173 @@ func (x *Upstream403) GetCount() int32 {
 	return 0
 }
 
+func (x *Upstream403) GetRetryAfterMs() int64 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
+}
+
+// RateLimits is the latest plan usage the backend reported for one
+// account (its codex.rate_limits event, or a usage_limit_reached error).
+// A data plane sends one when an account's figures change, at most one
+// per account per second.
+type RateLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// account is the account key.
+	Account string `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	// plan_type is the backend's plan name ("plus", "pro", ...), or "".
+	PlanType string `protobuf:"bytes,2,opt,name=plan_type,json=planType,proto3" json:"plan_type,omitempty"`
+	// limit_reached is true when the backend said the account is at a
+	// usage limit (limit_reached, or usage_limit_reached).
+	LimitReached bool `protobuf:"varint,3,opt,name=limit_reached,json=limitReached,proto3" json:"limit_reached,omitempty"`
+	// windows are the reported windows (primary, secondary), at most 8.
+	Windows []*QuotaWindow `protobuf:"bytes,4,rep,name=windows,proto3" json:"windows,omitempty"`
+	// at_unix_ms is when the data plane read them.
+	AtUnixMs      int64 `protobuf:"varint,5,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimits) Reset() {
+	*x = RateLimits{}
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimits) ProtoMessage() {}
+
+func (x *RateLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimits.ProtoReflect.Descriptor instead.
+func (*RateLimits) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RateLimits) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *RateLimits) GetPlanType() string {
+	if x != nil {
+		return x.PlanType
+	}
+	return ""
+}
+
+func (x *RateLimits) GetLimitReached() bool {
+	if x != nil {
+		return x.LimitReached
+	}
+	return false
+}
+
+func (x *RateLimits) GetWindows() []*QuotaWindow {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
+func (x *RateLimits) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
+// QuotaWindow is one usage window of an account's plan.
+type QuotaWindow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is "primary" (the 5-hour window) or "secondary" (the weekly
+	// one), as the backend names them.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// used_percent is 0..100 (the backend may report more at the limit).
+	UsedPercent float64 `protobuf:"fixed64,2,opt,name=used_percent,json=usedPercent,proto3" json:"used_percent,omitempty"`
+	// window_minutes is the window's length.
+	WindowMinutes int32 `protobuf:"varint,3,opt,name=window_minutes,json=windowMinutes,proto3" json:"window_minutes,omitempty"`
+	// resets_at_unix_ms is when the window resets (0: unknown).
+	ResetsAtUnixMs int64 `protobuf:"varint,4,opt,name=resets_at_unix_ms,json=resetsAtUnixMs,proto3" json:"resets_at_unix_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *QuotaWindow) Reset() {
+	*x = QuotaWindow{}
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaWindow) ProtoMessage() {}
+
+func (x *QuotaWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaWindow.ProtoReflect.Descriptor instead.
+func (*QuotaWindow) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *QuotaWindow) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *QuotaWindow) GetUsedPercent() float64 {
+	if x != nil {
+		return x.UsedPercent
+	}
+	return 0
+}
+
+func (x *QuotaWindow) GetWindowMinutes() int32 {
+	if x != nil {
+		return x.WindowMinutes
+	}
+	return 0
+}
+
+func (x *QuotaWindow) GetResetsAtUnixMs() int64 {
+	if x != nil {
+		return x.ResetsAtUnixMs
+	}
+	return 0
+}
+
 // AgentGoodbye deregisters the agent; the control plane then ends the
 // stream with OK.
 type AgentGoodbye struct {
@@ -412,7 +609,7 @@ type AgentGoodbye struct {
 
 func (x *AgentGoodbye) Reset() {
 	*x = AgentGoodbye{}
-	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[4]
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +621,7 @@ func (x *AgentGoodbye) String() string {
 func (*AgentGoodbye) ProtoMessage() {}
 
 func (x *AgentGoodbye) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[4]
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +634,7 @@ func (x *AgentGoodbye) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentGoodbye.ProtoReflect.Descriptor instead.
 func (*AgentGoodbye) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AgentGoodbye) GetReason() string {
@@ -461,7 +658,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[5]
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +670,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[5]
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +683,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConnectResponse) GetMsg() isConnectResponse_Msg {
@@ -550,15 +747,21 @@ type PolicyPush struct {
 	PolicyVersion int64 `protobuf:"varint,9,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	// live_agents counts the live agents serving the account, this one
 	// included (at least 1).
-	LiveAgents    int32 `protobuf:"varint,10,opt,name=live_agents,json=liveAgents,proto3" json:"live_agents,omitempty"`
-	Adaptive      bool  `protobuf:"varint,11,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LiveAgents int32 `protobuf:"varint,10,opt,name=live_agents,json=liveAgents,proto3" json:"live_agents,omitempty"`
+	Adaptive   bool  `protobuf:"varint,11,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
+	// paused_until_unix_ms: after an upstream 403 the account's new sockets
+	// wait (or are refused) until this instant, fleet-wide; 0 when not
+	// paused. A data plane holding an admitted socket that has not dialed
+	// yet gives it back rather than dial into the pause. Since
+	// CAPABILITY_VERSION_LIMITS.
+	PausedUntilUnixMs int64 `protobuf:"varint,12,opt,name=paused_until_unix_ms,json=pausedUntilUnixMs,proto3" json:"paused_until_unix_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PolicyPush) Reset() {
 	*x = PolicyPush{}
-	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[6]
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +773,7 @@ func (x *PolicyPush) String() string {
 func (*PolicyPush) ProtoMessage() {}
 
 func (x *PolicyPush) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[6]
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +786,7 @@ func (x *PolicyPush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyPush.ProtoReflect.Descriptor instead.
 func (*PolicyPush) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PolicyPush) GetAccount() string {
@@ -663,6 +866,13 @@ func (x *PolicyPush) GetAdaptive() bool {
 	return false
 }
 
+func (x *PolicyPush) GetPausedUntilUnixMs() int64 {
+	if x != nil {
+		return x.PausedUntilUnixMs
+	}
+	return 0
+}
+
 // AgentClose tells the agent why the control plane is ending its stream.
 type AgentClose struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -673,7 +883,7 @@ type AgentClose struct {
 
 func (x *AgentClose) Reset() {
 	*x = AgentClose{}
-	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[7]
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +895,7 @@ func (x *AgentClose) String() string {
 func (*AgentClose) ProtoMessage() {}
 
 func (x *AgentClose) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[7]
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +908,7 @@ func (x *AgentClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentClose.ProtoReflect.Descriptor instead.
 func (*AgentClose) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AgentClose) GetReason() string {
@@ -712,12 +922,14 @@ var File_clodex_controlplane_v1_agent_proto protoreflect.FileDescriptor
 
 const file_clodex_controlplane_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\"clodex/controlplane/v1/agent.proto\x12\x16clodex.controlplane.v1\"\xa7\x02\n" +
+	"\"clodex/controlplane/v1/agent.proto\x12\x16clodex.controlplane.v1\"\xee\x02\n" +
 	"\x0eConnectRequest\x12:\n" +
 	"\x05hello\x18\x01 \x01(\v2\".clodex.controlplane.v1.AgentHelloH\x00R\x05hello\x12F\n" +
 	"\theartbeat\x18\x02 \x01(\v2&.clodex.controlplane.v1.AgentHeartbeatH\x00R\theartbeat\x12H\n" +
 	"\fupstream_403\x18\x03 \x01(\v2#.clodex.controlplane.v1.Upstream403H\x00R\vupstream403\x12@\n" +
-	"\agoodbye\x18\x04 \x01(\v2$.clodex.controlplane.v1.AgentGoodbyeH\x00R\agoodbyeB\x05\n" +
+	"\agoodbye\x18\x04 \x01(\v2$.clodex.controlplane.v1.AgentGoodbyeH\x00R\agoodbye\x12E\n" +
+	"\vrate_limits\x18\x05 \x01(\v2\".clodex.controlplane.v1.RateLimitsH\x00R\n" +
+	"rateLimitsB\x05\n" +
 	"\x03msg\"\xa0\x01\n" +
 	"\n" +
 	"AgentHello\x12\x19\n" +
@@ -727,18 +939,32 @@ const file_clodex_controlplane_v1_agent_proto_rawDesc = "" +
 	"\x12capability_version\x18\x04 \x01(\x05R\x11capabilityVersion\x12\x1a\n" +
 	"\baccounts\x18\x05 \x03(\tR\baccounts\",\n" +
 	"\x0eAgentHeartbeat\x12\x1a\n" +
-	"\baccounts\x18\x01 \x03(\tR\baccounts\"[\n" +
+	"\baccounts\x18\x01 \x03(\tR\baccounts\"\x81\x01\n" +
 	"\vUpstream403\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x1c\n" +
 	"\n" +
 	"at_unix_ms\x18\x02 \x01(\x03R\batUnixMs\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\x05R\x05count\"&\n" +
+	"\x05count\x18\x03 \x01(\x05R\x05count\x12$\n" +
+	"\x0eretry_after_ms\x18\x04 \x01(\x03R\fretryAfterMs\"\xc5\x01\n" +
+	"\n" +
+	"RateLimits\x12\x18\n" +
+	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x1b\n" +
+	"\tplan_type\x18\x02 \x01(\tR\bplanType\x12#\n" +
+	"\rlimit_reached\x18\x03 \x01(\bR\flimitReached\x12=\n" +
+	"\awindows\x18\x04 \x03(\v2#.clodex.controlplane.v1.QuotaWindowR\awindows\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\x05 \x01(\x03R\batUnixMs\"\x96\x01\n" +
+	"\vQuotaWindow\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fused_percent\x18\x02 \x01(\x01R\vusedPercent\x12%\n" +
+	"\x0ewindow_minutes\x18\x03 \x01(\x05R\rwindowMinutes\x12)\n" +
+	"\x11resets_at_unix_ms\x18\x04 \x01(\x03R\x0eresetsAtUnixMs\"&\n" +
 	"\fAgentGoodbye\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x92\x01\n" +
 	"\x0fConnectResponse\x12<\n" +
 	"\x06policy\x18\x01 \x01(\v2\".clodex.controlplane.v1.PolicyPushH\x00R\x06policy\x12:\n" +
 	"\x05close\x18\x02 \x01(\v2\".clodex.controlplane.v1.AgentCloseH\x00R\x05closeB\x05\n" +
-	"\x03msg\"\x9a\x03\n" +
+	"\x03msg\"\xcb\x03\n" +
 	"\n" +
 	"PolicyPush\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12&\n" +
@@ -754,15 +980,17 @@ const file_clodex_controlplane_v1_agent_proto_rawDesc = "" +
 	"\vlive_agents\x18\n" +
 	" \x01(\x05R\n" +
 	"liveAgents\x12\x1a\n" +
-	"\badaptive\x18\v \x01(\bR\badaptive\"$\n" +
+	"\badaptive\x18\v \x01(\bR\badaptive\x12/\n" +
+	"\x14paused_until_unix_ms\x18\f \x01(\x03R\x11pausedUntilUnixMs\"$\n" +
 	"\n" +
 	"AgentClose\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*\x99\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason*\xb8\x01\n" +
 	"\x11CapabilityVersion\x12\"\n" +
 	"\x1eCAPABILITY_VERSION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cCAPABILITY_VERSION_ADMISSION\x10\x01\x12\x1d\n" +
 	"\x19CAPABILITY_VERSION_AGENTS\x10\x02\x12\x1f\n" +
-	"\x1bCAPABILITY_VERSION_HANDOVER\x10\x032n\n" +
+	"\x1bCAPABILITY_VERSION_HANDOVER\x10\x03\x12\x1d\n" +
+	"\x19CAPABILITY_VERSION_LIMITS\x10\x042n\n" +
 	"\fAgentService\x12^\n" +
 	"\aConnect\x12&.clodex.controlplane.v1.ConnectRequest\x1a'.clodex.controlplane.v1.ConnectResponse(\x010\x01BMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
 
@@ -779,32 +1007,36 @@ func file_clodex_controlplane_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_clodex_controlplane_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_clodex_controlplane_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_clodex_controlplane_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_clodex_controlplane_v1_agent_proto_goTypes = []any{
 	(CapabilityVersion)(0),  // 0: clodex.controlplane.v1.CapabilityVersion
 	(*ConnectRequest)(nil),  // 1: clodex.controlplane.v1.ConnectRequest
 	(*AgentHello)(nil),      // 2: clodex.controlplane.v1.AgentHello
 	(*AgentHeartbeat)(nil),  // 3: clodex.controlplane.v1.AgentHeartbeat
 	(*Upstream403)(nil),     // 4: clodex.controlplane.v1.Upstream403
-	(*AgentGoodbye)(nil),    // 5: clodex.controlplane.v1.AgentGoodbye
-	(*ConnectResponse)(nil), // 6: clodex.controlplane.v1.ConnectResponse
-	(*PolicyPush)(nil),      // 7: clodex.controlplane.v1.PolicyPush
-	(*AgentClose)(nil),      // 8: clodex.controlplane.v1.AgentClose
+	(*RateLimits)(nil),      // 5: clodex.controlplane.v1.RateLimits
+	(*QuotaWindow)(nil),     // 6: clodex.controlplane.v1.QuotaWindow
+	(*AgentGoodbye)(nil),    // 7: clodex.controlplane.v1.AgentGoodbye
+	(*ConnectResponse)(nil), // 8: clodex.controlplane.v1.ConnectResponse
+	(*PolicyPush)(nil),      // 9: clodex.controlplane.v1.PolicyPush
+	(*AgentClose)(nil),      // 10: clodex.controlplane.v1.AgentClose
 }
 var file_clodex_controlplane_v1_agent_proto_depIdxs = []int32{
-	2, // 0: clodex.controlplane.v1.ConnectRequest.hello:type_name -> clodex.controlplane.v1.AgentHello
-	3, // 1: clodex.controlplane.v1.ConnectRequest.heartbeat:type_name -> clodex.controlplane.v1.AgentHeartbeat
-	4, // 2: clodex.controlplane.v1.ConnectRequest.upstream_403:type_name -> clodex.controlplane.v1.Upstream403
-	5, // 3: clodex.controlplane.v1.ConnectRequest.goodbye:type_name -> clodex.controlplane.v1.AgentGoodbye
-	7, // 4: clodex.controlplane.v1.ConnectResponse.policy:type_name -> clodex.controlplane.v1.PolicyPush
-	8, // 5: clodex.controlplane.v1.ConnectResponse.close:type_name -> clodex.controlplane.v1.AgentClose
-	1, // 6: clodex.controlplane.v1.AgentService.Connect:input_type -> clodex.controlplane.v1.ConnectRequest
-	6, // 7: clodex.controlplane.v1.AgentService.Connect:output_type -> clodex.controlplane.v1.ConnectResponse
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	2,  // 0: clodex.controlplane.v1.ConnectRequest.hello:type_name -> clodex.controlplane.v1.AgentHello
+	3,  // 1: clodex.controlplane.v1.ConnectRequest.heartbeat:type_name -> clodex.controlplane.v1.AgentHeartbeat
+	4,  // 2: clodex.controlplane.v1.ConnectRequest.upstream_403:type_name -> clodex.controlplane.v1.Upstream403
+	7,  // 3: clodex.controlplane.v1.ConnectRequest.goodbye:type_name -> clodex.controlplane.v1.AgentGoodbye
+	5,  // 4: clodex.controlplane.v1.ConnectRequest.rate_limits:type_name -> clodex.controlplane.v1.RateLimits
+	6,  // 5: clodex.controlplane.v1.RateLimits.windows:type_name -> clodex.controlplane.v1.QuotaWindow
+	9,  // 6: clodex.controlplane.v1.ConnectResponse.policy:type_name -> clodex.controlplane.v1.PolicyPush
+	10, // 7: clodex.controlplane.v1.ConnectResponse.close:type_name -> clodex.controlplane.v1.AgentClose
+	1,  // 8: clodex.controlplane.v1.AgentService.Connect:input_type -> clodex.controlplane.v1.ConnectRequest
+	8,  // 9: clodex.controlplane.v1.AgentService.Connect:output_type -> clodex.controlplane.v1.ConnectResponse
+	9,  // [9:10] is the sub-list for method output_type
+	8,  // [8:9] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_clodex_controlplane_v1_agent_proto_init() }
@@ -817,8 +1049,9 @@ func file_clodex_controlplane_v1_agent_proto_init() {
 		(*ConnectRequest_Heartbeat)(nil),
 		(*ConnectRequest_Upstream_403)(nil),
 		(*ConnectRequest_Goodbye)(nil),
+		(*ConnectRequest_RateLimits)(nil),
 	}
-	file_clodex_controlplane_v1_agent_proto_msgTypes[5].OneofWrappers = []any{
+	file_clodex_controlplane_v1_agent_proto_msgTypes[7].OneofWrappers = []any{
 		(*ConnectResponse_Policy)(nil),
 		(*ConnectResponse_Close)(nil),
 	}
@@ -828,7 +1061,7 @@ func file_clodex_controlplane_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_agent_proto_rawDesc), len(file_clodex_controlplane_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
