@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -158,17 +159,66 @@ func (a *adminService) GetAccount(ctx context.Context, req *controlplanev1.GetAc
 	return &controlplanev1.GetAccountResponse{Account: s.withCounts(toProto(acct)), Store: storeInfo(s.opts.Policies.Info())}, nil
 }
 
-func (a *adminService) ListAccounts(ctx context.Context, _ *controlplanev1.ListAccountsRequest) (*controlplanev1.ListAccountsResponse, error) {
+// Page sizes of ListAccounts and ListAgents: a page of accounts with
+// 128-byte keys is about 250 KB at most, and an agent lists up to 1000
+// accounts (about 24 KB), so either answer stays under a client's 4 MB
+// default receive limit.
+const (
+	DefaultAccountsPage = 500
+	MaxAccountsPage     = 1000
+	DefaultAgentsPage   = 20
+	MaxAgentsPage       = 100
+)
+
+// pageSize resolves a request's page size: 0 is def, 1..limit as given.
+func pageSize(n int32, def, limit int) (int, error) {
+	switch {
+	case n == 0:
+		return def, nil
+	case n < 0 || int(n) > limit:
+		return 0, invalidf("page_size %d is out of range; allowed 1..%d, or 0 for %d", n, limit, def)
+	}
+	return int(n), nil
+}
+
+// page returns the items of sorted (by key) after the page token, at most
+// size of them, and the next page token (the last key returned; empty on
+// the last page). The token is the last key of the previous page, so a
+// page stays correct when items come and go between calls.
+func page[T any](sorted []T, keyOf func(T) string, token string, size int) ([]T, string) {
+	i := 0
+	if token != "" {
+		i, _ = slices.BinarySearchFunc(sorted, token, func(t T, k string) int { return strings.Compare(keyOf(t), k) })
+		if i < len(sorted) && keyOf(sorted[i]) == token {
+			i++
+		}
+	}
+	rest := sorted[i:]
+	if len(rest) <= size {
+		return rest, ""
+	}
+	return rest[:size], keyOf(rest[size-1])
+}
+
+func (a *adminService) ListAccounts(ctx context.Context, req *controlplanev1.ListAccountsRequest) (*controlplanev1.ListAccountsResponse, error) {
 	s := a.s
+	size, err := pageSize(req.GetPageSize(), DefaultAccountsPage, MaxAccountsPage)
+	if err != nil {
+		return nil, s.toStatus(ctx, "ListAccounts", err)
+	}
+	if tok := req.GetPageToken(); tok != "" && store.ValidateKey(tok) != nil {
+		return nil, s.toStatus(ctx, "ListAccounts", invalidf("page_token is not one this server returned; want empty or a previous answer's next_page_token"))
+	}
 	accts, err := s.opts.Policies.Accounts(ctx, s.now())
 	if err != nil {
 		return nil, s.toStatus(ctx, "ListAccounts", err)
 	}
-	out := make([]*controlplanev1.Account, 0, len(accts))
-	for _, a := range accts {
+	pg, next := page(accts, func(a store.Account) string { return a.Key }, req.GetPageToken(), size)
+	out := make([]*controlplanev1.Account, 0, len(pg))
+	for _, a := range pg {
 		out = append(out, s.withCounts(toProto(a)))
 	}
-	return &controlplanev1.ListAccountsResponse{Accounts: out, Store: storeInfo(s.opts.Policies.Info())}, nil
+	return &controlplanev1.ListAccountsResponse{Accounts: out, Store: storeInfo(s.opts.Policies.Info()), NextPageToken: next}, nil
 }
 
 func storeInfo(i store.Info) *controlplanev1.StoreInfo {
@@ -217,8 +267,17 @@ func toProto(a store.Account) *controlplanev1.Account {
 	}
 }
 
-func (a *adminService) ListAgents(context.Context, *controlplanev1.ListAgentsRequest) (*controlplanev1.ListAgentsResponse, error) {
-	return &controlplanev1.ListAgentsResponse{Agents: a.s.agents.list()}, nil
+func (a *adminService) ListAgents(ctx context.Context, req *controlplanev1.ListAgentsRequest) (*controlplanev1.ListAgentsResponse, error) {
+	s := a.s
+	size, err := pageSize(req.GetPageSize(), DefaultAgentsPage, MaxAgentsPage)
+	if err != nil {
+		return nil, s.toStatus(ctx, "ListAgents", err)
+	}
+	if len(req.GetPageToken()) > maxAgentIDLen {
+		return nil, s.toStatus(ctx, "ListAgents", invalidf("page_token is not one this server returned; want empty or a previous answer's next_page_token"))
+	}
+	pg, next := page(s.agents.list(), (*controlplanev1.Agent).GetId, req.GetPageToken(), size)
+	return &controlplanev1.ListAgentsResponse{Agents: pg, NextPageToken: next}, nil
 }
 
 func (a *adminService) SetAdaptive(ctx context.Context, req *controlplanev1.SetAdaptiveRequest) (*controlplanev1.SetAdaptiveResponse, error) {

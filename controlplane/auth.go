@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/clodex/clodex/controlplane/bearer"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
@@ -97,6 +98,17 @@ func (s *Server) logDenied(ctx context.Context, method string, code codes.Code) 
 		}
 		s.log.WarnContext(ctx, "rpc denied", "method", method, "code", code.String(), "peer", addr)
 	})
+}
+
+// tapAuthorize is the server's grpc.InTapHandle: it checks the bearer
+// token from the request headers before the stream is created, so a
+// caller without a valid token is refused before its message is read
+// (authentication before allocation). The interceptors check again.
+func (s *Server) tapAuthorize(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if err := s.authorize(ctx, info.FullMethodName); err != nil {
+		return ctx, err
+	}
+	return ctx, nil
 }
 
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

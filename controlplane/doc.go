@@ -57,6 +57,15 @@
 // admin token may call everything; the agent token may call everything
 // but AdminService (PermissionDenied), AgentService included. A missing
 // or unknown token is Unauthenticated. Tokens are compared in constant time and never logged.
+// The token is checked from the request headers by the server's
+// grpc.InTapHandle, before the stream is created and before a message is
+// read, so a caller without a valid token costs no message buffer; the
+// interceptors check again. Request messages are capped at
+// MaxRecvMsgSize (256 KiB: the largest legitimate request, a ReportGrants
+// of 1000 accounts, is about 163 KB) and headers at MaxHeaderListSize;
+// a larger message is ResourceExhausted before its body is read.
+// ListAccounts and ListAgents answer in pages (page_size, page_token,
+// next_page_token).
 //
 // State lives behind two small interfaces declared here, Admitter and
 // PolicyStore; controlplane/store.Memory (one process) and store.Redis

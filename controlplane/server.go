@@ -30,6 +30,23 @@ import (
 // DefaultShutdownGrace bounds GracefulStop before Stop.
 const DefaultShutdownGrace = 5 * time.Second
 
+// MaxRecvMsgSize bounds every request message the server reads (larger
+// ones are ResourceExhausted, refused before their body is allocated).
+// The largest legitimate requests are a ReportGrants of 1000 accounts
+// with 128-byte keys (about 163 KB; an agent hello or heartbeat lists at
+// most 1000 22-byte keys, about 24 KB); Admit, Cancel and every admin
+// request are under 1 KB. grpc-go's limit applies to the whole server,
+// which serves the agent and admin services alike, so it is the smallest
+// cap that fits the largest request with margin. Only a caller with a
+// valid token gets this far: the token is checked from the headers
+// before a message is read (see Server's InTapHandle), so a caller
+// without one costs no message buffer at all.
+const MaxRecvMsgSize = 256 << 10
+
+// MaxHeaderListSize bounds a request's header list (metadata). Requests
+// carry a bearer token, a user agent and trace context: well under 1 KB.
+const MaxHeaderListSize = 16 << 10
+
 // Admitter runs admissions. *store.Memory and *store.Redis implement it.
 type Admitter interface {
 	Admit(ctx context.Context, key string, now time.Time) (store.Admission, error)
@@ -223,6 +240,9 @@ func New(opts Options) (*Server, error) {
 		otelOpts = append(otelOpts, otelgrpc.WithTracerProvider(opts.TracerProvider))
 	}
 	serverOpts := []grpc.ServerOption{
+		grpc.InTapHandle(s.tapAuthorize),
+		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.MaxHeaderListSize(MaxHeaderListSize),
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelOpts...)),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.streamInterceptor),

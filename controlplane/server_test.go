@@ -448,7 +448,7 @@ func TestConcurrentAdmit(t *testing.T) {
 	}
 	wg.Wait()
 	admin := controlplanev1.NewAdminServiceClient(srv.Dial(srv.AdminToken, nil))
-	list, err := admin.ListAccounts(t.Context(), &controlplanev1.ListAccountsRequest{})
+	list, err := admin.ListAccounts(t.Context(), &controlplanev1.ListAccountsRequest{PageSize: accounts})
 	if err != nil {
 		t.Fatal(err)
 	}

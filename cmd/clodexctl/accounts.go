@@ -42,13 +42,13 @@ func runAccounts(ctx context.Context, e *env, args []string) error {
 	defer c.Close()
 	cctx, cancel := e.callCtx(ctx)
 	defer cancel()
-	resp, err := c.admin.ListAccounts(cctx, &controlplanev1.ListAccountsRequest{})
+	accts, info, err := listAccounts(cctx, c)
 	if err != nil {
 		return c.rpcError(err, "", "")
 	}
-	store := storeOf(resp.GetStore())
-	views := make([]accountView, 0, len(resp.GetAccounts()))
-	for _, a := range resp.GetAccounts() {
+	store := storeOf(info)
+	views := make([]accountView, 0, len(accts))
+	for _, a := range accts {
 		v := view("", a)
 		v.Store = store
 		views = append(views, v)
@@ -57,4 +57,23 @@ func runAccounts(ctx context.Context, e *env, args []string) error {
 		return writeJSON(e.stdout, views)
 	}
 	return writeAccounts(e.stdout, views, store)
+}
+
+// listAccounts reads every page of ListAccounts; the store is the one
+// that served the last page.
+func listAccounts(ctx context.Context, c *client) ([]*controlplanev1.Account, *controlplanev1.StoreInfo, error) {
+	var out []*controlplanev1.Account
+	req := &controlplanev1.ListAccountsRequest{}
+	for {
+		resp, err := c.admin.ListAccounts(ctx, req)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, resp.GetAccounts()...)
+		next := resp.GetNextPageToken()
+		if next == "" || next == req.GetPageToken() {
+			return out, resp.GetStore(), nil
+		}
+		req.PageToken = next
+	}
 }

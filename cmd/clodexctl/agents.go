@@ -81,12 +81,12 @@ func runAgents(ctx context.Context, e *env, args []string) error {
 	defer c.Close()
 	cctx, cancel := e.callCtx(ctx)
 	defer cancel()
-	resp, err := c.admin.ListAgents(cctx, &controlplanev1.ListAgentsRequest{})
+	agents, err := listAgents(cctx, c)
 	if err != nil {
 		return c.rpcError(err, "", "")
 	}
-	views := make([]agentView, 0, len(resp.GetAgents()))
-	for _, a := range resp.GetAgents() {
+	views := make([]agentView, 0, len(agents))
+	for _, a := range agents {
 		views = append(views, agentViewOf(a))
 	}
 	if e.g.output == "json" {
@@ -122,4 +122,22 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// listAgents reads every page of ListAgents.
+func listAgents(ctx context.Context, c *client) ([]*controlplanev1.Agent, error) {
+	var out []*controlplanev1.Agent
+	req := &controlplanev1.ListAgentsRequest{}
+	for {
+		resp, err := c.admin.ListAgents(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.GetAgents()...)
+		next := resp.GetNextPageToken()
+		if next == "" || next == req.GetPageToken() {
+			return out, nil
+		}
+		req.PageToken = next
+	}
 }

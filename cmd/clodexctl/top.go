@@ -148,15 +148,15 @@ func isTerminal(w io.Writer) bool {
 func (e *env) topPoll(ctx context.Context, c *client) (*topSample, error) {
 	cctx, cancel := e.callCtx(ctx)
 	defer cancel()
-	accts, err := c.admin.ListAccounts(cctx, &controlplanev1.ListAccountsRequest{})
+	accts, info, err := listAccounts(cctx, c)
 	if err != nil {
 		return nil, err
 	}
-	agents, err := c.admin.ListAgents(cctx, &controlplanev1.ListAgentsRequest{})
+	agents, err := listAgents(cctx, c)
 	if err != nil {
 		return nil, err
 	}
-	return &topSample{at: time.Now(), accounts: accts.GetAccounts(), agents: agents.GetAgents(), store: storeOf(accts.GetStore())}, nil
+	return &topSample{at: time.Now(), accounts: accts, agents: agents, store: storeOf(info)}, nil
 }
 
 // topRows builds the rows of cur; per-minute rates come from the counter

@@ -648,7 +648,12 @@ func (x *StoreInfo) GetDegraded() bool {
 }
 
 type ListAccountsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size is the most accounts to return: 1..1000; 0 means 500.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous answer's next_page_token; empty for the first
+	// page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -683,11 +688,27 @@ func (*ListAccountsRequest) Descriptor() ([]byte, []int) {
 	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
+func (x *ListAccountsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAccountsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListAccountsResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Accounts []*Account             `protobuf:"bytes,1,rep,name=accounts,proto3" json:"accounts,omitempty"`
 	// store is the store that served the list.
-	Store         *StoreInfo `protobuf:"bytes,2,opt,name=store,proto3" json:"store,omitempty"`
+	Store *StoreInfo `protobuf:"bytes,2,opt,name=store,proto3" json:"store,omitempty"`
+	// next_page_token reads the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -736,8 +757,21 @@ func (x *ListAccountsResponse) GetStore() *StoreInfo {
 	return nil
 }
 
+func (x *ListAccountsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type ListAgentsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size is the most agents to return: 1..100; 0 means 20 (an agent
+	// lists up to 1000 accounts).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous answer's next_page_token; empty for the first
+	// page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -772,9 +806,25 @@ func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
 	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
+func (x *ListAgentsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAgentsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListAgentsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Agents        []*Agent               `protobuf:"bytes,1,rep,name=agents,proto3" json:"agents,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Agents []*Agent               `protobuf:"bytes,1,rep,name=agents,proto3" json:"agents,omitempty"`
+	// next_page_token reads the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -814,6 +864,13 @@ func (x *ListAgentsResponse) GetAgents() []*Agent {
 		return x.Agents
 	}
 	return nil
+}
+
+func (x *ListAgentsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // Agent is one registered data plane.
@@ -1251,14 +1308,22 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
 	"\areplica\x18\x03 \x01(\tR\areplica\x12\x1a\n" +
 	"\breplicas\x18\x04 \x01(\x05R\breplicas\x12\x1a\n" +
-	"\bdegraded\x18\x05 \x01(\bR\bdegraded\"\x15\n" +
-	"\x13ListAccountsRequest\"\x8c\x01\n" +
+	"\bdegraded\x18\x05 \x01(\bR\bdegraded\"Q\n" +
+	"\x13ListAccountsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xb4\x01\n" +
 	"\x14ListAccountsResponse\x12;\n" +
 	"\baccounts\x18\x01 \x03(\v2\x1f.clodex.controlplane.v1.AccountR\baccounts\x127\n" +
-	"\x05store\x18\x02 \x01(\v2!.clodex.controlplane.v1.StoreInfoR\x05store\"\x13\n" +
-	"\x11ListAgentsRequest\"K\n" +
+	"\x05store\x18\x02 \x01(\v2!.clodex.controlplane.v1.StoreInfoR\x05store\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"O\n" +
+	"\x11ListAgentsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"s\n" +
 	"\x12ListAgentsResponse\x125\n" +
-	"\x06agents\x18\x01 \x03(\v2\x1d.clodex.controlplane.v1.AgentR\x06agents\"\xfb\x01\n" +
+	"\x06agents\x18\x01 \x03(\v2\x1d.clodex.controlplane.v1.AgentR\x06agents\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xfb\x01\n" +
 	"\x05Agent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x12\x18\n" +

@@ -48,11 +48,12 @@ type AdminServiceClient interface {
 	// policy and a full bucket is forgotten: it behaves exactly like a new
 	// one).
 	GetAccount(ctx context.Context, in *GetAccountRequest, opts ...grpc.CallOption) (*GetAccountResponse, error)
-	// ListAccounts returns every known account (see GetAccount), ordered by
-	// key.
+	// ListAccounts returns the known accounts (see GetAccount), ordered by
+	// key, one page at a time: pass the previous answer's next_page_token to
+	// read the next page; an empty next_page_token means the last page.
 	ListAccounts(ctx context.Context, in *ListAccountsRequest, opts ...grpc.CallOption) (*ListAccountsResponse, error)
 	// ListAgents returns the registered agents (live, or expired and not yet
-	// dropped), ordered by id.
+	// dropped), ordered by id, one page at a time as ListAccounts.
 	ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error)
 	// SetAdaptive turns adaptive mode (the learned upgrade throttle) on or
 	// off for one account; it is on by default. In adaptive mode an upstream
@@ -168,11 +169,12 @@ type AdminServiceServer interface {
 	// policy and a full bucket is forgotten: it behaves exactly like a new
 	// one).
 	GetAccount(context.Context, *GetAccountRequest) (*GetAccountResponse, error)
-	// ListAccounts returns every known account (see GetAccount), ordered by
-	// key.
+	// ListAccounts returns the known accounts (see GetAccount), ordered by
+	// key, one page at a time: pass the previous answer's next_page_token to
+	// read the next page; an empty next_page_token means the last page.
 	ListAccounts(context.Context, *ListAccountsRequest) (*ListAccountsResponse, error)
 	// ListAgents returns the registered agents (live, or expired and not yet
-	// dropped), ordered by id.
+	// dropped), ordered by id, one page at a time as ListAccounts.
 	ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error)
 	// SetAdaptive turns adaptive mode (the learned upgrade throttle) on or
 	// off for one account; it is on by default. In adaptive mode an upstream
