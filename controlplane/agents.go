@@ -559,6 +559,7 @@ func (s *Server) fleetLoop(ctx context.Context, stopped chan<- struct{}) {
 // fleetTick runs one round of fleetLoop.
 func (s *Server) fleetTick(ctx context.Context) {
 	now := s.now()
+	s.denied.flush(ctx)
 	s.agents.reap(now)
 	s.recount(ctx, now)
 	s.reportStoreHealth()

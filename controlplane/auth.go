@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
@@ -81,23 +80,13 @@ func (s *Server) authorize(ctx context.Context, method string) error {
 	r := s.auth.role(ctx)
 	switch {
 	case r == roleNone:
-		s.logDenied(ctx, method, codes.Unauthenticated)
+		s.denied.record(ctx, method, DenyUnauthenticated)
 		return status.Error(codes.Unauthenticated, "missing or invalid bearer token; send authorization: Bearer <agent or admin token>")
 	case r == roleAgent && strings.HasPrefix(method, adminPrefix):
-		s.logDenied(ctx, method, codes.PermissionDenied)
+		s.denied.record(ctx, method, DenyPermission)
 		return status.Errorf(codes.PermissionDenied, "%s requires the admin token; the agent token may call AdmissionService, AgentService, health and reflection", method)
 	}
 	return nil
-}
-
-func (s *Server) logDenied(ctx context.Context, method string, code codes.Code) {
-	s.deniedLog.Do(func() {
-		var addr string
-		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-			addr = p.Addr.String()
-		}
-		s.log.WarnContext(ctx, "rpc denied", "method", method, "code", code.String(), "peer", addr)
-	})
 }
 
 // tapAuthorize is the server's grpc.InTapHandle: it checks the bearer

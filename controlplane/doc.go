@@ -67,6 +67,12 @@
 // ListAccounts and ListAgents answer in pages (page_size, page_token,
 // next_page_token).
 //
+// Denied calls are counted (clodex_controlplane_denied_total by reason and
+// caller IP) and logged as "rpc denied": the first after a quiet
+// DeniedLogInterval at once, then one line per interval while denials go
+// on (the fleet loop logs the last ones), with how many, why and from
+// which addresses.
+//
 // State lives behind two small interfaces declared here, Admitter and
 // PolicyStore; controlplane/store.Memory (one process) and store.Redis
 // (replicas sharing one Redis) implement both. A store that also
@@ -89,6 +95,7 @@
 //	clodex_controlplane_agents                       registered agents
 //	clodex_controlplane_handover_debits_total        tokens debited by ReportGrants
 //	clodex_controlplane_store_degraded               1 while the store is unreachable
+//	clodex_controlplane_denied_total{reason,peer}    refused calls; peer is the caller's IP, first MaxDeniedPeers
 //
 // A Redis store adds its own (clodex_controlplane_redis_*: call latency by
 // operation, errors, breaker state and openings, live replicas, fallback

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -158,7 +157,7 @@ type Server struct {
 	health  *health.Server
 
 	warnPlaintext sync.Once
-	deniedLog     rate.Sometimes // limits "rpc denied" logs to 10, then one a minute
+	denied        *denials
 	notices       pacing.Notices // one-time operator notices, keyed per account
 	agents        *registry
 	dir           AgentDirectory // nil: count this server's agents only
@@ -220,15 +219,16 @@ func New(opts Options) (*Server, error) {
 		now:  opts.Now,
 		auth: newAuthenticator(opts.AdminToken, opts.AgentToken),
 
-		deniedLog: rate.Sometimes{First: 10, Interval: time.Minute},
-		agents:    newRegistry(opts.Now),
-		lastLive:  map[string]int{},
+		agents:   newRegistry(opts.Now),
+		lastLive: map[string]int{},
 	}
+	s.denied = newDenials(s.log, opts.Now)
 	if d, ok := opts.Policies.(AgentDirectory); ok {
 		s.dir = d
 	}
 	s.OnShutdown(s.agents.closeAll)
 	s.metrics = newMetrics(opts.Policies, opts.Now, s.agents)
+	s.metrics.all = append(s.metrics.all, s.denied.counter)
 	if opts.Registerer != nil {
 		if err := s.metrics.register(opts.Registerer); err != nil {
 			return nil, fmt.Errorf("new control plane server: register metrics: %w", err)
