@@ -22,7 +22,7 @@ import (
 // CapabilityVersion is the highest protocol version this control plane
 // implements. The numbers and their history are
 // controlplanev1.CapabilityVersion (proto/clodex/controlplane/v1/agent.proto).
-const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_HANDOVER)
+const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_BROKER)
 
 const (
 	// AgentLiveWindow is how long an agent counts as live after its last

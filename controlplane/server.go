@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/clodex/clodex/controlplane/bearer"
+	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/internal/pacing"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
@@ -134,6 +135,10 @@ type Options struct {
 	// DrainDelay is how long Serve waits after marking health NOT_SERVING
 	// before it stops accepting. (Optional; default 0)
 	DrainDelay time.Duration
+	// Broker, when set, is the credential broker: AdminService's login
+	// RPCs and CredentialService are served from it. (Optional; default
+	// none: those RPCs answer FailedPrecondition)
+	Broker *broker.Broker
 	// FleetTick is how often Serve expires silent agents and applies
 	// adaptive raises (pushing the new rates). (Optional; default 1s)
 	FleetTick time.Duration
@@ -254,6 +259,7 @@ func New(opts Options) (*Server, error) {
 	controlplanev1.RegisterAdmissionServiceServer(s.grpc, &admissionService{s: s})
 	controlplanev1.RegisterAdminServiceServer(s.grpc, &adminService{s: s})
 	controlplanev1.RegisterAgentServiceServer(s.grpc, &agentService{s: s})
+	controlplanev1.RegisterCredentialServiceServer(s.grpc, &credentialService{s: s})
 	if opts.EnableBench {
 		controlplanev1.RegisterBenchServiceServer(s.grpc, &benchService{})
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/clodex/clodex/controlplane/bearer"
+	"github.com/clodex/clodex/controlplane/broker"
+	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -27,6 +29,8 @@ const (
 	envAdminListen    = "CLODEX_CONTROLPLANE_ADMIN_LISTEN"
 	envRedis          = "CLODEX_REDIS_URL"
 	envReplica        = "CLODEX_CONTROLPLANE_REPLICA"
+	envCredentialKey  = "CLODEX_CREDENTIAL_KEY_FILE"
+	envTokenEndpoint  = "CLODEX_TOKEN_ENDPOINT"
 )
 
 const defaultListen = "127.0.0.1:17700"
@@ -60,6 +64,14 @@ type config struct {
 	AdminTokenEnv, AgentTokenEnv string
 	// AdminListen serves /metrics and /debug/pprof. (Optional; default off)
 	AdminListen string
+	// CredentialKeyFile holds the credential broker's key: 32 random bytes
+	// in base64, mode 0600. With it the control plane holds the accounts'
+	// logins (sealed in the data dir's logins.json, or in Redis) and is
+	// their only refresher. (Optional; default off: no broker)
+	CredentialKeyFile string
+	// TokenEndpoint is the OAuth token endpoint the broker refreshes at.
+	// (Optional; default https://auth.openai.com/oauth/token)
+	TokenEndpoint string
 	// TLSCert and TLSKey enable TLS; ClientCA requires client
 	// certificates. (Optional; default plaintext)
 	TLSCert, TLSKey, ClientCA string
@@ -123,6 +135,8 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.StringVar(&c.Replica, "replica", env(envReplica), "this replica's `id` in Redis (default hostname-random; env "+envReplica+")")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env(envAdminTokenFile), "`file` holding the admin token (or env "+envAdminToken+")")
 	fs.StringVar(&c.AgentTokenFile, "agent-token-file", env(envAgentTokenFile), "`file` holding the agent token (or env "+envAgentToken+")")
+	fs.StringVar(&c.CredentialKeyFile, "credential-key-file", env(envCredentialKey), "run the credential broker with the key in this `file`: 32 random bytes in base64 (head -c 32 /dev/urandom | base64), mode 0600; logins are sealed with it (env "+envCredentialKey+")")
+	fs.StringVar(&c.TokenEndpoint, "token-endpoint", or(env(envTokenEndpoint), credentials.DefaultTokenEndpoint), "OAuth token `URL` the credential broker refreshes at (env "+envTokenEndpoint+")")
 	fs.StringVar(&c.AdminListen, "admin-listen", env(envAdminListen), "serve /metrics and /debug/pprof on this `address` (default off)")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "server certificate PEM `file` (with --tls-key; default plaintext)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "server key PEM `file`")
@@ -193,6 +207,9 @@ func (c *config) Validate() error {
 		if err := validReplica(c.Replica); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := broker.CheckEndpoint(c.TokenEndpoint); err != nil {
+		errs = append(errs, fmt.Errorf("--token-endpoint: %w", err))
 	}
 	if c.AdminTokenFile == "" && c.AdminTokenEnv == "" {
 		errs = append(errs, fmt.Errorf("--admin-token-file or %s is required", envAdminToken))

@@ -207,6 +207,8 @@ func TestRunBadInput(t *testing.T) {
 	agent := writeFile(t, dir, "agent.token", "b", 0o600)
 	same := writeFile(t, dir, "same.token", "a", 0o600)
 	empty := writeFile(t, dir, "empty.token", " \n", 0o600)
+	looseKey := writeFile(t, dir, "loose.key", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n", 0o644)
+	shortKey := writeFile(t, dir, "short.key", "MDEyMzQ1Njc4OWFiY2RlZg==\n", 0o600)
 	base := []string{"--data-dir", filepath.Join(dir, "d"), "--admin-token-file", admin, "--agent-token-file", agent}
 	with := func(extra ...string) []string { return append(append([]string{}, base...), extra...) }
 	tests := []struct {
@@ -240,6 +242,10 @@ func TestRunBadInput(t *testing.T) {
 		{"empty token file", []string{"--data-dir", dir, "--admin-token-file", empty, "--agent-token-file", agent}, nil, "admin token: read token file " + empty + ": token is empty"},
 		{"missing token file", []string{"--data-dir", dir, "--admin-token-file", filepath.Join(dir, "nope"), "--agent-token-file", agent}, nil, "admin token: read token file: open"},
 		{"empty env token", []string{"--data-dir", dir, "--agent-token-file", agent}, map[string]string{"CLODEX_ADMIN_TOKEN": "   "}, "--admin-token-file or CLODEX_ADMIN_TOKEN is required"},
+		{"loose credential key", with("--credential-key-file", looseKey), nil, "--credential-key-file: credential key file " + looseKey + " has mode -rw-r--r--: it is readable by group or others; chmod 600 it"},
+		{"short credential key", with("--credential-key-file", shortKey), nil, "the key decodes to 16 bytes; want exactly 32 (head -c 32 /dev/urandom | base64)"},
+		{"missing credential key", with("--credential-key-file", filepath.Join(dir, "nope.key")), nil, "--credential-key-file: credential key file: stat"},
+		{"token endpoint", with("--token-endpoint", "ftp://x"), nil, `--token-endpoint: token endpoint "ftp://x" is invalid; want an http or https URL`},
 		{"bad tls files", with("--tls-cert", admin, "--tls-key", agent), nil, "server tls: load key pair"},
 	}
 	for _, tt := range tests {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/clodex/clodex/controlplane"
+	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/controlplane/tlsconfig"
 	"github.com/clodex/clodex/internal/pacing"
@@ -75,6 +76,12 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		log.Warn("pacing is off for accounts without a stored policy", "rate_per_minute", cfg.Defaults.RatePerMinute,
 			"wait_bound_ms", cfg.Defaults.Budget.WaitBound.Milliseconds())
 	}
+	var credKey broker.Key
+	if cfg.CredentialKeyFile != "" {
+		if credKey, err = broker.ReadKeyFile(cfg.CredentialKeyFile); err != nil {
+			return fmt.Errorf("--credential-key-file: %w", err)
+		}
+	}
 	if cfg.CheckConfig {
 		fmt.Fprintln(stdout, "configuration ok")
 		return nil
@@ -101,7 +108,14 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		}
 	}()
 
+	var brk *broker.Broker
+	if !credKey.IsZero() {
+		if brk, err = openBroker(cfg, st, credKey, log, reg); err != nil {
+			return err
+		}
+	}
 	srv, err := controlplane.New(controlplane.Options{
+		Broker:        brk,
 		Admissions:    st,
 		Policies:      st,
 		AdminToken:    adminTok,
@@ -138,6 +152,10 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis) })
 	g.Go(func() error { return st.Run(gctx) }) // memory: forgets idle accounts; redis: registration, clock, notifications, probes
+	if brk != nil {
+		g.Go(func() error { return brk.Run(gctx) }) // refreshes logins ahead of expiry
+		log.Info("credential broker", "token_endpoint", cfg.TokenEndpoint)
+	}
 	if adminLis != nil {
 		facts := map[string]string{
 			"service": "clodex-controlplane", "version": version, "instance": instance,
@@ -197,6 +215,20 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheu
 		return nil, nil, nil, err
 	}
 	return r, r.Now, func() { _ = r.Close() }, nil
+}
+
+// openBroker builds the credential broker over the logins of the store:
+// Redis's when the replicas share one, else the data dir's logins.json.
+func openBroker(cfg *config, st store.Store, key broker.Key, log *slog.Logger, reg prometheus.Registerer) (*broker.Broker, error) {
+	logins, ok := st.(store.Logins)
+	if !ok || cfg.Redis == "" {
+		f, err := store.OpenLogins(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		logins = f
+	}
+	return broker.New(broker.Options{Logins: logins, Key: key, TokenEndpoint: cfg.TokenEndpoint, Logger: log, Registerer: reg})
 }
 
 func instanceID() string {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/bearer"
+	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/internal/pacing"
 )
@@ -65,6 +66,13 @@ type Options struct {
 	RedisTick time.Duration
 	// Replica names the Redis replica. (Optional)
 	Replica string
+	// Broker runs the credential broker with a random credential key
+	// (kept across Restart), its logins in the data directory or in Redis.
+	// (Optional)
+	Broker bool
+	// TokenEndpoint is the broker's OAuth token endpoint. (Optional;
+	// default the real issuer's)
+	TokenEndpoint string
 	// Tokens, when set, makes the server use the same admin and agent
 	// tokens (and token files) as that server: replicas a data plane
 	// balances over share them. (Optional; default new random tokens)
@@ -80,8 +88,10 @@ type Server struct {
 	// the same values with mode 0600.
 	AdminToken, AgentToken         bearer.Token
 	AdminTokenFile, AgentTokenFile string
-	// DataDir holds the policy file.
+	// DataDir holds the policy file (and the broker's logins).
 	DataDir string
+	// CredentialKey is the broker's key (Options.Broker).
+	CredentialKey broker.Key
 
 	t    testing.TB
 	opts Options
@@ -111,6 +121,13 @@ func Start(t testing.TB, opts *Options) *Server {
 	} else {
 		s.AdminToken, s.AdminTokenFile = newToken(t, dir, "admin.token")
 		s.AgentToken, s.AgentTokenFile = newToken(t, dir, "agent.token")
+	}
+	if o.Broker {
+		k, _, err := broker.GenerateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.CredentialKey = k
 	}
 	s.start("127.0.0.1:0")
 	t.Cleanup(s.Stop)
@@ -161,7 +178,24 @@ func (s *Server) start(addr string) {
 		}
 		st, closeStore = m, func() {}
 	}
+	var brk *broker.Broker
+	if s.opts.Broker {
+		logins, ok := st.(store.Logins)
+		if !ok || s.opts.RedisURL == "" {
+			f, err := store.OpenLogins(s.DataDir)
+			if err != nil {
+				t.Fatalf("controlplanetest: %v", err)
+			}
+			logins = f
+		}
+		var err error
+		brk, err = broker.New(broker.Options{Logins: logins, Key: s.CredentialKey, TokenEndpoint: s.opts.TokenEndpoint, Now: now, Logger: s.opts.Logger})
+		if err != nil {
+			t.Fatalf("controlplanetest: %v", err)
+		}
+	}
 	srv, err := controlplane.New(controlplane.Options{
+		Broker:        brk,
 		Admissions:    st,
 		Policies:      st,
 		AdminToken:    s.AdminToken,
@@ -193,8 +227,19 @@ func (s *Server) start(addr string) {
 	go func() {
 		stored := make(chan error, 1)
 		go func() { stored <- st.Run(ctx) }()
+		brokered := make(chan error, 1)
+		go func() {
+			if brk == nil {
+				brokered <- nil
+				return
+			}
+			brokered <- brk.Run(ctx)
+		}()
 		err := srv.Serve(ctx, lis)
 		cancel()
+		if berr := <-brokered; err == nil {
+			err = berr
+		}
 		if serr := <-stored; err == nil {
 			err = serr
 		}

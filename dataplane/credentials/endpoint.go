@@ -23,8 +23,9 @@ const (
 // maxTokenResponse bounds the token endpoint's answer that is read.
 const maxTokenResponse = 1 << 20
 
-// tokenResponse is the token endpoint's 200 answer.
-type tokenResponse struct {
+// TokenResponse is the token endpoint's 200 answer. Its tokens are
+// [Secret]s: printing or logging it redacts them.
+type TokenResponse struct {
 	AccessToken  Secret `json:"access_token"`
 	RefreshToken Secret `json:"refresh_token"`
 	IDToken      Secret `json:"id_token"`
@@ -53,6 +54,22 @@ func (e *refreshError) Error() string {
 }
 
 func (e *refreshError) Unwrap() error { return e.err }
+
+// LoginRequired reports whether err is a refusal meaning the refresh token
+// is dead for good (refresh_token_reused, refresh_token_expired,
+// refresh_token_invalidated, invalid_grant, any 401): it must never be
+// presented again, and the user has to sign in again. reason is the
+// refusal's code, or "HTTP <status>"; it never contains a token.
+func LoginRequired(err error) (reason string, ok bool) {
+	var re *refreshError
+	if !errors.As(err, &re) || !re.permanent {
+		return "", false
+	}
+	if re.code != "" {
+		return re.code, true
+	}
+	return fmt.Sprintf("HTTP %d", re.status), true
+}
 
 // errorCode extracts the error code of a failed token response the way
 // Codex CLI does: error.code when error is an object, else error when it is
@@ -108,56 +125,69 @@ func tokenCodeSafe(code string) string {
 	return code
 }
 
-// postRefresh redeems refreshToken at the token endpoint (docs/credentials.md §4): form
-// grant_type=refresh_token, refresh_token, client_id; Accept
-// application/json. Errors are *refreshError and never contain a token.
-func (s *RefreshingFile) postRefresh(ctx context.Context, refreshToken Secret) (tokenResponse, error) {
-	form := url.Values{
+// postRefresh redeems refreshToken at the source's token endpoint.
+func (s *RefreshingFile) postRefresh(ctx context.Context, refreshToken Secret) (TokenResponse, error) {
+	return Redeem(ctx, s.client, s.endpoint, s.clientID, refreshToken)
+}
+
+// Redeem redeems refreshToken at the token endpoint (docs/credentials.md
+// §4): form grant_type=refresh_token, refresh_token, client_id; Accept
+// application/json. A refusal that means the refresh token is dead is
+// reported by [LoginRequired]. Errors never contain a token. Every holder
+// of a rotating refresh token (the data plane's [RefreshingFile], the
+// control plane's credential broker) redeems it here.
+func Redeem(ctx context.Context, client *http.Client, endpoint, clientID string, refreshToken Secret) (TokenResponse, error) {
+	return postToken(ctx, client, endpoint, url.Values{
 		"grant_type":    {"refresh_token"},
 		"refresh_token": {refreshToken.Reveal()},
-		"client_id":     {s.clientID},
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, strings.NewReader(form.Encode()))
+		"client_id":     {clientID},
+	})
+}
+
+// postToken posts form to the token endpoint and reads a token answer.
+// Errors are *refreshError and never contain a token.
+func postToken(ctx context.Context, client *http.Client, endpoint string, form url.Values) (TokenResponse, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
 	if err != nil {
-		return tokenResponse{}, &refreshError{err: errors.New("build request")}
+		return TokenResponse{}, &refreshError{err: errors.New("build request")}
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "clodex")
-	resp, err := s.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		// *url.Error names the method and URL only; the form is in the body.
-		return tokenResponse{}, &refreshError{err: err}
+		return TokenResponse{}, &refreshError{err: err}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenResponse))
 	if err != nil {
-		return tokenResponse{}, &refreshError{status: resp.StatusCode, err: fmt.Errorf("read answer: %w", err)}
+		return TokenResponse{}, &refreshError{status: resp.StatusCode, err: fmt.Errorf("read answer: %w", err)}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		code := tokenCodeSafe(errorCode(body))
-		return tokenResponse{}, &refreshError{
+		return TokenResponse{}, &refreshError{
 			status:    resp.StatusCode,
 			code:      code,
 			permanent: permanentCode(resp.StatusCode, code),
 		}
 	}
-	var tr tokenResponse
+	var tr TokenResponse
 	if err := json.Unmarshal(body, &tr); err != nil {
-		return tokenResponse{}, &refreshError{status: resp.StatusCode, err: errors.New("answer is not the expected JSON object")}
+		return TokenResponse{}, &refreshError{status: resp.StatusCode, err: errors.New("answer is not the expected JSON object")}
 	}
 	if strings.TrimSpace(tr.AccessToken.Reveal()) == "" {
-		return tokenResponse{}, &refreshError{status: resp.StatusCode, err: errors.New("answer has no access_token")}
+		return TokenResponse{}, &refreshError{status: resp.StatusCode, err: errors.New("answer has no access_token")}
 	}
 	if tr.ExpiresIn != nil && *tr.ExpiresIn <= 0 {
-		return tokenResponse{}, &refreshError{status: resp.StatusCode, err: fmt.Errorf("answer has expires_in %d; want a positive number of seconds", *tr.ExpiresIn)}
+		return TokenResponse{}, &refreshError{status: resp.StatusCode, err: fmt.Errorf("answer has expires_in %d; want a positive number of seconds", *tr.ExpiresIn)}
 	}
 	return tr, nil
 }
 
-// expiresAt is when a token from tr expires: its exp claim, else now plus
+// ExpiresAt is when a token from tr expires: its exp claim, else now plus
 // expires_in; zero when neither is known.
-func (tr tokenResponse) expiresAt(now time.Time) time.Time {
+func (tr TokenResponse) ExpiresAt(now time.Time) time.Time {
 	if c, err := ParseClaims(tr.AccessToken); err == nil && !c.Expiry.IsZero() {
 		return c.Expiry
 	}

@@ -116,7 +116,7 @@ func TestHelperProcess(t *testing.T) {
 	}
 
 	s.mu.Lock()
-	due := s.skewFor(s.lifetime) + time.Millisecond // the log rounds to 1ms
+	due := SkewFor(s.skew, s.lifetime) + time.Millisecond // the log rounds to 1ms
 	s.mu.Unlock()
 	sc := bufio.NewScanner(strings.NewReader(logs.String()))
 	for sc.Scan() {

@@ -226,7 +226,7 @@ func NewFileSource(cfg FileConfig) (*RefreshingFile, error) {
 	}
 	s.mu.Lock()
 	s.takeFileLocked(f)
-	s.setCurLocked(f.Credential(), tokenLifetime(f.Tokens.AccessToken))
+	s.setCurLocked(f.Credential(), TokenLifetime(f.Tokens.AccessToken))
 	s.mu.Unlock()
 	return s, nil
 }
@@ -302,17 +302,27 @@ func (s *RefreshingFile) shared(ctx context.Context, key string, rejected Secret
 	}
 }
 
-// skewFor is the refresh margin for a token that lives lifetime.
-func (s *RefreshingFile) skewFor(lifetime time.Duration) time.Duration {
-	if lifetime > 0 && lifetime/4 < s.skew {
+// SkewFor is the refresh margin for a token that lives lifetime (0 when
+// unknown): skew, or a quarter of the lifetime when that is less, so a
+// short-lived token is not refreshed on every use. This is the one skew
+// rule of every refresher (docs/credentials.md §4).
+func SkewFor(skew, lifetime time.Duration) time.Duration {
+	if lifetime > 0 && lifetime/4 < skew {
 		return lifetime / 4
 	}
-	return s.skew
+	return skew
+}
+
+// Fresh reports whether a token expiring at expiry (zero when unknown)
+// that lives lifetime can be used at now without refreshing it first,
+// under [SkewFor].
+func Fresh(expiry time.Time, lifetime, skew time.Duration, now time.Time) bool {
+	return expiry.IsZero() || now.Before(expiry.Add(-SkewFor(skew, lifetime)))
 }
 
 // fresh reports whether c can be used without refreshing at now.
 func (s *RefreshingFile) fresh(c Credential, lifetime time.Duration, now time.Time) bool {
-	return c.Expiry.IsZero() || now.Before(c.Expiry.Add(-s.skewFor(lifetime)))
+	return Fresh(c.Expiry, lifetime, s.skew, now)
 }
 
 // unexpired reports whether c has not expired at now.
@@ -498,7 +508,7 @@ func (s *RefreshingFile) adoptFromFile(f *AuthFile, now time.Time, forced bool) 
 		return Credential{}, false
 	}
 	s.takeFileLocked(f)
-	fc, lt := f.Credential(), tokenLifetime(f.Tokens.AccessToken)
+	fc, lt := f.Credential(), TokenLifetime(f.Tokens.AccessToken)
 	if !s.adoptableLocked(fc, lt, now, forced) {
 		return Credential{}, false
 	}
@@ -525,7 +535,7 @@ func (s *RefreshingFile) refreshFailed(ctx context.Context, rejected, rt Secret,
 // and writes them back into the file, whose content was data. A failed
 // write is logged and otherwise ignored: the rotated refresh token then
 // lives only in memory.
-func (s *RefreshingFile) takeRefreshed(ctx context.Context, data []byte, rt Secret, tr tokenResponse, forced bool) Credential {
+func (s *RefreshingFile) takeRefreshed(ctx context.Context, data []byte, rt Secret, tr TokenResponse, forced bool) Credential {
 	now := s.clock()
 	newRT := tr.RefreshToken
 	if newRT == "" {
@@ -534,11 +544,11 @@ func (s *RefreshingFile) takeRefreshed(ctx context.Context, data []byte, rt Secr
 	s.mu.Lock()
 	old := s.cur
 	s.mu.Unlock()
-	cred := Credential{AccessToken: tr.AccessToken, AccountID: old.AccountID, Expiry: tr.expiresAt(now)}
+	cred := Credential{AccessToken: tr.AccessToken, AccountID: old.AccountID, Expiry: tr.ExpiresAt(now)}
 	if c, err := ParseClaims(tr.AccessToken); err == nil && c.AccountID != "" {
 		cred.AccountID = c.AccountID
 	}
-	lt := tokenLifetime(tr.AccessToken)
+	lt := TokenLifetime(tr.AccessToken)
 	if lt == 0 && tr.ExpiresIn != nil {
 		lt = time.Duration(*tr.ExpiresIn) * time.Second
 	}
@@ -667,8 +677,8 @@ func (s *RefreshingFile) noticeOnce(ctx context.Context, key, msg string) {
 	}
 }
 
-// tokenLifetime is exp - iat of a JWT; 0 when either is missing.
-func tokenLifetime(token Secret) time.Duration {
+// TokenLifetime is exp - iat of a JWT; 0 when either is missing.
+func TokenLifetime(token Secret) time.Duration {
 	parts := strings.Split(token.Reveal(), ".")
 	if len(parts) != 3 {
 		return 0

@@ -1250,6 +1250,466 @@ func (x *AccountQuota) GetAgentId() string {
 	return ""
 }
 
+type ImportLoginRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tokens of the sign-in; access_token and refresh_token are
+	// required. They are sealed at rest and never logged.
+	AccessToken  string `protobuf:"bytes,1,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
+	RefreshToken string `protobuf:"bytes,2,opt,name=refresh_token,json=refreshToken,proto3" json:"refresh_token,omitempty"`
+	IdToken      string `protobuf:"bytes,3,opt,name=id_token,json=idToken,proto3" json:"id_token,omitempty"`
+	// account_id is the ChatGPT account id, used when the access token
+	// carries none.
+	AccountId     string `protobuf:"bytes,4,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportLoginRequest) Reset() {
+	*x = ImportLoginRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportLoginRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportLoginRequest) ProtoMessage() {}
+
+func (x *ImportLoginRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportLoginRequest.ProtoReflect.Descriptor instead.
+func (*ImportLoginRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ImportLoginRequest) GetAccessToken() string {
+	if x != nil {
+		return x.AccessToken
+	}
+	return ""
+}
+
+func (x *ImportLoginRequest) GetRefreshToken() string {
+	if x != nil {
+		return x.RefreshToken
+	}
+	return ""
+}
+
+func (x *ImportLoginRequest) GetIdToken() string {
+	if x != nil {
+		return x.IdToken
+	}
+	return ""
+}
+
+func (x *ImportLoginRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+type ImportLoginResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Login         *Login                 `protobuf:"bytes,1,opt,name=login,proto3" json:"login,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportLoginResponse) Reset() {
+	*x = ImportLoginResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportLoginResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportLoginResponse) ProtoMessage() {}
+
+func (x *ImportLoginResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportLoginResponse.ProtoReflect.Descriptor instead.
+func (*ImportLoginResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ImportLoginResponse) GetLogin() *Login {
+	if x != nil {
+		return x.Login
+	}
+	return nil
+}
+
+// Login is a sign-in the credential broker holds. It never carries a
+// token.
+type Login struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the account key.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// account_id is the ChatGPT account id.
+	AccountId string `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// expires_at_unix_ms is the current access token's expiry (0 when
+	// unknown).
+	ExpiresAtUnixMs int64 `protobuf:"varint,3,opt,name=expires_at_unix_ms,json=expiresAtUnixMs,proto3" json:"expires_at_unix_ms,omitempty"`
+	// refreshed_at_unix_ms is when the tokens were last written (import,
+	// login or refresh).
+	RefreshedAtUnixMs int64 `protobuf:"varint,4,opt,name=refreshed_at_unix_ms,json=refreshedAtUnixMs,proto3" json:"refreshed_at_unix_ms,omitempty"`
+	// refreshes counts the refreshes since the last import or login.
+	Refreshes int64 `protobuf:"varint,5,opt,name=refreshes,proto3" json:"refreshes,omitempty"`
+	// needs_login is why the sign-in can no longer be refreshed (the
+	// identity provider's refusal code, e.g. refresh_token_reused); empty
+	// while it can. An operator must run `clodexctl account login`.
+	NeedsLogin    string `protobuf:"bytes,6,opt,name=needs_login,json=needsLogin,proto3" json:"needs_login,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Login) Reset() {
+	*x = Login{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Login) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Login) ProtoMessage() {}
+
+func (x *Login) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Login.ProtoReflect.Descriptor instead.
+func (*Login) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Login) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Login) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *Login) GetExpiresAtUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixMs
+	}
+	return 0
+}
+
+func (x *Login) GetRefreshedAtUnixMs() int64 {
+	if x != nil {
+		return x.RefreshedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Login) GetRefreshes() int64 {
+	if x != nil {
+		return x.Refreshes
+	}
+	return 0
+}
+
+func (x *Login) GetNeedsLogin() string {
+	if x != nil {
+		return x.NeedsLogin
+	}
+	return ""
+}
+
+type ListLoginsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLoginsRequest) Reset() {
+	*x = ListLoginsRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLoginsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLoginsRequest) ProtoMessage() {}
+
+func (x *ListLoginsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLoginsRequest.ProtoReflect.Descriptor instead.
+func (*ListLoginsRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+type ListLoginsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Logins        []*Login               `protobuf:"bytes,1,rep,name=logins,proto3" json:"logins,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLoginsResponse) Reset() {
+	*x = ListLoginsResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLoginsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLoginsResponse) ProtoMessage() {}
+
+func (x *ListLoginsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLoginsResponse.ProtoReflect.Descriptor instead.
+func (*ListLoginsResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListLoginsResponse) GetLogins() []*Login {
+	if x != nil {
+		return x.Logins
+	}
+	return nil
+}
+
+type GetLoginRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLoginRequest) Reset() {
+	*x = GetLoginRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLoginRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLoginRequest) ProtoMessage() {}
+
+func (x *GetLoginRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLoginRequest.ProtoReflect.Descriptor instead.
+func (*GetLoginRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GetLoginRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type GetLoginResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Login         *Login                 `protobuf:"bytes,1,opt,name=login,proto3" json:"login,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLoginResponse) Reset() {
+	*x = GetLoginResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLoginResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLoginResponse) ProtoMessage() {}
+
+func (x *GetLoginResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLoginResponse.ProtoReflect.Descriptor instead.
+func (*GetLoginResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GetLoginResponse) GetLogin() *Login {
+	if x != nil {
+		return x.Login
+	}
+	return nil
+}
+
+type RemoveLoginRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveLoginRequest) Reset() {
+	*x = RemoveLoginRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveLoginRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveLoginRequest) ProtoMessage() {}
+
+func (x *RemoveLoginRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveLoginRequest.ProtoReflect.Descriptor instead.
+func (*RemoveLoginRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RemoveLoginRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type RemoveLoginResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveLoginResponse) Reset() {
+	*x = RemoveLoginResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveLoginResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveLoginResponse) ProtoMessage() {}
+
+func (x *RemoveLoginResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveLoginResponse.ProtoReflect.Descriptor instead.
+func (*RemoveLoginResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
 var File_clodex_controlplane_v1_admin_proto protoreflect.FileDescriptor
 
 const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
@@ -1348,7 +1808,34 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\rlimit_reached\x18\x03 \x01(\bR\flimitReached\x12=\n" +
 	"\awindows\x18\x04 \x03(\v2#.clodex.controlplane.v1.QuotaWindowR\awindows\x12(\n" +
 	"\x10reported_unix_ms\x18\x05 \x01(\x03R\x0ereportedUnixMs\x12\x19\n" +
-	"\bagent_id\x18\x06 \x01(\tR\aagentId2\xce\x05\n" +
+	"\bagent_id\x18\x06 \x01(\tR\aagentId\"\x96\x01\n" +
+	"\x12ImportLoginRequest\x12!\n" +
+	"\faccess_token\x18\x01 \x01(\tR\vaccessToken\x12#\n" +
+	"\rrefresh_token\x18\x02 \x01(\tR\frefreshToken\x12\x19\n" +
+	"\bid_token\x18\x03 \x01(\tR\aidToken\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x04 \x01(\tR\taccountId\"J\n" +
+	"\x13ImportLoginResponse\x123\n" +
+	"\x05login\x18\x01 \x01(\v2\x1d.clodex.controlplane.v1.LoginR\x05login\"\xd5\x01\n" +
+	"\x05Login\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x02 \x01(\tR\taccountId\x12+\n" +
+	"\x12expires_at_unix_ms\x18\x03 \x01(\x03R\x0fexpiresAtUnixMs\x12/\n" +
+	"\x14refreshed_at_unix_ms\x18\x04 \x01(\x03R\x11refreshedAtUnixMs\x12\x1c\n" +
+	"\trefreshes\x18\x05 \x01(\x03R\trefreshes\x12\x1f\n" +
+	"\vneeds_login\x18\x06 \x01(\tR\n" +
+	"needsLogin\"\x13\n" +
+	"\x11ListLoginsRequest\"K\n" +
+	"\x12ListLoginsResponse\x125\n" +
+	"\x06logins\x18\x01 \x03(\v2\x1d.clodex.controlplane.v1.LoginR\x06logins\"#\n" +
+	"\x0fGetLoginRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"G\n" +
+	"\x10GetLoginResponse\x123\n" +
+	"\x05login\x18\x01 \x01(\v2\x1d.clodex.controlplane.v1.LoginR\x05login\"&\n" +
+	"\x12RemoveLoginRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\x15\n" +
+	"\x13RemoveLoginResponse2\xe2\b\n" +
 	"\fAdminService\x12Z\n" +
 	"\aSetRate\x12&.clodex.controlplane.v1.SetRateRequest\x1a'.clodex.controlplane.v1.SetRateResponse\x12`\n" +
 	"\tSetBudget\x12(.clodex.controlplane.v1.SetBudgetRequest\x1a).clodex.controlplane.v1.SetBudgetResponse\x12c\n" +
@@ -1359,7 +1846,12 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"ListAgents\x12).clodex.controlplane.v1.ListAgentsRequest\x1a*.clodex.controlplane.v1.ListAgentsResponse\x12f\n" +
 	"\vSetAdaptive\x12*.clodex.controlplane.v1.SetAdaptiveRequest\x1a+.clodex.controlplane.v1.SetAdaptiveResponse\x12c\n" +
 	"\n" +
-	"ListQuotas\x12).clodex.controlplane.v1.ListQuotasRequest\x1a*.clodex.controlplane.v1.ListQuotasResponseBMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
+	"ListQuotas\x12).clodex.controlplane.v1.ListQuotasRequest\x1a*.clodex.controlplane.v1.ListQuotasResponse\x12f\n" +
+	"\vImportLogin\x12*.clodex.controlplane.v1.ImportLoginRequest\x1a+.clodex.controlplane.v1.ImportLoginResponse\x12c\n" +
+	"\n" +
+	"ListLogins\x12).clodex.controlplane.v1.ListLoginsRequest\x1a*.clodex.controlplane.v1.ListLoginsResponse\x12]\n" +
+	"\bGetLogin\x12'.clodex.controlplane.v1.GetLoginRequest\x1a(.clodex.controlplane.v1.GetLoginResponse\x12f\n" +
+	"\vRemoveLogin\x12*.clodex.controlplane.v1.RemoveLoginRequest\x1a+.clodex.controlplane.v1.RemoveLoginResponseBMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
 
 var (
 	file_clodex_controlplane_v1_admin_proto_rawDescOnce sync.Once
@@ -1373,7 +1865,7 @@ func file_clodex_controlplane_v1_admin_proto_rawDescGZIP() []byte {
 	return file_clodex_controlplane_v1_admin_proto_rawDescData
 }
 
-var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*Account)(nil),              // 0: clodex.controlplane.v1.Account
 	(*SetRateRequest)(nil),       // 1: clodex.controlplane.v1.SetRateRequest
@@ -1393,7 +1885,16 @@ var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*ListQuotasRequest)(nil),    // 15: clodex.controlplane.v1.ListQuotasRequest
 	(*ListQuotasResponse)(nil),   // 16: clodex.controlplane.v1.ListQuotasResponse
 	(*AccountQuota)(nil),         // 17: clodex.controlplane.v1.AccountQuota
-	(*QuotaWindow)(nil),          // 18: clodex.controlplane.v1.QuotaWindow
+	(*ImportLoginRequest)(nil),   // 18: clodex.controlplane.v1.ImportLoginRequest
+	(*ImportLoginResponse)(nil),  // 19: clodex.controlplane.v1.ImportLoginResponse
+	(*Login)(nil),                // 20: clodex.controlplane.v1.Login
+	(*ListLoginsRequest)(nil),    // 21: clodex.controlplane.v1.ListLoginsRequest
+	(*ListLoginsResponse)(nil),   // 22: clodex.controlplane.v1.ListLoginsResponse
+	(*GetLoginRequest)(nil),      // 23: clodex.controlplane.v1.GetLoginRequest
+	(*GetLoginResponse)(nil),     // 24: clodex.controlplane.v1.GetLoginResponse
+	(*RemoveLoginRequest)(nil),   // 25: clodex.controlplane.v1.RemoveLoginRequest
+	(*RemoveLoginResponse)(nil),  // 26: clodex.controlplane.v1.RemoveLoginResponse
+	(*QuotaWindow)(nil),          // 27: clodex.controlplane.v1.QuotaWindow
 }
 var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: clodex.controlplane.v1.SetRateResponse.account:type_name -> clodex.controlplane.v1.Account
@@ -1405,26 +1906,37 @@ var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	12, // 6: clodex.controlplane.v1.ListAgentsResponse.agents:type_name -> clodex.controlplane.v1.Agent
 	0,  // 7: clodex.controlplane.v1.SetAdaptiveResponse.account:type_name -> clodex.controlplane.v1.Account
 	17, // 8: clodex.controlplane.v1.ListQuotasResponse.quotas:type_name -> clodex.controlplane.v1.AccountQuota
-	18, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
-	1,  // 10: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
-	3,  // 11: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
-	5,  // 12: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
-	8,  // 13: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
-	10, // 14: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
-	13, // 15: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
-	15, // 16: clodex.controlplane.v1.AdminService.ListQuotas:input_type -> clodex.controlplane.v1.ListQuotasRequest
-	2,  // 17: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
-	4,  // 18: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
-	6,  // 19: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
-	9,  // 20: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
-	11, // 21: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
-	14, // 22: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
-	16, // 23: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
-	17, // [17:24] is the sub-list for method output_type
-	10, // [10:17] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	27, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
+	20, // 10: clodex.controlplane.v1.ImportLoginResponse.login:type_name -> clodex.controlplane.v1.Login
+	20, // 11: clodex.controlplane.v1.ListLoginsResponse.logins:type_name -> clodex.controlplane.v1.Login
+	20, // 12: clodex.controlplane.v1.GetLoginResponse.login:type_name -> clodex.controlplane.v1.Login
+	1,  // 13: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
+	3,  // 14: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
+	5,  // 15: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
+	8,  // 16: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
+	10, // 17: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
+	13, // 18: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
+	15, // 19: clodex.controlplane.v1.AdminService.ListQuotas:input_type -> clodex.controlplane.v1.ListQuotasRequest
+	18, // 20: clodex.controlplane.v1.AdminService.ImportLogin:input_type -> clodex.controlplane.v1.ImportLoginRequest
+	21, // 21: clodex.controlplane.v1.AdminService.ListLogins:input_type -> clodex.controlplane.v1.ListLoginsRequest
+	23, // 22: clodex.controlplane.v1.AdminService.GetLogin:input_type -> clodex.controlplane.v1.GetLoginRequest
+	25, // 23: clodex.controlplane.v1.AdminService.RemoveLogin:input_type -> clodex.controlplane.v1.RemoveLoginRequest
+	2,  // 24: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
+	4,  // 25: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
+	6,  // 26: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
+	9,  // 27: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
+	11, // 28: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
+	14, // 29: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
+	16, // 30: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
+	19, // 31: clodex.controlplane.v1.AdminService.ImportLogin:output_type -> clodex.controlplane.v1.ImportLoginResponse
+	22, // 32: clodex.controlplane.v1.AdminService.ListLogins:output_type -> clodex.controlplane.v1.ListLoginsResponse
+	24, // 33: clodex.controlplane.v1.AdminService.GetLogin:output_type -> clodex.controlplane.v1.GetLoginResponse
+	26, // 34: clodex.controlplane.v1.AdminService.RemoveLogin:output_type -> clodex.controlplane.v1.RemoveLoginResponse
+	24, // [24:35] is the sub-list for method output_type
+	13, // [13:24] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_clodex_controlplane_v1_admin_proto_init() }
@@ -1441,7 +1953,7 @@ func file_clodex_controlplane_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_admin_proto_rawDesc), len(file_clodex_controlplane_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,10 @@ const (
 	AdminService_ListAgents_FullMethodName   = "/clodex.controlplane.v1.AdminService/ListAgents"
 	AdminService_SetAdaptive_FullMethodName  = "/clodex.controlplane.v1.AdminService/SetAdaptive"
 	AdminService_ListQuotas_FullMethodName   = "/clodex.controlplane.v1.AdminService/ListQuotas"
+	AdminService_ImportLogin_FullMethodName  = "/clodex.controlplane.v1.AdminService/ImportLogin"
+	AdminService_ListLogins_FullMethodName   = "/clodex.controlplane.v1.AdminService/ListLogins"
+	AdminService_GetLogin_FullMethodName     = "/clodex.controlplane.v1.AdminService/GetLogin"
+	AdminService_RemoveLogin_FullMethodName  = "/clodex.controlplane.v1.AdminService/RemoveLogin"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -69,6 +73,19 @@ type AdminServiceClient interface {
 	// each account (codex.rate_limits), ordered by key; key filters to one
 	// account. Since CAPABILITY_VERSION_LIMITS.
 	ListQuotas(ctx context.Context, in *ListQuotasRequest, opts ...grpc.CallOption) (*ListQuotasResponse, error)
+	// ImportLogin stores a ChatGPT sign-in (a Codex auth.json's tokens, or
+	// the result of a device-code login clodexctl ran) in the credential
+	// broker, for the account its access token names, replacing that
+	// account's previous sign-in. FailedPrecondition when the control plane
+	// runs without --credential-key-file.
+	ImportLogin(ctx context.Context, in *ImportLoginRequest, opts ...grpc.CallOption) (*ImportLoginResponse, error)
+	// ListLogins returns every sign-in the broker holds, ordered by key.
+	ListLogins(ctx context.Context, in *ListLoginsRequest, opts ...grpc.CallOption) (*ListLoginsResponse, error)
+	// GetLogin returns one account's sign-in; NotFound when there is none.
+	GetLogin(ctx context.Context, in *GetLoginRequest, opts ...grpc.CallOption) (*GetLoginResponse, error)
+	// RemoveLogin forgets one account's sign-in; NotFound when there is
+	// none. Data planes keep the access token they hold until it expires.
+	RemoveLogin(ctx context.Context, in *RemoveLoginRequest, opts ...grpc.CallOption) (*RemoveLoginResponse, error)
 }
 
 type adminServiceClient struct {
@@ -149,6 +166,46 @@ func (c *adminServiceClient) ListQuotas(ctx context.Context, in *ListQuotasReque
 	return out, nil
 }
 
+func (c *adminServiceClient) ImportLogin(ctx context.Context, in *ImportLoginRequest, opts ...grpc.CallOption) (*ImportLoginResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ImportLoginResponse)
+	err := c.cc.Invoke(ctx, AdminService_ImportLogin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListLogins(ctx context.Context, in *ListLoginsRequest, opts ...grpc.CallOption) (*ListLoginsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListLoginsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListLogins_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetLogin(ctx context.Context, in *GetLoginRequest, opts ...grpc.CallOption) (*GetLoginResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLoginResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetLogin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RemoveLogin(ctx context.Context, in *RemoveLoginRequest, opts ...grpc.CallOption) (*RemoveLoginResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveLoginResponse)
+	err := c.cc.Invoke(ctx, AdminService_RemoveLogin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -190,6 +247,19 @@ type AdminServiceServer interface {
 	// each account (codex.rate_limits), ordered by key; key filters to one
 	// account. Since CAPABILITY_VERSION_LIMITS.
 	ListQuotas(context.Context, *ListQuotasRequest) (*ListQuotasResponse, error)
+	// ImportLogin stores a ChatGPT sign-in (a Codex auth.json's tokens, or
+	// the result of a device-code login clodexctl ran) in the credential
+	// broker, for the account its access token names, replacing that
+	// account's previous sign-in. FailedPrecondition when the control plane
+	// runs without --credential-key-file.
+	ImportLogin(context.Context, *ImportLoginRequest) (*ImportLoginResponse, error)
+	// ListLogins returns every sign-in the broker holds, ordered by key.
+	ListLogins(context.Context, *ListLoginsRequest) (*ListLoginsResponse, error)
+	// GetLogin returns one account's sign-in; NotFound when there is none.
+	GetLogin(context.Context, *GetLoginRequest) (*GetLoginResponse, error)
+	// RemoveLogin forgets one account's sign-in; NotFound when there is
+	// none. Data planes keep the access token they hold until it expires.
+	RemoveLogin(context.Context, *RemoveLoginRequest) (*RemoveLoginResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -220,6 +290,18 @@ func (UnimplementedAdminServiceServer) SetAdaptive(context.Context, *SetAdaptive
 }
 func (UnimplementedAdminServiceServer) ListQuotas(context.Context, *ListQuotasRequest) (*ListQuotasResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListQuotas not implemented")
+}
+func (UnimplementedAdminServiceServer) ImportLogin(context.Context, *ImportLoginRequest) (*ImportLoginResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ImportLogin not implemented")
+}
+func (UnimplementedAdminServiceServer) ListLogins(context.Context, *ListLoginsRequest) (*ListLoginsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListLogins not implemented")
+}
+func (UnimplementedAdminServiceServer) GetLogin(context.Context, *GetLoginRequest) (*GetLoginResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLogin not implemented")
+}
+func (UnimplementedAdminServiceServer) RemoveLogin(context.Context, *RemoveLoginRequest) (*RemoveLoginResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveLogin not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -368,6 +450,78 @@ func _AdminService_ListQuotas_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ImportLogin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ImportLoginRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ImportLogin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ImportLogin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ImportLogin(ctx, req.(*ImportLoginRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListLogins_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListLoginsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListLogins(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListLogins_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListLogins(ctx, req.(*ListLoginsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetLogin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLoginRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetLogin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetLogin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetLogin(ctx, req.(*GetLoginRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RemoveLogin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveLoginRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RemoveLogin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RemoveLogin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RemoveLogin(ctx, req.(*RemoveLoginRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -402,6 +556,22 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListQuotas",
 			Handler:    _AdminService_ListQuotas_Handler,
+		},
+		{
+			MethodName: "ImportLogin",
+			Handler:    _AdminService_ImportLogin_Handler,
+		},
+		{
+			MethodName: "ListLogins",
+			Handler:    _AdminService_ListLogins_Handler,
+		},
+		{
+			MethodName: "GetLogin",
+			Handler:    _AdminService_GetLogin_Handler,
+		},
+		{
+			MethodName: "RemoveLogin",
+			Handler:    _AdminService_RemoveLogin_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -40,6 +40,10 @@ const (
 //	                PolicyPush.paused_until_unix_ms, adaptive on by
 //	                default); plan quotas (ConnectRequest.rate_limits,
 //	                AdminService.ListQuotas).
+//	5 (2026-12-01): CredentialService (GetToken, ServedAccounts): the
+//	                credential broker hands data planes access tokens;
+//	                AdminService ImportLogin, ListLogins, GetLogin,
+//	                RemoveLogin.
 type CapabilityVersion int32
 
 const (
@@ -51,8 +55,10 @@ const (
 	// CAPABILITY_VERSION_HANDOVER: ReportGrants.
 	CapabilityVersion_CAPABILITY_VERSION_HANDOVER CapabilityVersion = 3
 	// CAPABILITY_VERSION_LIMITS: the learned throttle's pause and plan
-	// quotas. The current version.
+	// quotas.
 	CapabilityVersion_CAPABILITY_VERSION_LIMITS CapabilityVersion = 4
+	// CAPABILITY_VERSION_BROKER: CredentialService. The current version.
+	CapabilityVersion_CAPABILITY_VERSION_BROKER CapabilityVersion = 5
 )
 
 // Enum value maps for CapabilityVersion.
@@ -63,6 +69,7 @@ var (
 		2: "CAPABILITY_VERSION_AGENTS",
 		3: "CAPABILITY_VERSION_HANDOVER",
 		4: "CAPABILITY_VERSION_LIMITS",
+		5: "CAPABILITY_VERSION_BROKER",
 	}
 	CapabilityVersion_value = map[string]int32{
 		"CAPABILITY_VERSION_UNSPECIFIED": 0,
@@ -70,6 +77,7 @@ var (
 		"CAPABILITY_VERSION_AGENTS":      2,
 		"CAPABILITY_VERSION_HANDOVER":    3,
 		"CAPABILITY_VERSION_LIMITS":      4,
+		"CAPABILITY_VERSION_BROKER":      5,
 	}
 )
 
@@ -984,13 +992,14 @@ const file_clodex_controlplane_v1_agent_proto_rawDesc = "" +
 	"\x14paused_until_unix_ms\x18\f \x01(\x03R\x11pausedUntilUnixMs\"$\n" +
 	"\n" +
 	"AgentClose\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*\xb8\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason*\xd7\x01\n" +
 	"\x11CapabilityVersion\x12\"\n" +
 	"\x1eCAPABILITY_VERSION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cCAPABILITY_VERSION_ADMISSION\x10\x01\x12\x1d\n" +
 	"\x19CAPABILITY_VERSION_AGENTS\x10\x02\x12\x1f\n" +
 	"\x1bCAPABILITY_VERSION_HANDOVER\x10\x03\x12\x1d\n" +
-	"\x19CAPABILITY_VERSION_LIMITS\x10\x042n\n" +
+	"\x19CAPABILITY_VERSION_LIMITS\x10\x04\x12\x1d\n" +
+	"\x19CAPABILITY_VERSION_BROKER\x10\x052n\n" +
 	"\fAgentService\x12^\n" +
 	"\aConnect\x12&.clodex.controlplane.v1.ConnectRequest\x1a'.clodex.controlplane.v1.ConnectResponse(\x010\x01BMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
 

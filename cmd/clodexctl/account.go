@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/clodex/clodex/dataplane/credentials"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+const accountUsage = "account import --codex-auth FILE | login [--issuer URL] | list | show ACCOUNT | remove ACCOUNT"
+
+var accountCmd = &command{
+	name:  "account",
+	usage: accountUsage,
+	short: "manage the sign-ins the control plane's credential broker holds (ACCOUNT or --key KEY)",
+	run:   runAccount,
+}
+
+type accountArgs struct {
+	codexAuth     string
+	issuer        string
+	tokenEndpoint string
+	target        target
+}
+
+// loginView is a sign-in as clodexctl prints it; scripts rely on the JSON
+// keys. Times are RFC 3339 in UTC, empty when unknown.
+type loginView struct {
+	Key        string `json:"key"`
+	AccountID  string `json:"account_id"`
+	State      string `json:"state"` // ok or needs-login
+	NeedsLogin string `json:"needs_login,omitempty"`
+	ExpiresAt  string `json:"expires_at,omitempty"`
+	Refreshed  string `json:"refreshed_at,omitempty"`
+	Refreshes  int64  `json:"refreshes"`
+}
+
+func loginViewOf(l *controlplanev1.Login) loginView {
+	v := loginView{Key: l.GetKey(), AccountID: l.GetAccountId(), State: "ok", NeedsLogin: l.GetNeedsLogin(), Refreshes: l.GetRefreshes()}
+	if v.NeedsLogin != "" {
+		v.State = "needs-login"
+	}
+	if ms := l.GetExpiresAtUnixMs(); ms != 0 {
+		v.ExpiresAt = rfc3339(ms)
+	}
+	if ms := l.GetRefreshedAtUnixMs(); ms != 0 {
+		v.Refreshed = rfc3339(ms)
+	}
+	return v
+}
+
+func runAccount(ctx context.Context, e *env, args []string) error {
+	var a accountArgs
+	fs := e.flagSet("account")
+	fs.StringVar(&a.codexAuth, "codex-auth", "", "import: the Codex auth.json `file` to import")
+	fs.StringVar(&a.issuer, "issuer", credentials.DefaultIssuer, "login: the identity provider's `URL`")
+	fs.StringVar(&a.tokenEndpoint, "token-endpoint", "", "login: the OAuth token `URL` (default ISSUER/oauth/token)")
+	a.target.register(fs)
+	pos, err := parseArgs(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return usagef("usage: clodexctl %s", accountUsage)
+	}
+	if err != nil {
+		return err
+	}
+	if err := e.checkOutput(); err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usagef("missing subcommand; usage: clodexctl %s", accountUsage)
+	}
+	sub, pos := pos[0], pos[1:]
+	switch sub {
+	case "import":
+		if a.codexAuth == "" {
+			return usagef("account import needs --codex-auth FILE (a Codex auth.json, e.g. ~/.codex/auth.json)")
+		}
+		if len(pos) > 0 {
+			return usagef("unexpected argument %q; account import takes only --codex-auth FILE", pos[0])
+		}
+		return e.accountImport(ctx, a.codexAuth)
+	case "login":
+		if len(pos) > 0 {
+			return usagef("unexpected argument %q; account login takes only --issuer URL", pos[0])
+		}
+		return e.accountLogin(ctx, a.issuer, a.tokenEndpoint)
+	case "list":
+		if len(pos) > 0 {
+			return usagef("unexpected argument %q; account list takes no arguments", pos[0])
+		}
+		return e.accountList(ctx)
+	case "show", "remove":
+		label, key, rest, err := a.target.resolve(pos)
+		if err != nil {
+			return err
+		}
+		if len(rest) > 0 {
+			return usagef("unexpected argument %q; account %s takes one ACCOUNT or --key KEY", rest[0], sub)
+		}
+		if sub == "show" {
+			return e.accountShow(ctx, label, key)
+		}
+		return e.accountRemove(ctx, label, key)
+	}
+	return usagef("unknown account subcommand %q; allowed: import, login, list, show, remove", sub)
+}
+
+// accountImport sends the tokens of a Codex auth.json to the broker.
+func (e *env) accountImport(ctx context.Context, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read --codex-auth: %w", err)
+	}
+	f, err := credentials.ParseAuthFile(path, data)
+	if err != nil {
+		return err
+	}
+	if f.Tokens.RefreshToken == "" {
+		return fmt.Errorf("codex auth file %s: tokens.refresh_token is missing or empty; the broker must be able to refresh the sign-in (run `codex login` again)", path)
+	}
+	return e.importLogin(ctx, &controlplanev1.ImportLoginRequest{
+		AccessToken:  f.Tokens.AccessToken.Reveal(),
+		RefreshToken: f.Tokens.RefreshToken.Reveal(),
+		IdToken:      f.Tokens.IDToken.Reveal(),
+		AccountId:    f.Tokens.AccountID,
+	}, "imported from "+path)
+}
+
+// accountLogin runs the device-code login against issuer here, then hands
+// the tokens to the broker: the control plane never needs to reach the
+// operator's browser.
+func (e *env) accountLogin(ctx context.Context, issuer, tokenEndpoint string) error {
+	if tokenEndpoint == "" {
+		tokenEndpoint = strings.TrimRight(issuer, "/") + "/oauth/token"
+	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	dc, err := credentials.StartDeviceLogin(ctx, hc, issuer, credentials.DefaultClientID, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "To sign in, open %s and enter the code %s (it expires at %s).\nWaiting for the sign-in...\n",
+		dc.VerificationURL, dc.UserCode, dc.ExpiresAt.UTC().Format(time.RFC3339))
+	lctx, cancel := context.WithDeadline(ctx, dc.ExpiresAt)
+	defer cancel()
+	tr, err := credentials.PollDeviceLogin(lctx, hc, dc, tokenEndpoint, credentials.DefaultClientID, sleepCtx)
+	if err != nil {
+		return err
+	}
+	return e.importLogin(ctx, &controlplanev1.ImportLoginRequest{
+		AccessToken:  tr.AccessToken.Reveal(),
+		RefreshToken: tr.RefreshToken.Reveal(),
+		IdToken:      tr.IDToken.Reveal(),
+	}, "signed in at "+issuer)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (e *env) importLogin(ctx context.Context, req *controlplanev1.ImportLoginRequest, what string) error {
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	resp, err := c.admin.ImportLogin(cctx, req)
+	if err != nil {
+		return c.loginError(err, "", "")
+	}
+	v := loginViewOf(resp.GetLogin())
+	if e.g.output == "json" {
+		return writeJSON(e.stdout, v)
+	}
+	fmt.Fprintf(e.stdout, "account %s (key %s) %s; the control plane now refreshes it\n", v.AccountID, v.Key, what)
+	return nil
+}
+
+func (e *env) accountList(ctx context.Context) error {
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	resp, err := c.admin.ListLogins(cctx, &controlplanev1.ListLoginsRequest{})
+	if err != nil {
+		return c.loginError(err, "", "")
+	}
+	views := make([]loginView, 0, len(resp.GetLogins()))
+	for _, l := range resp.GetLogins() {
+		views = append(views, loginViewOf(l))
+	}
+	if e.g.output == "json" {
+		return writeJSON(e.stdout, views)
+	}
+	return writeLogins(e.stdout, views)
+}
+
+func (e *env) accountShow(ctx context.Context, label, key string) error {
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	resp, err := c.admin.GetLogin(cctx, &controlplanev1.GetLoginRequest{Key: key})
+	if err != nil {
+		return c.loginError(err, label, key)
+	}
+	v := loginViewOf(resp.GetLogin())
+	if e.g.output == "json" {
+		return writeJSON(e.stdout, v)
+	}
+	return writeLogins(e.stdout, []loginView{v})
+}
+
+func (e *env) accountRemove(ctx context.Context, label, key string) error {
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	if _, err := c.admin.RemoveLogin(cctx, &controlplanev1.RemoveLoginRequest{Key: key}); err != nil {
+		return c.loginError(err, label, key)
+	}
+	if e.g.output == "json" {
+		return writeJSON(e.stdout, map[string]string{"key": key, "removed": "true"})
+	}
+	fmt.Fprintf(e.stdout, "removed the sign-in of %s (key %s)\n", label, key)
+	return nil
+}
+
+// loginError turns a broker RPC failure into one line.
+func (c *client) loginError(err error, label, key string) error {
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.NotFound:
+		return fmt.Errorf("the control plane holds no sign-in for %s (key %s); clodexctl account list shows the ones it holds", label, key)
+	case codes.FailedPrecondition:
+		return errors.New(st.Message())
+	}
+	return c.rpcError(err, label, key)
+}
+
+// writeLogins prints sign-ins as a table, one per row.
+func writeLogins(w io.Writer, vs []loginView) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tACCOUNT ID\tSTATE\tEXPIRES\tREFRESHED\tREFRESHES")
+	for _, v := range vs {
+		state := v.State
+		if v.NeedsLogin != "" {
+			state += " (" + v.NeedsLogin + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", v.Key, dash(v.AccountID), state, dash(v.ExpiresAt), dash(v.Refreshed), v.Refreshes)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, v := range vs {
+		if v.NeedsLogin != "" {
+			fmt.Fprintln(w, "\nAn account in state needs-login can no longer be refreshed: run `clodexctl account login` (or `clodexctl account import --codex-auth FILE`) for it.")
+			break
+		}
+	}
+	return nil
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/clodex/clodex/controlplane/controlplanetest"
+	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/codexsim/simauth"
+)
+
+// account login runs the device-code flow against the emulator's issuer
+// and hands the sign-in to the broker; import, list, show and remove
+// manage it by ChatGPT account id or key. No token is ever printed.
+func TestAccountCommands(t *testing.T) {
+	a, err := simauth.New(simauth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idp := httptest.NewServer(a.Handler())
+	t.Cleanup(idp.Close)
+	srv := controlplanetest.Start(t, &controlplanetest.Options{Broker: true, TokenEndpoint: idp.URL + "/oauth/token"})
+
+	out, errOut, err := ctl(t, srv, "account", "login", "--issuer", idp.URL)
+	if err != nil || !strings.Contains(out, "account acct-sim (key "+account.Key("acct-sim")+") signed in") ||
+		!strings.Contains(errOut, idp.URL+"/codex/device") {
+		t.Fatalf("account login = %v\nstdout %s\nstderr %s", err, out, errOut)
+	}
+	auth := filepath.Join(t.TempDir(), "auth.json")
+	if err := a.WriteAuthFile(auth, "acct-b"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := ctl(t, srv, "account", "import", "--codex-auth", auth); err != nil || !strings.Contains(out, "acct-b") {
+		t.Fatalf("account import = %v\n%s", err, out)
+	}
+	out, _, err = ctl(t, srv, "account", "list", "-o", "json")
+	var views []loginView
+	if err != nil || json.Unmarshal([]byte(out), &views) != nil || len(views) != 2 {
+		t.Fatalf("account list = %v\n%s", err, out)
+	}
+	for _, v := range views {
+		if v.State != "ok" || v.ExpiresAt == "" || (v.AccountID != "acct-sim" && v.AccountID != "acct-b") || v.Key != account.Key(v.AccountID) {
+			t.Errorf("account list row %+v; want state ok, an expiry, account acct-sim or acct-b", v)
+		}
+	}
+	if out, _, err := ctl(t, srv, "account", "show", "--key", account.Key("acct-b")); err != nil || !strings.Contains(out, "acct-b") {
+		t.Errorf("account show --key = %v\n%s", err, out)
+	}
+	if _, _, err := ctl(t, srv, "account", "remove", "acct-b"); err != nil {
+		t.Errorf("account remove: %v", err)
+	}
+	if _, _, err := ctl(t, srv, "account", "show", "acct-b"); err == nil || !strings.Contains(err.Error(), "holds no sign-in for acct-b") {
+		t.Errorf("account show after remove = %v; want an error saying it holds no sign-in", err)
+	}
+	if _, _, err := ctl(t, srv, "account", "import"); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "--codex-auth FILE") {
+		t.Errorf("account import without --codex-auth = %v; want a usage error naming --codex-auth FILE", err)
+	}
+
+	plain := startServer(t)
+	if _, _, err := ctl(t, plain, "account", "list"); err == nil || !strings.Contains(err.Error(), "--credential-key-file") {
+		t.Errorf("account list without a broker = %v; want an error naming --credential-key-file", err)
+	}
+}
