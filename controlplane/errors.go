@@ -32,11 +32,16 @@ func (s *Server) toStatus(ctx context.Context, op string, err error) error {
 	}
 	var inv *invalidError
 	var rng *pacing.RangeError
+	var wr *store.WriteError
 	switch {
 	case errors.As(err, &inv), errors.As(err, &rng):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, store.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.As(err, &wr):
+		// The operator must fix the data dir; the client learns why.
+		s.log.LogAttrs(ctx, slog.LevelError, "rpc failed: the store cannot write", slog.String("method", op), slog.String("err", err.Error()))
+		return status.Errorf(codes.FailedPrecondition, "%s: policy not saved: %v", op, wr)
 	case errors.Is(err, store.ErrUnavailable):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,6 +85,9 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		}
 	}
 	if cfg.CheckConfig {
+		if err := checkStart(ctx, cfg, lookupEnv); err != nil {
+			return fmt.Errorf("check config: %w", err)
+		}
 		fmt.Fprintln(stdout, "configuration ok")
 		return nil
 	}
@@ -199,7 +204,7 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheus.Registerer) (st store.Store, now func() time.Time, closeStore func(), err error) {
 	if cfg.Redis == "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-			return nil, nil, nil, fmt.Errorf("create data dir: %w", err)
+			return nil, nil, nil, fmt.Errorf("create data dir: %w", &store.WriteError{Dir: cfg.DataDir, Err: err})
 		}
 		m, err := store.Open(store.Options{Dir: cfg.DataDir, Defaults: &cfg.Defaults, ColdStart: cfg.ColdStart})
 		if err != nil {
@@ -229,6 +234,68 @@ func openBroker(cfg *config, st store.Store, key broker.Key, log *slog.Logger, r
 		logins = f
 	}
 	return broker.New(broker.Options{Logins: logins, Key: key, TokenEndpoint: cfg.TokenEndpoint, Logger: log, Registerer: reg})
+}
+
+// checkStart makes the checks a start makes beyond the flags, the token
+// files and the TLS files (checked before it): the store (the data dir is
+// writable and its policy.json valid, or Redis answers) and the telemetry
+// environment. It binds no listener (a running instance may hold them)
+// and creates nothing but the data dir's short-lived write-check file
+// (and, with the credential broker, its leases directory).
+func checkStart(ctx context.Context, cfg *config, lookupEnv func(string) (string, bool)) error {
+	var errs []error
+	if cfg.Redis != "" {
+		if err := store.CheckRedis(ctx, cfg.Redis, cfg.RedisTimeout); err != nil {
+			errs = append(errs, err)
+		}
+	} else if err := checkDataDir(cfg); err != nil {
+		errs = append(errs, err)
+	}
+	shutdown, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "clodex-controlplane", Version: version, LookupEnv: lookupEnv})
+	if err != nil {
+		errs = append(errs, err)
+	} else {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = shutdown(sctx) // nothing was traced
+	}
+	return joinLine(errs)
+}
+
+// checkDataDir opens the memory store on the data dir as a start does
+// (reading and validating policy.json, proving the dir writable); a data
+// dir that does not exist yet must be creatable: its nearest existing
+// ancestor must be a writable directory.
+func checkDataDir(cfg *config) error {
+	dir := filepath.Clean(cfg.DataDir)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		parent := dir
+		for {
+			next := filepath.Dir(parent)
+			if next == parent {
+				break
+			}
+			parent = next
+			if _, err := os.Stat(parent); err == nil {
+				break
+			}
+		}
+		if err := store.CheckDir(parent); err != nil {
+			return fmt.Errorf("data dir %s does not exist and cannot be created: %w", dir, err)
+		}
+		return nil
+	}
+	if _, err := store.Open(store.Options{Dir: dir, Defaults: &cfg.Defaults, ColdStart: cfg.ColdStart}); err != nil {
+		return err
+	}
+	if cfg.CredentialKeyFile != "" {
+		// The broker's logins.json, read and validated as a start does
+		// (which creates its leases directory, as a start would).
+		if _, err := store.OpenLogins(dir); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func instanceID() string {

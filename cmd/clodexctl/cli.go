@@ -318,6 +318,8 @@ func (c *client) rpcError(err error, label, key string) error {
 		return fmt.Errorf("the control plane at %s denied the call (PermissionDenied): the token is not the admin token", c.addr)
 	case codes.Unavailable:
 		return fmt.Errorf("the control plane at %s is unavailable: %s", c.addr, st.Message())
+	case codes.FailedPrecondition:
+		return fmt.Errorf("the control plane at %s could not do it: %s", c.addr, st.Message())
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("no answer from the control plane at %s in time (--timeout)", c.addr)
 	}

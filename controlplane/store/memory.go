@@ -77,6 +77,7 @@ type Options struct {
 type Memory struct {
 	defaults   pacing.Policy
 	file       string // "" when not persisted
+	dir        string // the data directory holding file
 	now        func() time.Time
 	sweepEvery time.Duration
 	sweepIdle  time.Duration
@@ -144,8 +145,11 @@ func Open(opts Options) (*Memory, error) {
 	if opts.Dir == "" {
 		return m, nil
 	}
+	if err := CheckDir(opts.Dir); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
 	now := m.now
-	m.file = policyPath(opts.Dir)
+	m.dir, m.file = opts.Dir, policyPath(opts.Dir)
 	f, err := loadPolicyFile(m.file)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
@@ -347,7 +351,7 @@ func (m *Memory) updateStored(_ context.Context, key string, now time.Time, upda
 			} else {
 				delete(m.policies, key)
 			}
-			return Account{}, fmt.Errorf("update policy: %w", err)
+			return Account{}, fmt.Errorf("update policy: %w", &WriteError{Dir: m.dir, Err: err})
 		}
 	}
 	m.version = version

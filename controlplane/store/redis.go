@@ -291,6 +291,27 @@ func redact(raw string) string {
 	return u.String()
 }
 
+// CheckRedis proves the Redis at rawURL answers a PING within
+// max(timeout, 1s) with the URL's credentials, as OpenRedis's first contact
+// does; unlike OpenRedis, an unreachable Redis is an error. It keeps no
+// connection.
+func CheckRedis(ctx context.Context, rawURL string, timeout time.Duration) error {
+	client, addr, err := newRedisClient(rawURL, timeout)
+	if err != nil {
+		return fmt.Errorf("check redis: %w", err)
+	}
+	defer func() { _ = client.Close() }()
+	cctx, cancel := context.WithTimeout(ctx, max(timeout, time.Second))
+	defer cancel()
+	if err := client.Ping(cctx).Err(); err != nil {
+		if isAuthError(err) {
+			return fmt.Errorf("check redis %s: credentials refused: %w", addr, err)
+		}
+		return fmt.Errorf("check redis %s: unreachable (a replica would start degraded, admitting from its share): %w", addr, err)
+	}
+	return nil
+}
+
 func isAuthError(err error) bool {
 	msg := err.Error()
 	return strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") || strings.Contains(msg, "invalid password")
