@@ -51,6 +51,19 @@ const (
 	DefaultListenAddr   = "127.0.0.1:17645"
 	DefaultPingInterval = 20 * time.Second
 	DefaultMaxBodyBytes = 50 << 20
+
+	// DefaultBodyGrace, DefaultBodyMinRate and DefaultBodyIdle bound how
+	// slowly a request body may arrive: after the grace period the body
+	// must have averaged the minimum rate since its first byte was
+	// awaited, and no gap between two reads may exceed the idle time.
+	DefaultBodyGrace   = 10 * time.Second
+	DefaultBodyMinRate = 1 << 10 // bytes per second
+	DefaultBodyIdle    = 30 * time.Second
+
+	// MaxHeaderBytes is the API listener's limit on a request's header
+	// block (its http.Server.MaxHeaderBytes); Server.Listener answers a
+	// larger one with an Anthropic error body.
+	MaxHeaderBytes = 1 << 20
 )
 
 // Config configures a Server. New copies it and never modifies the
@@ -114,6 +127,15 @@ type Config struct {
 	// MaxBodyBytes limits request bodies, before and after decoding
 	// (Optional; default 50 MiB).
 	MaxBodyBytes int64
+	// BodyGrace, BodyMinRate and BodyIdle bound how slowly a request body
+	// may arrive (Optional; defaults DefaultBodyGrace, DefaultBodyMinRate
+	// bytes per second, DefaultBodyIdle): a body that has not averaged
+	// BodyMinRate once BodyGrace has passed, or that pauses longer than
+	// BodyIdle, is cut and answered 408. They take effect where the
+	// connection supports read deadlines (http.ResponseController).
+	BodyGrace   time.Duration
+	BodyMinRate int64
+	BodyIdle    time.Duration
 	// Logger receives one line per request (Optional; default discards).
 	Logger *slog.Logger
 	// Registry receives the gateway's metrics (Optional; default a new
@@ -179,6 +201,24 @@ func (c *Config) validate() error {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	case c.MaxBodyBytes < 0:
 		errs = append(errs, fmt.Errorf("field MaxBodyBytes is %d; want a positive size", c.MaxBodyBytes))
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{{"BodyGrace", &c.BodyGrace, DefaultBodyGrace}, {"BodyIdle", &c.BodyIdle, DefaultBodyIdle}} {
+		switch {
+		case *d.v == 0:
+			*d.v = d.def
+		case *d.v < 0:
+			errs = append(errs, fmt.Errorf("field %s is %v; want a positive duration", d.name, *d.v))
+		}
+	}
+	switch {
+	case c.BodyMinRate == 0:
+		c.BodyMinRate = DefaultBodyMinRate
+	case c.BodyMinRate < 0:
+		errs = append(errs, fmt.Errorf("field BodyMinRate is %d; want a positive number of bytes per second", c.BodyMinRate))
 	}
 	if c.Models == nil {
 		c.Models = translate.DefaultModels()

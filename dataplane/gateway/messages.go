@@ -29,7 +29,7 @@ const (
 )
 
 func (s *Server) serveMessages(w *record, r *http.Request) {
-	body, herr := s.readBody(r)
+	body, herr := s.readBody(w, r)
 	if herr != nil {
 		w.err = herr
 		writeError(w, herr.status, herr.typ, herr.message)

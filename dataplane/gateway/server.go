@@ -19,6 +19,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -351,8 +352,9 @@ type httpError struct {
 func (e *httpError) Error() string { return e.message }
 
 // readBody checks the content type, size and encoding of a POST body and
-// returns it decoded.
-func (s *Server) readBody(r *http.Request) ([]byte, *httpError) {
+// returns it decoded. The body must arrive at the configured minimum rate
+// (see Config.BodyMinRate); a slower one is cut and answered 408.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *httpError) {
 	ct := r.Header.Get("Content-Type")
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
 		return nil, &httpError{http.StatusUnsupportedMediaType, "invalid_request_error",
@@ -364,10 +366,21 @@ func (s *Server) readBody(r *http.Request) ([]byte, *httpError) {
 	if r.ContentLength > limit {
 		return nil, tooLarge
 	}
-	body, err := readBodyLimited(r.Body, r.ContentLength, limit)
+	sb := &slowBody{r: r.Body, rc: http.NewResponseController(w), start: time.Now(),
+		grace: s.cfg.BodyGrace, rate: s.cfg.BodyMinRate, idle: s.cfg.BodyIdle}
+	body, err := readBodyLimited(sb, r.ContentLength, limit)
+	sb.done()
 	if err != nil {
 		if errors.Is(err, errTooLarge) {
 			return nil, tooLarge
+		}
+		if sb.cut {
+			// The connection cannot carry another request: the rest of
+			// the body is still on its way.
+			w.Header().Set("Connection", "close")
+			return nil, &httpError{http.StatusRequestTimeout, "invalid_request_error",
+				fmt.Sprintf("Request body arrived too slowly (%d bytes in %s); send it at %d bytes/s or more after the first %s, with no pause over %s",
+					sb.n, time.Since(sb.start).Round(time.Millisecond), s.cfg.BodyMinRate, s.cfg.BodyGrace, s.cfg.BodyIdle)}
 		}
 		return nil, &httpError{http.StatusBadRequest, "invalid_request_error", "Could not read the request body"}
 	}
@@ -394,6 +407,53 @@ func (s *Server) readBody(r *http.Request) ([]byte, *httpError) {
 		}
 	}
 	return body, nil
+}
+
+// slowBody reads a request body under a read deadline that it moves
+// before each read: at most idle from now, and no later than the time by
+// which the body must have averaged rate bytes per second after grace.
+// A trickled body (one byte every 2 s) is cut once grace has passed.
+type slowBody struct {
+	r     io.Reader
+	rc    *http.ResponseController
+	start time.Time
+	grace time.Duration
+	rate  int64
+	idle  time.Duration
+
+	n        int64 // bytes read so far
+	cut      bool  // a read failed at the deadline
+	deadline bool  // a deadline was set (and must be cleared)
+}
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	now := time.Now()
+	dl := now.Add(b.idle)
+	if byRate := b.start.Add(b.grace + time.Duration(float64(b.n)/float64(b.rate)*float64(time.Second))); byRate.Before(dl) {
+		dl = byRate
+	}
+	if b.rc.SetReadDeadline(dl) == nil {
+		b.deadline = true
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if err != nil && b.deadline && (errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(dl)) {
+		b.cut = true
+	}
+	return n, err
+}
+
+// done clears the deadline, so that it does not end the connection's
+// later reads (net/http's watch for a client that goes away, the next
+// request). After a cut it leaves the deadline passed: net/http would
+// otherwise wait for the rest of the trickle before closing.
+func (b *slowBody) done() {
+	switch {
+	case b.cut:
+		_ = b.rc.SetReadDeadline(time.Unix(1, 0)) // fails only on a connection that is gone
+	case b.deadline:
+		_ = b.rc.SetReadDeadline(time.Time{}) // as above
+	}
 }
 
 var (
@@ -448,7 +508,7 @@ func decode(coding string, body []byte, limit int64) ([]byte, error) {
 }
 
 func (s *Server) serveCountTokens(w *record, r *http.Request) {
-	body, herr := s.readBody(r)
+	body, herr := s.readBody(w, r)
 	if herr != nil {
 		w.err = herr
 		writeError(w, herr.status, herr.typ, herr.message)
@@ -536,7 +596,14 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 
 // writeError answers with Anthropic's error body.
 func writeError(w http.ResponseWriter, status int, typ, message string) {
-	body, _ := json.Marshal(struct {
+	var body bytes.Buffer
+	writeErrorBody(&body, typ, message)
+	writeJSON(w, status, body.Bytes())
+}
+
+// writeErrorBody writes Anthropic's error body to buf.
+func writeErrorBody(buf *bytes.Buffer, typ, message string) {
+	b, _ := json.Marshal(struct {
 		Type  string `json:"type"`
 		Error struct {
 			Type    string `json:"type"`
@@ -546,7 +613,7 @@ func writeError(w http.ResponseWriter, status int, typ, message string) {
 		Type    string `json:"type"`
 		Message string `json:"message"`
 	}{typ, message}})
-	writeJSON(w, status, body)
+	buf.Write(b)
 }
 
 // newID returns prefix + 24 hex digits. The ids only need to be unique

@@ -54,6 +54,17 @@ func TestDecodeRefusesWhatUpstreamRejects(t *testing.T) {
 			"messages[0].content[0].source.content[0].type", "in a document's content source; allowed there: text, image"},
 		{"document title not a string", user(`{"type":"document","title":5,"source":` + pdf + `}`), "messages[0].content[0].title", "must be a string"},
 		{"search result without text content", user(`{"type":"search_result","source":"s","title":"t","content":[{"type":"image"}]}`), "messages[0].content[0].content[0].type", "allowed: text"},
+		{"image base64 with bits after the end", user(`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AB=="}}`), "messages[0].content[0].source.data", "not valid base64"},
+		{"image base64 with bits after the end (one pad)", user(`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAB="}}`), "messages[0].content[0].source.data", "not valid base64"},
+		{"PDF with bad base64", user(`{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBE*i0x"}}`), "messages[0].content[0].source.data", "not valid base64"},
+		{"invalid UTF-8 in a text", head + "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"caf\xe9\"}]}]}", "messages[0].content[0].text", "is not valid UTF-8 (byte 0xe9 at offset 109 of the body"},
+		{"invalid UTF-8 in a tool input", head + "[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"n\",\"input\":{\"p\":[\"\xff\"]}}]}]}",
+			"messages[1].content[0].input.p[0]", "is not valid UTF-8"},
+		{"invalid UTF-8 in a key", `{"model":"m","max_tokens":1,"metadata":{"x` + "\xc0\xaf" + `":1},"messages":[{"role":"user","content":"a"}]}`, "metadata.x\ufffd\ufffd (object key)", "is not valid UTF-8"},
+		{"orphan tool_result", head + `[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"n","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1"},{"type":"tool_result","tool_use_id":"toolu_2"}]}]}`,
+			"messages[2].content[1].tool_use_id", `"toolu_2" matches no tool_use block of the assistant message before it (messages[1])`},
+		{"tool_result answering an older assistant message", head + `[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"n","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1"}]},{"role":"assistant","content":"ok"},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1"}]}]}`,
+			"messages[4].content[0].tool_use_id", "(messages[3])"},
 		{"search result without title", user(`{"type":"search_result","source":"s","content":[]}`), "messages[0].content[0].title", "field required"},
 	}
 	for _, tt := range tests {
@@ -76,9 +87,13 @@ func TestDecodeRefusesWhatUpstreamRejects(t *testing.T) {
 
 func TestDecodeAcceptsEdgeCases(t *testing.T) {
 	for name, body := range map[string]string{
-		"final assistant message may be empty":  `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":[]}]}`,
-		"empty strings are left to the backend": `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":""}]}`,
-		"padded base64":                         `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/gif","data":"R0lGOA=="}}]}]}`,
+		"final assistant message may be empty":                `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":[]}]}`,
+		"a history that starts with tool results (compacted)": `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_gone","content":"x"}]},{"role":"user","content":"go on"}]}`,
+		"tool_result after a system message":                  `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1__ts__9","name":"n","input":{}}]},{"role":"system","content":"note"},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1"}]}]}`,
+		"escaped non-UTF-8 is fine":                           `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude00 é"}]}`,
+		"base64 of every padding":                             `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"QQ=="}},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"QUI="}},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"QUJD"}}]}]}`,
+		"empty strings are left to the backend":               `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":""}]}`,
+		"padded base64":                                       `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/gif","data":"R0lGOA=="}}]}]}`,
 	} {
 		if _, err := DecodeRequest([]byte(body)); err != nil {
 			t.Errorf("%s: DecodeRequest = %v, want accepted", name, err)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 var errTrailingData = errors.New("unexpected data after the JSON value")
@@ -188,6 +189,12 @@ func decodeRequest(body []byte, needMaxTokens bool) (*MessagesRequest, error) {
 		return nil, reqErr("", "Invalid JSON body: the request body is not valid JSON")
 	}
 	defer d.release()
+	if !utf8.Valid(body) {
+		// encoding/json would turn the bytes into U+FFFD silently; the
+		// client would get an answer to a text it did not send.
+		off := invalidUTF8At(body)
+		return nil, reqErr(d.pathAt(off), "is not valid UTF-8 (byte 0x%02x at offset %d of the body); send UTF-8 text, escaping other characters as \\uXXXX", body[off], off)
+	}
 	w := d.wire()
 	r := &MessagesRequest{}
 	var err error
@@ -451,7 +458,65 @@ func (d *jsonDoc) decodeMessages(msgs int) ([]message, error) {
 		}
 		out = append(out, message{role: role, content: content})
 	}
+	if err := checkToolResults(out); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// checkToolResults refuses a tool_result whose tool_use_id matches no
+// tool_use of the nearest earlier assistant message, as the Anthropic API
+// does: the upstream would get a function_call_output for a call it never
+// made. A tool_result before any assistant message is accepted: a history
+// cut short (compacted or truncated by the client) may begin in the middle
+// of a tool loop, and there is nothing left to check it against.
+func checkToolResults(msgs []message) error {
+	prev := -1 // index of the nearest earlier assistant message
+	for i, m := range msgs {
+		if m.role == "assistant" {
+			prev = i
+			continue
+		}
+		if prev < 0 {
+			continue
+		}
+		for j, b := range m.content {
+			if b.typ != "tool_result" || hasToolUse(msgs[prev].content, b.toolUseID) {
+				continue
+			}
+			return reqErr(indexField(indexField("messages", i)+".content", j)+".tool_use_id",
+				"%q matches no tool_use block of the assistant message before it (messages[%d]); each tool_result must answer a tool_use of that message",
+				bounded(b.toolUseID), prev)
+		}
+	}
+	return nil
+}
+
+func hasToolUse(blocks []block, id string) bool {
+	id = stripCallIDSuffix(id)
+	for _, b := range blocks {
+		if b.typ == "tool_use" && stripCallIDSuffix(b.id) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// invalidUTF8At is the offset of the first byte of body that does not
+// start a valid UTF-8 sequence (len(body) when it is valid).
+func invalidUTF8At(body []byte) int {
+	for i := 0; i < len(body); {
+		if body[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(body[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return len(body)
 }
 
 // Where a content block sits decides which types it may have: what the
@@ -644,8 +709,9 @@ func (d *jsonDoc) httpURL(s int, f string, dst *string) error {
 	return nil
 }
 
-// isBase64 reports whether s is standard, padded base64: the check is a
-// scan, nothing is decoded.
+// isBase64 reports whether s is standard, padded base64 that a strict
+// decoder accepts (base64.StdEncoding.Strict: the unused bits before the
+// padding are zero): the check is a scan, nothing is decoded.
 func isBase64(s string) bool {
 	if len(s)%4 != 0 {
 		return false
@@ -659,7 +725,28 @@ func isBase64(s string) bool {
 			return false
 		}
 	}
+	switch {
+	case strings.HasSuffix(s, "=="): // one byte: 4 bits of the 2nd digit unused
+		return b64Value(s[len(s)-3])&0x0f == 0
+	case strings.HasSuffix(s, "="): // two bytes: 2 bits of the 3rd digit unused
+		return b64Value(s[len(s)-2])&0x03 == 0
+	}
 	return true
+}
+
+// b64Value is the 6-bit value of a standard base64 digit.
+func b64Value(c byte) byte {
+	switch {
+	case c >= 'A' && c <= 'Z':
+		return c - 'A'
+	case c >= 'a' && c <= 'z':
+		return c - 'a' + 26
+	case c >= '0' && c <= '9':
+		return c - '0' + 52
+	case c == '+':
+		return 62
+	}
+	return 63
 }
 
 // decodeDocument decodes a document block: a base64 PDF, a PDF URL, plain

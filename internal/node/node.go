@@ -282,10 +282,12 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	if err != nil {
 		return nil, fmt.Errorf("listen on --listen %s: %w", cfg.Listen, err)
 	}
+	ln = n.gw.Listener(ln)
 	n.listeners = append(n.listeners, ln)
 	n.servers = append(n.servers, &http.Server{
 		Handler:           n.gw.Handler(),
 		ReadHeaderTimeout: 30 * time.Second,
+		MaxHeaderBytes:    gateway.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	})
 	if cfg.AdminListen != "" {
