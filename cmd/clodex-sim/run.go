@@ -60,6 +60,7 @@ var flagNames = strings.NewReplacer(
 	"MaxFrameBytes", "--max-frame-bytes",
 	"SocketLifetime", "--socket-lifetime",
 	"DeltaInterval", "--delta-interval",
+	"WriteTimeout", "--write-timeout",
 	"RefreshTTL", "--refresh-ttl",
 	"TokenTTL", "--token-ttl",
 	"DeviceAccountID", "--auth-account",
@@ -90,6 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Var(accept, "accept-token", "TOKEN=ACCOUNT_ID: accept this bearer token for the account without signature checks (repeatable)")
 	fs.DurationVar(&cfg.SocketLifetime, "socket-lifetime", codexsim.DefaultSocketLifetime, "socket age after which response.create answers websocket_connection_limit_reached")
 	fs.DurationVar(&cfg.DeltaInterval, "delta-interval", 0, "pause between delta events")
+	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", codexsim.DefaultWriteTimeout, "close a socket whose client has not taken a frame for this long")
 	fs.DurationVar(&cfg.Faults.FirstByteDelay, "first-byte-delay", 0, "fault: pause before the first event of every response")
 	fs.DurationVar(&cfg.Faults.InterEventDelay, "inter-event-delay", 0, "fault: pause between any two events")
 	fs.IntVar(&cfg.Faults.CloseAfterEvents, "close-after-events", 0, "fault: drop a socket (no close frame) after it sent this many events (0 = off)")

@@ -16,6 +16,7 @@ const (
 	DefaultUpgradeWindow  = 60 * time.Second
 	DefaultMaxFrameBytes  = 32 << 20
 	DefaultSocketLifetime = 60 * time.Minute
+	DefaultWriteTimeout   = 30 * time.Second
 	DefaultUsageLimitPlan = "plus"
 )
 
@@ -64,6 +65,11 @@ type Config struct {
 	SocketLifetime time.Duration
 	// DeltaInterval is the pause between two delta events. (Optional) Default 0.
 	DeltaInterval time.Duration
+	// WriteTimeout bounds the write of one frame: a client that does not
+	// read for this long gets its socket closed (the backend does not
+	// buffer without bound for a peer that stopped reading), and the
+	// response writing to it ends. (Optional) Default 30s.
+	WriteTimeout time.Duration
 	// Faults injects failures on demand. (Optional) Default none.
 	Faults Faults
 	// Auth, when set, is the OAuth emulator: its signed tokens are accepted
@@ -151,6 +157,9 @@ func (c *Config) validate() error {
 	if c.DeltaInterval < 0 {
 		errs = append(errs, fmt.Errorf("DeltaInterval %v is invalid; want 0 or a positive duration", c.DeltaInterval))
 	}
+	if c.WriteTimeout < 0 {
+		errs = append(errs, fmt.Errorf("WriteTimeout %v is invalid; want 0 (default %v) or a positive duration", c.WriteTimeout, DefaultWriteTimeout))
+	}
 	errs = append(errs, c.Faults.validate()...)
 	return errors.Join(errs...)
 }
@@ -200,6 +209,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SocketLifetime == 0 {
 		c.SocketLifetime = DefaultSocketLifetime
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
 	}
 	if c.Faults.Upgrade5xxStatus == 0 {
 		c.Faults.Upgrade5xxStatus = 503

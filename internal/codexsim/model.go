@@ -225,7 +225,9 @@ func splitDeltas(s string) []string {
 	var out []string
 	for len(s) > 0 {
 		end := len(s)
-		if i := strings.IndexByte(s[1:], ' '); i >= 0 {
+		// Look for the space only where a piece may end: scanning the
+		// whole rest would make a long text without spaces quadratic.
+		if i := strings.IndexByte(s[1:min(len(s), maxPiece+1)], ' '); i >= 0 {
 			end = i + 1
 		}
 		if end > maxPiece {

@@ -2,6 +2,7 @@ package codexsim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -220,7 +221,18 @@ func (ss *session) sendLocked(ctx context.Context, ev obj) error {
 	}
 	ss.mu.Unlock()
 	ss.record(false, b) // before the write: a client that read it finds it logged
-	if err := ss.conn.Write(ctx, websocket.MessageText, b); err != nil {
+	// A write that makes no progress for WriteTimeout (a client that does
+	// not read) ends: coder/websocket closes the socket when the write's
+	// context ends, readLoop returns and the response stops.
+	wctx, cancel := context.WithTimeout(ctx, cfg.WriteTimeout)
+	err := ss.conn.Write(wctx, websocket.MessageText, b)
+	cancel()
+	if err != nil {
+		if errors.Is(wctx.Err(), context.DeadlineExceeded) { // not ctx: readLoop cancels it once the socket is closed
+			ss.s.count(func(st *Stats) { st.WriteTimeouts++ })
+			ss.s.logger.Info("socket closed: the client read nothing for the write timeout", "socket", ss.id, "write_timeout", cfg.WriteTimeout)
+			_ = ss.conn.CloseNow()
+		}
 		return fmt.Errorf("write event: %w", err)
 	}
 	ss.s.count(func(st *Stats) { st.Events++ })

@@ -21,6 +21,9 @@ type Stats struct {
 	MaxUpgradesPerWindow map[string]int `json:"max_upgrades_per_window"`
 	// OpenSockets is the number of sockets open now.
 	OpenSockets int64 `json:"open_sockets"`
+	// WriteTimeouts counts sockets closed because a frame could not be
+	// written within Config.WriteTimeout (a client that does not read).
+	WriteTimeouts int64 `json:"write_timeouts"`
 	// Responses counts responses started (response.created sent),
 	// prewarms included.
 	Responses int64 `json:"responses"`
