@@ -55,7 +55,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "`address` of the Anthropic API listener (non-loopback needs --api-key-file)")
 	fs.StringVar(&c.UpstreamURL, "upstream-url", upstream.DefaultURL, "Codex Responses WebSocket `URL` (ws:// or wss://)")
-	fs.StringVar(&c.CodexAuth, "codex-auth", "", "Codex CLI auth.json `file` with the ChatGPT sign-in (default $CODEX_HOME/auth.json or ~/.codex/auth.json)")
+	fs.StringVar(&c.CodexAuth, "codex-auth", "", "Codex CLI auth.json `file` with the ChatGPT sign-in (default $CODEX_HOME/auth.json or ~/.codex/auth.json; with --control-plane, none: access tokens come from the control plane's credential broker)")
 	fs.StringVar(&c.TokenEndpoint, "token-endpoint", credentials.DefaultTokenEndpoint, "OAuth token endpoint `URL` used to refresh --codex-auth")
 	fs.StringVar(&c.Refresh, "refresh", "", "refresh --codex-auth before it expires: `auto` or never (default auto; never with --control-plane)")
 	fs.StringVar(&c.AdminListen, "admin-listen", "", "`address` for /metrics and /debug/pprof (default off)")
@@ -100,7 +100,9 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 			c.AllowedOrigins = append(c.AllowedOrigins, o)
 		}
 	}
-	if c.CodexAuth == "" {
+	if c.CodexAuth == "" && c.ControlPlane == "" {
+		// In a fleet, no --codex-auth means tokens from the control
+		// plane's credential broker.
 		c.CodexAuth = defaultCodexAuth(lookupEnv)
 	}
 	if c.Refresh == "" {

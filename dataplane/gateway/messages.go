@@ -163,7 +163,13 @@ func (t *turnRun) run(ctx context.Context) string {
 		t.w.err = fmt.Errorf("get credential: %w", err)
 		if errors.Is(err, credentials.ErrLoginRequired) {
 			t.refreshed = true
-			t.writeUpstreamError(loginRequired())
+			t.writeUpstreamError(loginRequiredFor(err))
+			return outcomeFailed
+		}
+		var unavail *credentials.UnavailableError
+		if errors.As(err, &unavail) {
+			t.writeUpstreamError(&translate.UpstreamError{Status: http.StatusServiceUnavailable, Type: "api_error",
+				Message: unavail.Message, RetryAfter: unavail.RetryAfter})
 			return outcomeFailed
 		}
 		writeError(t.w, http.StatusUnauthorized, "authentication_error", "OAuth credential is unavailable")
@@ -225,7 +231,7 @@ func (t *turnRun) upstreamError(err error) *translate.UpstreamError {
 	var upg *upstream.UpgradeError
 	switch {
 	case errors.As(err, &le):
-		return loginRequired()
+		return loginRequiredFor(le)
 	case errors.As(err, &te):
 		return te.Upstream()
 	case errors.As(err, &down):
@@ -272,8 +278,16 @@ func (t *turnRun) unreachable(cause error) *translate.UpstreamError {
 		Message: fmt.Sprintf("The upstream %s cannot be reached: %s", t.s.cfg.Upstream, why)}
 }
 
-func loginRequired() *translate.UpstreamError {
-	return &translate.UpstreamError{Status: http.StatusUnauthorized, Type: "authentication_error", Message: loginRequiredMessage}
+// loginRequiredFor answers a dead sign-in: the message of a
+// credentials.LoginRequiredError in err (a fleet's operator must log the
+// account in), else the standalone one (run codex login).
+func loginRequiredFor(err error) *translate.UpstreamError {
+	msg := loginRequiredMessage
+	var lr *credentials.LoginRequiredError
+	if errors.As(err, &lr) && lr.Message != "" {
+		msg = lr.Message
+	}
+	return &translate.UpstreamError{Status: http.StatusUnauthorized, Type: "authentication_error", Message: msg}
 }
 
 // loginError marks a dead sign-in (credentials.ErrLoginRequired) or a
@@ -373,6 +387,11 @@ func (t *turnRun) refresh(ctx context.Context, token credentials.Secret) error {
 		}
 		if errors.Is(err, credentials.ErrLoginRequired) {
 			return retry.Final(&loginError{err: fmt.Errorf("refresh rejected credential: %w", err)})
+		}
+		var unavail *credentials.UnavailableError
+		if errors.As(err, &unavail) {
+			return retry.Final(fmt.Errorf("refresh rejected credential: %w", &translate.UpstreamError{
+				Status: http.StatusServiceUnavailable, Type: "api_error", Message: unavail.Message, RetryAfter: unavail.RetryAfter}))
 		}
 		return retry.Final(fmt.Errorf("refresh rejected credential: %w", &translate.UpstreamError{
 			Status: http.StatusUnauthorized, Type: "authentication_error",

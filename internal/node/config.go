@@ -48,8 +48,10 @@ type Config struct {
 	// wss://chatgpt.com/backend-api/codex/responses)
 	UpstreamURL string
 	// CodexAuth is the Codex CLI auth.json holding the ChatGPT sign-in.
-	// (Required; clodex-dataplane defaults it to $CODEX_HOME/auth.json,
-	// else ~/.codex/auth.json)
+	// (Required without ControlPlane; clodex-dataplane defaults it to
+	// $CODEX_HOME/auth.json, else ~/.codex/auth.json. With ControlPlane
+	// and no CodexAuth, the data plane takes short-lived access tokens
+	// for its accounts from the control plane's credential broker.)
 	CodexAuth string
 	// TokenEndpoint is the OAuth token endpoint used to refresh CodexAuth.
 	// (Optional; default https://auth.openai.com/oauth/token)
@@ -151,6 +153,10 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // fleet reports whether the data plane joins a remote control plane.
 func (c *Config) fleet() bool { return c.ControlPlane != "" }
 
+// brokered reports whether the credentials come from the control plane's
+// credential broker: a fleet member without an auth.json.
+func (c *Config) brokered() bool { return c.fleet() && strings.TrimSpace(c.CodexAuth) == "" }
+
 // withDefaults returns a copy of c with every zero optional field filled.
 func (c Config) withDefaults() Config {
 	def := func(v *string, d string) {
@@ -188,8 +194,8 @@ func (c *Config) refreshMode() credentials.RefreshMode {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
-	if strings.TrimSpace(c.CodexAuth) == "" {
-		errs = append(errs, errors.New("--codex-auth is empty; want the Codex auth.json (default ~/.codex/auth.json)"))
+	if strings.TrimSpace(c.CodexAuth) == "" && !c.fleet() {
+		errs = append(errs, errors.New("--codex-auth is empty; want the Codex auth.json (default ~/.codex/auth.json), or --control-plane ADDR to take tokens from its credential broker"))
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("--listen %q is not host:port (e.g. 127.0.0.1:17645)", c.Listen))

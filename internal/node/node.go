@@ -18,6 +18,7 @@ import (
 
 	"github.com/clodex/clodex/dataplane/admission"
 	"github.com/clodex/clodex/dataplane/agent"
+	"github.com/clodex/clodex/dataplane/brokered"
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/gateway"
 	"github.com/clodex/clodex/dataplane/pool"
@@ -45,6 +46,8 @@ type Node struct {
 	cp            *controlPlaneConn
 	adm           *admission.Client
 	ag            *agent.Agent
+	credCancel    context.CancelFunc // stops runCredentials (brokered credentials only)
+	credDone      chan struct{}      // closed when runCredentials has returned
 	agentCancel   context.CancelFunc
 	agentDone     chan struct{} // closed when ag.Run has returned
 	recoverKick   chan struct{} // size 1: the agent stream has connected
@@ -100,15 +103,22 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 		notices.Emit(notice, n.notify)
 	}
 
-	creds, err := credentials.NewFileSource(credentials.FileConfig{
-		Path:          cfg.CodexAuth,
-		TokenEndpoint: cfg.TokenEndpoint,
-		Mode:          cfg.refreshMode(),
-		Logger:        logger,
-		Notify:        n.notify,
-	})
-	if err != nil {
-		return nil, err
+	// The credential: the auth.json, or (a fleet without one) the control
+	// plane's credential broker, built once the control plane is dialed.
+	var creds gateway.CredentialsSource
+	var fileCreds *credentials.RefreshingFile
+	if !cfg.brokered() {
+		fileCreds, err = credentials.NewFileSource(credentials.FileConfig{
+			Path:          cfg.CodexAuth,
+			TokenEndpoint: cfg.TokenEndpoint,
+			Mode:          cfg.refreshMode(),
+			Logger:        logger,
+			Notify:        n.notify,
+		})
+		if err != nil {
+			return nil, err
+		}
+		creds = fileCreds
 	}
 	models, err := translate.ParseModelAliases(cfg.ModelAliases)
 	if err != nil {
@@ -176,8 +186,29 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	accts := &accountSet{}
 	// The turn budget per account, updated by the control plane's pushes.
 	turnBudgets := newBudgets(cfg.Policy.Budget)
-	if cred, err := creds.Credential(ctx); err == nil && cred.AccountID != "" {
-		accts.add(account.Key(cred.AccountID))
+	if fileCreds != nil {
+		if cred, err := fileCreds.Credential(ctx); err == nil && cred.AccountID != "" {
+			accts.add(account.Key(cred.AccountID))
+		}
+	} else {
+		src, err := brokered.New(brokered.Config{
+			Conn:   n.cp.conn,
+			Target: cfg.ControlPlane,
+			Logger: logger,
+			OnAccounts: func(keys []string) {
+				for _, k := range keys {
+					accts.add(k)
+				}
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		creds = src
+		credCtx, credCancel := context.WithCancel(context.WithoutCancel(ctx))
+		n.credCancel, n.credDone = credCancel, make(chan struct{})
+		go n.runCredentials(credCtx, src)
+		logger.Info("credentials from the control plane's credential broker", "addr", cfg.ControlPlane)
 	}
 	n.ag, err = agent.New(agent.Config{
 		Conn:     n.cp.conn,
@@ -306,7 +337,7 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 				"agent_id":      agentID,
 				"listen":        ln.Addr().String(),
 				"upstream_url":  cfg.UpstreamURL,
-				"codex_auth":    cfg.CodexAuth,
+				"codex_auth":    orBroker(cfg.CodexAuth),
 				"refresh":       cfg.Refresh,
 				"control_plane": controlPlane,
 			}),
@@ -336,6 +367,14 @@ func (n *Node) AdminAddr() string {
 		return ""
 	}
 	return n.listeners[1].Addr().String()
+}
+
+// runCredentials keeps the broker's tokens fresh until ctx ends.
+func (n *Node) runCredentials(ctx context.Context, src *brokered.Source) {
+	defer close(n.credDone)
+	if err := src.Run(ctx); err != nil {
+		n.logger.Warn("credential source ended", "err", err)
+	}
 }
 
 // runAgent holds the agent's stream until ctx ends (it then says goodbye:
@@ -469,6 +508,10 @@ func (n *Node) shutdown(ctx context.Context, serving bool) {
 	if n.adm != nil {
 		n.adm.Close()
 	}
+	if n.credCancel != nil {
+		n.credCancel()
+		<-n.credDone
+	}
 	if n.agentCancel != nil {
 		n.agentCancel()
 		<-n.agentDone // Run returns within agent.GoodbyeTimeout
@@ -491,6 +534,14 @@ func (n *Node) shutdown(ctx context.Context, serving bool) {
 		}
 		cancel()
 	}
+}
+
+// orBroker names the credential source for the facts page.
+func orBroker(codexAuth string) string {
+	if codexAuth == "" {
+		return "(the control plane's credential broker)"
+	}
+	return codexAuth
 }
 
 // readAPIKey returns the first line of the key file, trimmed.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -128,6 +129,16 @@ type Options struct {
 	DataPlaneArgs []string
 	// ReadyTimeout bounds each process's start. (Default 20 s)
 	ReadyTimeout time.Duration
+	// Broker runs the credential broker (Central mode only): clodex-sim
+	// issues a real sign-in for Account (JWTs living TokenTTL), the
+	// control planes hold it (--credential-key-file, the emulator's
+	// --token-endpoint; Fleet.LoginAuth is imported with clodexctl account
+	// import), and the data planes run without an auth.json, taking their
+	// tokens from the broker. (Optional)
+	Broker bool
+	// TokenTTL is clodex-sim's access-token lifetime. (Optional; default
+	// the emulator's, 1h)
+	TokenTTL time.Duration
 }
 
 // The credential clodex-sim accepts and every data plane presents. The
@@ -154,6 +165,12 @@ type Fleet struct {
 	// ControlPlanes are every replica, ControlPlane first.
 	ControlPlanes []*ControlPlane
 	DataPlanes    []*DataPlane
+	// LoginAuth is the auth.json clodex-sim wrote for Account with
+	// Options.Broker (the sign-in the broker was given); "" otherwise.
+	LoginAuth string
+	// CredentialKey is the broker's --credential-key-file; "" without
+	// Options.Broker.
+	CredentialKey string
 }
 
 // Sim is a running clodex-sim.
@@ -216,6 +233,9 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	if opts.Dir == "" {
 		return nil, errors.New("start fleet: Options.Dir is required")
 	}
+	if opts.Broker && opts.Mode != Central {
+		return nil, errors.New("start fleet: Options.Broker needs Mode Central (the broker is the control plane's)")
+	}
 	if err := opts.Bins.Check(); err != nil {
 		return nil, fmt.Errorf("start fleet: %w", err)
 	}
@@ -254,6 +274,11 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 		if _, err := f.ControlPlane.SetRate(ctx, opts.Rate, opts.Burst); err != nil {
 			return nil, err
 		}
+		if opts.Broker {
+			if _, err := f.ControlPlane.Ctl(ctx, "account", "import", "--codex-auth", f.LoginAuth); err != nil {
+				return nil, fmt.Errorf("start fleet: %w", err)
+			}
+		}
 	}
 	for i := range opts.DataPlanes {
 		dp, err := f.startDataPlane(ctx, i)
@@ -285,6 +310,16 @@ func (f *Fleet) startSim(ctx context.Context) error {
 		"--upgrade-limit", strconv.Itoa(o.UpgradeLimit),
 		"--upgrade-window", o.UpgradeWindow.String(),
 		"--log-level", "warn",
+	}
+	if o.TokenTTL > 0 {
+		args = append(args, "--token-ttl", o.TokenTTL.String())
+	}
+	if o.Broker {
+		f.LoginAuth = filepath.Join(o.Dir, "login", "auth.json")
+		if err := os.MkdirAll(filepath.Dir(f.LoginAuth), 0o700); err != nil {
+			return fmt.Errorf("start clodex-sim: %w", err)
+		}
+		args = append(args, "--write-auth", f.LoginAuth, "--auth-account", Account, "--log-level", "info")
 	}
 	p, addr, err := startProc(ctx, "clodex-sim", o.Bins.Sim, args, f.env, filepath.Join(o.Dir, "sim.log"), simReady, o.ReadyTimeout)
 	if err != nil {
@@ -356,6 +391,14 @@ func (f *Fleet) startControlPlane(ctx context.Context, i int) error {
 				return fmt.Errorf("start control plane: %w", err)
 			}
 		}
+		if o.Broker {
+			key := make([]byte, 32)
+			_, _ = rand.Read(key)
+			f.CredentialKey = filepath.Join(o.Dir, "credential.key")
+			if err := atomicfile.WriteFile(f.CredentialKey, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+				return fmt.Errorf("start control plane: %w", err)
+			}
+		}
 		f.ControlPlane = cp
 	}
 	f.ControlPlanes = append(f.ControlPlanes, cp)
@@ -392,6 +435,9 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	if cp.AdminAddr != "" {
 		args = append(args, "--admin-listen", cp.AdminAddr)
 	}
+	if o.Broker {
+		args = append(args, "--credential-key-file", cp.f.CredentialKey, "--token-endpoint", cp.f.Sim.URL+"/oauth/token")
+	}
 	logPath := filepath.Join(o.Dir, fmt.Sprintf("%s.%d.log", name, cp.restarts))
 	p, _, err := startProc(ctx, "clodex-controlplane", o.Bins.ControlPlane, args, cp.f.env, logPath, nil, 0)
 	if err != nil {
@@ -420,6 +466,12 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	cp.f.log.Info("clodex-controlplane ready", "addr", cp.Addr, "admin", cp.AdminAddr, "start", cp.restarts)
 	return nil
 }
+
+// AgentTokenFile is the fleet's agent token file.
+func (cp *ControlPlane) AgentTokenFile() string { return cp.agentToken }
+
+// DataDir is the control plane's --data-dir (unused over Redis).
+func (cp *ControlPlane) DataDir() string { return cp.dataDir }
 
 // Kill sends SIGKILL to the control plane and waits for it to die.
 func (cp *ControlPlane) Kill() {
@@ -571,8 +623,10 @@ func (f *Fleet) startDataPlane(ctx context.Context, i int) (*DataPlane, error) {
 	args := []string{
 		"--listen", "127.0.0.1:0",
 		"--upstream-url", f.Sim.WSURL,
-		"--codex-auth", authPath,
 		"--log-level", "info",
+	}
+	if !o.Broker { // with the broker, no auth.json: tokens come from the control plane
+		args = append(args, "--codex-auth", authPath)
 	}
 	env := append([]string(nil), f.env...)
 	env[0] = "HOME=" + home
@@ -582,7 +636,7 @@ func (f *Fleet) startDataPlane(ctx context.Context, i int) (*DataPlane, error) {
 	case PerHost:
 		env = append(env, "CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN="+strconv.Itoa(o.Rate))
 	}
-	if f.refreshFlag {
+	if f.refreshFlag && !o.Broker {
 		args = append(args, "--refresh=never") // the emulator's token never expires; nothing to refresh
 	}
 	args = append(args, o.DataPlaneArgs...)
