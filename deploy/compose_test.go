@@ -114,7 +114,7 @@ func TestCompose(t *testing.T) {
 		if !s.ReadOnly {
 			t.Errorf("service %s: read_only is not set", name)
 		}
-		for _, f := range []string{"admin-token-file", "agent-token-file", "api-key-file"} {
+		for _, f := range []string{"admin-token-file", "agent-token-file", "api-key-file", "metrics-token-file"} {
 			if v, ok := flagValue(s.Command, f); ok {
 				secret, found := strings.CutPrefix(v, "/run/secrets/")
 				if !found || !slices.Contains(s.Secrets, secret) || c.Secrets[secret].File == "" {
@@ -156,6 +156,10 @@ func TestCompose(t *testing.T) {
 	var prom struct {
 		ScrapeConfigs []struct {
 			JobName       string `json:"job_name"`
+			Authorization *struct {
+				Type            string `json:"type"`
+				CredentialsFile string `json:"credentials_file"`
+			} `json:"authorization"`
 			StaticConfigs []struct {
 				Targets []string `json:"targets"`
 			} `json:"static_configs"`
@@ -165,7 +169,15 @@ func TestCompose(t *testing.T) {
 		t.Fatalf("deploy/prometheus/prometheus.yml: %v", err)
 	}
 	scraped := map[string]bool{}
+	promSvc := c.Services["prometheus"]
 	for _, sc := range prom.ScrapeConfigs {
+		// The admin listeners are off loopback: each scrape sends the
+		// bearer token from a secret the prometheus service mounts.
+		if a := sc.Authorization; a == nil || a.Type != "Bearer" {
+			t.Errorf("prometheus.yml job %s sends no bearer token; the admin listeners require --metrics-token-file's", sc.JobName)
+		} else if secret, ok := strings.CutPrefix(a.CredentialsFile, "/run/secrets/"); !ok || !slices.Contains(promSvc.Secrets, secret) || c.Secrets[secret].File == "" {
+			t.Errorf("prometheus.yml job %s reads its token from %q, which is not a file secret the prometheus service mounts", sc.JobName, a.CredentialsFile)
+		}
 		for _, st := range sc.StaticConfigs {
 			for _, target := range st.Targets {
 				scraped[target] = true

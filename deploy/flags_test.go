@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/clodex/clodex/internal/telemetry"
 )
 
 // commandLine is one invocation of a clodex binary written in a
@@ -66,6 +68,41 @@ func TestDeployedFlagsExist(t *testing.T) {
 			t.Errorf("no deployment file runs %s (command lines found: %v)", b, perBinary)
 		}
 	}
+}
+
+// TestDeployedAdminListenersHaveTokens: every deployed admin listener off
+// loopback has its bearer token file, or the binary would refuse to start
+// (internal/telemetry.CheckAdminFlags).
+func TestDeployedAdminListenersHaveTokens(t *testing.T) {
+	n := 0
+	for _, cl := range deployedCommandLines(t) {
+		listen, ok := argValue(cl.argv, "admin-listen")
+		if !ok {
+			continue
+		}
+		n++
+		_, hasToken := argValue(cl.argv, "metrics-token-file")
+		if err := telemetry.CheckAdminFlags(listen, map[bool]string{true: "set"}[hasToken], false); err != nil {
+			t.Errorf("%s: %v", cl.source, err)
+		}
+	}
+	if n == 0 {
+		t.Error("no deployed command line has --admin-listen; the check checked nothing")
+	}
+}
+
+// argValue is the value of --name (or -name, =value or the next argument).
+func argValue(argv []string, name string) (string, bool) {
+	for i, a := range argv {
+		a = strings.TrimLeft(a, "-")
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v, true
+		}
+		if a == name && i+1 < len(argv) && strings.HasPrefix(argv[i], "-") {
+			return argv[i+1], true
+		}
+	}
+	return "", false
 }
 
 // TestCheckArgsFindsMistakes shows the check failing on the mistakes it

@@ -151,7 +151,7 @@ func renderOverlay(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"admin.token", "agent.token", "redis.url", "auth.json", "tls.crt", "tls.key", "ca.crt"} {
+	for _, f := range []string{"admin.token", "agent.token", "metrics.token", "redis.url", "auth.json", "tls.crt", "tls.key", "ca.crt"} {
 		if err := mem.WriteFile("/k/overlays/production/secrets/"+f, []byte("stand-in\n")); err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +274,7 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 			t.Error("a pod may run as root; want runAsNonRoot")
 		}
 	}
-	for _, name := range []string{"admin.token", "agent.token"} {
+	for _, name := range []string{"admin.token", "agent.token", "metrics.token"} {
 		found := false
 		for _, s := range secrets {
 			_, found1 := s.Data[name]
@@ -299,6 +299,14 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 		}
 		if matched != 2 {
 			t.Errorf("ServiceMonitor port %q is on %d selected Services; want the control plane's and the data planes'", ep.Port, matched)
+		}
+		// The admin listeners are off loopback: they require the bearer
+		// token, which the scrape must send from a Secret the overlay
+		// makes (its generated name, hash suffix included).
+		if a := ep.Authorization; a == nil || a.Credentials == nil {
+			t.Errorf("ServiceMonitor port %q sends no bearer token; the admin listeners require --metrics-token-file's", ep.Port)
+		} else if sec := secrets[a.Credentials.Name]; sec == nil || sec.Data[a.Credentials.Key] == nil {
+			t.Errorf("ServiceMonitor port %q takes its token from Secret %s key %s, which the overlay does not make", ep.Port, a.Credentials.Name, a.Credentials.Key)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/internal/pacing"
+	"github.com/clodex/clodex/internal/telemetry"
 )
 
 // Environment variables read by loadConfig (the only place that reads the
@@ -27,6 +28,7 @@ const (
 	envAdminTokenFile = "CLODEX_ADMIN_TOKEN_FILE"
 	envAgentTokenFile = "CLODEX_AGENT_TOKEN_FILE"
 	envAdminListen    = "CLODEX_CONTROLPLANE_ADMIN_LISTEN"
+	envMetricsToken   = "CLODEX_METRICS_TOKEN_FILE"
 	envRedis          = "CLODEX_REDIS_URL"
 	envReplica        = "CLODEX_CONTROLPLANE_REPLICA"
 	envCredentialKey  = "CLODEX_CREDENTIAL_KEY_FILE"
@@ -62,7 +64,9 @@ type config struct {
 	// AdminTokenEnv and AgentTokenEnv are the tokens from the environment,
 	// used when no file is given.
 	AdminTokenEnv, AgentTokenEnv string
-	// AdminListen serves /metrics and /debug/pprof. (Optional; default off)
+	// AdminListen serves /metrics, /debug/ and, with Pprof, /debug/pprof.
+	// (Optional; default off) A non-loopback address requires
+	// MetricsTokenFile.
 	AdminListen string
 	// CredentialKeyFile holds the credential broker's key: 32 random bytes
 	// in base64, mode 0600. With it the control plane holds the accounts'
@@ -72,6 +76,11 @@ type config struct {
 	// TokenEndpoint is the OAuth token endpoint the broker refreshes at.
 	// (Optional; default https://auth.openai.com/oauth/token)
 	TokenEndpoint string
+	// MetricsTokenFile holds the bearer token every AdminListen request
+	// must carry. (Required when AdminListen is not loopback)
+	MetricsTokenFile string
+	// Pprof serves /debug/pprof on AdminListen. (Optional; default off)
+	Pprof bool
 	// TLSCert and TLSKey enable TLS; ClientCA requires client
 	// certificates. (Optional; default plaintext)
 	TLSCert, TLSKey, ClientCA string
@@ -137,7 +146,9 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.StringVar(&c.AgentTokenFile, "agent-token-file", env(envAgentTokenFile), "`file` holding the agent token (or env "+envAgentToken+")")
 	fs.StringVar(&c.CredentialKeyFile, "credential-key-file", env(envCredentialKey), "run the credential broker with the key in this `file`: 32 random bytes in base64 (head -c 32 /dev/urandom | base64), mode 0600; logins are sealed with it (env "+envCredentialKey+")")
 	fs.StringVar(&c.TokenEndpoint, "token-endpoint", or(env(envTokenEndpoint), credentials.DefaultTokenEndpoint), "OAuth token `URL` the credential broker refreshes at (env "+envTokenEndpoint+")")
-	fs.StringVar(&c.AdminListen, "admin-listen", env(envAdminListen), "serve /metrics and /debug/pprof on this `address` (default off)")
+	fs.StringVar(&c.AdminListen, "admin-listen", env(envAdminListen), "serve /metrics, /debug/ and, with --pprof, /debug/pprof on this `address` (default off; non-loopback needs --metrics-token-file)")
+	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", env(envMetricsToken), "`file` holding the bearer token every --admin-listen request must carry (required off loopback; env "+envMetricsToken+")")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on --admin-listen")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "server certificate PEM `file` (with --tls-key; default plaintext)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "server key PEM `file`")
 	fs.StringVar(&c.ClientCA, "client-ca", "", "require client certificates signed by this CA PEM `file`")
@@ -224,6 +235,9 @@ func (c *config) Validate() error {
 		if err := validAddr("--admin-listen", c.AdminListen); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := telemetry.CheckAdminFlags(c.AdminListen, c.MetricsTokenFile, c.Pprof); err != nil {
+		errs = append(errs, err)
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key must be given together"))
@@ -315,6 +329,22 @@ func parseLevel(s string) (slog.Level, error) {
 		return slog.LevelError, nil
 	}
 	return 0, fmt.Errorf("--log-level %q is invalid; allowed debug, info, warn, error", s)
+}
+
+// metricsToken reads --metrics-token-file ("" when it is not set), with a
+// warning when its mode lets others read it (as tokens does).
+func (c *config) metricsToken() (token, warning string, err error) {
+	if c.MetricsTokenFile == "" {
+		return "", "", nil
+	}
+	tok, warning, err := bearer.ReadFile(c.MetricsTokenFile)
+	if err != nil {
+		return "", "", fmt.Errorf("--metrics-token-file: %w", err)
+	}
+	if warning != "" {
+		warning = "--metrics-token-file: " + warning
+	}
+	return tok.Reveal(), warning, nil
 }
 
 // tokens loads the admin and agent tokens: from their files when given,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -179,6 +180,50 @@ func TestRunServesAndStops(t *testing.T) {
 	}
 }
 
+// TestRunAdminListenerToken: an admin listener on 0.0.0.0 starts only with
+// --metrics-token-file, and then /metrics requires the token; pprof is
+// off unless asked for.
+func TestRunAdminListenerToken(t *testing.T) {
+	dir := t.TempDir()
+	metrics := writeFile(t, dir, "metrics.token", "metrics-secret-1\n", 0o644) // loose mode: a warning
+	env := envMap(map[string]string{"CLODEX_ADMIN_TOKEN": "a", "CLODEX_AGENT_TOKEN": "b"})
+	r := start(t, []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--admin-listen", "0.0.0.0:0", "--metrics-token-file", metrics}, env)
+	_, port, _ := net.SplitHostPort(r.adminAddr)
+	get := func(path, token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://127.0.0.1:"+port+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/metrics", ""); code != http.StatusUnauthorized || !strings.Contains(body, "--metrics-token-file") {
+		t.Errorf("/metrics without the token = %d %q; want 401 naming --metrics-token-file", code, body)
+	}
+	if code, _ := get("/metrics", "admin-secret-1"); code != http.StatusUnauthorized {
+		t.Errorf("/metrics with a wrong token = %d; want 401", code)
+	}
+	if code, body := get("/metrics", "metrics-secret-1"); code != http.StatusOK || !strings.Contains(body, "clodex_controlplane_") {
+		t.Errorf("/metrics with the token = %d %.200q; want 200 with the control plane's metrics", code, body)
+	}
+	if code, _ := get("/debug/pprof/", "metrics-secret-1"); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without --pprof = %d; want 404", code)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	logs := r.stderr.String()
+	if !strings.Contains(logs, "--metrics-token-file: token file") || strings.Contains(logs, "metrics-secret-1") {
+		t.Errorf("want a mode warning and no token in the log:\n%s", logs)
+	}
+}
+
 func TestRunTokensFromEnv(t *testing.T) {
 	env := envMap(map[string]string{
 		"CLODEX_ADMIN_TOKEN": " env-admin ", "CLODEX_AGENT_TOKEN": "env-agent",
@@ -247,6 +292,9 @@ func TestRunBadInput(t *testing.T) {
 		{"missing credential key", with("--credential-key-file", filepath.Join(dir, "nope.key")), nil, "--credential-key-file: credential key file: stat"},
 		{"token endpoint", with("--token-endpoint", "ftp://x"), nil, `--token-endpoint: token endpoint "ftp://x" is invalid; want an http or https URL`},
 		{"bad tls files", with("--tls-cert", admin, "--tls-key", agent), nil, "server tls: load key pair"},
+		{"admin listener off loopback without a token", with("--admin-listen", "0.0.0.0:0"), nil, "--admin-listen 0.0.0.0:0 is not a loopback address: --metrics-token-file is required"},
+		{"pprof without an admin listener", with("--pprof"), nil, "--pprof is set but --admin-listen is not"},
+		{"empty metrics token file", with("--admin-listen", "0.0.0.0:0", "--metrics-token-file", empty), nil, "--metrics-token-file: read token file " + empty + ": token is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -63,6 +63,13 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 	if err != nil {
 		return err
 	}
+	metricsTok, warning, err := cfg.metricsToken()
+	if err != nil {
+		return err
+	}
+	if warning != "" {
+		warnings = append(warnings, warning)
+	}
 	for _, w := range warnings {
 		log.Warn(w)
 	}
@@ -154,6 +161,21 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 	log.Info("starting", "version", version, "instance", instance, "store", info.Kind, "store_address", info.Address,
 		"replica", info.Replica, "default_rate_per_minute", cfg.Defaults.RatePerMinute, "default_burst", cfg.Defaults.Burst)
 
+	var admin http.Handler
+	if adminLis != nil {
+		facts := map[string]string{
+			"service": "clodex-controlplane", "version": version, "instance": instance,
+			"listen": lis.Addr().String(), "tls": fmt.Sprint(tlsCfg != nil),
+			"store": info.Kind, "store_address": info.Address, "replica": info.Replica,
+		}
+		admin, err = telemetry.AdminHandler(reg, telemetry.AdminOptions{Listen: cfg.AdminListen, Token: metricsTok, Pprof: cfg.Pprof, Facts: facts})
+		if err != nil {
+			_ = lis.Close()
+			_ = adminLis.Close()
+			return err
+		}
+	}
+
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis) })
 	g.Go(func() error { return st.Run(gctx) }) // memory: forgets idle accounts; redis: registration, clock, notifications, probes
@@ -162,13 +184,8 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		log.Info("credential broker", "token_endpoint", cfg.TokenEndpoint)
 	}
 	if adminLis != nil {
-		facts := map[string]string{
-			"service": "clodex-controlplane", "version": version, "instance": instance,
-			"listen": lis.Addr().String(), "tls": fmt.Sprint(tlsCfg != nil),
-			"store": info.Kind, "store_address": info.Address, "replica": info.Replica,
-		}
 		hs := &http.Server{
-			Handler:           telemetry.AdminHandler(reg, facts),
+			Handler:           admin,
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
 		}

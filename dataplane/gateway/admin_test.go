@@ -27,6 +27,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	e := newEnv(t, envOptions{mutate: func(c *node.Config) {
 		c.TracerProvider = tp
 		c.AdminListen = "127.0.0.1:0"
+		c.Pprof = true
 	}})
 	gateway.ReadAll(t, e.post(t, "/v1/messages", gateway.MessagesBody(false, "#sim reply metered"), nil))
 	gateway.ReadAll(t, e.post(t, "/v1/messages", `{"model":`, nil))
@@ -53,7 +54,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	}
 	gateway.ReadAll(t, resp)
 	if resp.StatusCode != http.StatusOK {
-		t.Errorf("/debug/pprof/ status %d, want 200", resp.StatusCode)
+		t.Errorf("/debug/pprof/ status %d with --pprof, want 200", resp.StatusCode)
 	}
 
 	var spans, attempts []sdktrace.ReadOnlySpan

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/netip"
-	"net/url"
 	"strings"
 	"time"
 
@@ -18,6 +15,7 @@ import (
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/translate"
+	"github.com/clodex/clodex/internal/hostcheck"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -147,22 +145,7 @@ type Config struct {
 
 // IsLoopbackAddr reports whether a listen address ("host:port") binds only
 // loopback interfaces.
-func IsLoopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	return isLoopbackHost(host)
-}
-
-func isLoopbackHost(host string) bool {
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
-}
+func IsLoopbackAddr(addr string) bool { return hostcheck.LoopbackAddr(addr) }
 
 // validate fills defaults into c (a copy) and reports every problem.
 func (c *Config) validate() error {
@@ -186,7 +169,7 @@ func (c *Config) validate() error {
 	}
 	c.APIKey = strings.TrimSpace(c.APIKey)
 	for i, o := range c.AllowedOrigins {
-		if _, err := normalizeOrigin(o); err != nil {
+		if _, err := hostcheck.NormalizeOrigin(o); err != nil {
 			errs = append(errs, fmt.Errorf("field AllowedOrigins[%d] %q: %w", i, o, err))
 		}
 	}
@@ -251,14 +234,4 @@ func checkBudget(b pacing.Budget) error {
 		errs = append(errs, fmt.Errorf("has MaxRetries %d; allowed: 0..%d", b.MaxRetries, pacing.MaxMaxRetries))
 	}
 	return errors.Join(errs...)
-}
-
-// normalizeOrigin reduces an origin to lowercase scheme://host[:port].
-func normalizeOrigin(o string) (string, error) {
-	o = strings.TrimSuffix(strings.TrimSpace(o), "/")
-	u, err := url.Parse(o)
-	if err != nil || u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return "", errors.New("want an origin such as http://localhost:3000 (scheme and host, no path)")
-	}
-	return strings.ToLower(u.Scheme + "://" + u.Host), nil
 }

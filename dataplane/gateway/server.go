@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"mime"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -31,6 +30,7 @@ import (
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/hostcheck"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -51,7 +51,7 @@ const (
 type Server struct {
 	cfg      Config // immutable after New
 	loopback bool
-	origins  map[string]bool
+	hosts    *hostcheck.Policy
 	keyHash  [sha256.Size]byte
 	models   []byte // GET /v1/models body
 	modelIDs map[string][]byte
@@ -83,12 +83,11 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:      cfg,
 		loopback: IsLoopbackAddr(cfg.ListenAddr),
-		origins:  make(map[string]bool, len(cfg.AllowedOrigins)),
 		turns:    make(map[*turnHandle]struct{}),
 	}
-	for _, o := range cfg.AllowedOrigins {
-		n, _ := normalizeOrigin(o)
-		s.origins[n] = true
+	var err error
+	if s.hosts, err = hostcheck.New(cfg.ListenAddr, cfg.AllowedOrigins); err != nil {
+		return nil, fmt.Errorf("gateway config: field AllowedOrigins: %w", err) // validate checked them
 	}
 	s.keyHash = sha256.Sum256([]byte(cfg.APIKey))
 	tp := cfg.TracerProvider
@@ -294,34 +293,22 @@ func (s *Server) route(w *record, r *http.Request) {
 	}
 }
 
-// checkListener applies the Host and Origin rules.
+// checkListener applies the Host and Origin rules (package hostcheck).
 func (s *Server) checkListener(w *record, r *http.Request) bool {
-	if s.loopback {
-		host := r.Host
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		if !isLoopbackHost(host) {
-			w.err = fmt.Errorf("refused Host %q", r.Host)
-			writeError(w, http.StatusForbidden, "permission_error",
-				fmt.Sprintf("Host %q is not a loopback host; this listener only answers requests for localhost, 127.0.0.1 or [::1]", r.Host))
-			return false
-		}
+	ref := s.hosts.Check(r)
+	switch {
+	case ref == nil:
+		return true
+	case ref.Header == "Host":
+		w.err = fmt.Errorf("refused Host %q", ref.Value)
+		writeError(w, http.StatusForbidden, "permission_error",
+			fmt.Sprintf("Host %q is not a loopback host; this listener only answers requests for localhost, 127.0.0.1 or [::1]", ref.Value))
+	default:
+		w.err = fmt.Errorf("refused Origin %q", ref.Value)
+		writeError(w, http.StatusForbidden, "permission_error",
+			fmt.Sprintf("Origin %q is not allowed; browsers may not call this API unless the origin is listed with --allowed-origins", ref.Value))
 	}
-	if origin, ok := r.Header["Origin"]; ok {
-		o := ""
-		if len(origin) > 0 {
-			o = origin[0]
-		}
-		n, err := normalizeOrigin(o)
-		if err != nil || !s.origins[n] {
-			w.err = fmt.Errorf("refused Origin %q", o)
-			writeError(w, http.StatusForbidden, "permission_error",
-				fmt.Sprintf("Origin %q is not allowed; browsers may not call this API unless the origin is listed with --allowed-origins", o))
-			return false
-		}
-	}
-	return true
+	return false
 }
 
 // checkKey requires the configured key on a non-loopback listener.

@@ -17,6 +17,7 @@ import (
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/internal/pacing"
+	"github.com/clodex/clodex/internal/telemetry"
 )
 
 // Defaults of Config.
@@ -60,8 +61,16 @@ type Config struct {
 	// (re-read it; another host or the operator refreshes it). (Optional;
 	// default auto standalone, never with ControlPlane)
 	Refresh string
-	// AdminListen serves /metrics and /debug/pprof. (Optional; default off)
+	// AdminListen serves /metrics, /debug/ and, with Pprof, /debug/pprof.
+	// (Optional; default off) A non-loopback address requires
+	// MetricsTokenFile.
 	AdminListen string
+	// MetricsTokenFile holds the bearer token every admin request must
+	// carry. (Required when AdminListen is not loopback; Optional there)
+	MetricsTokenFile string
+	// Pprof serves /debug/pprof on the admin listener. (Optional; default
+	// off)
+	Pprof bool
 	// APIKeyFile holds the key clients must send on a non-loopback
 	// listener, first line. (Optional on loopback)
 	APIKeyFile string
@@ -204,6 +213,9 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
 			errs = append(errs, fmt.Errorf("--admin-listen %q is not host:port (e.g. 127.0.0.1:17646)", c.AdminListen))
 		}
+	}
+	if err := telemetry.CheckAdminFlags(c.AdminListen, c.MetricsTokenFile, c.Pprof); err != nil {
+		errs = append(errs, err)
 	}
 	if u, err := url.Parse(c.UpstreamURL); err != nil || u.Host == "" ||
 		(u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https") {

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/clodex/clodex/controlplane/bearer"
 	"github.com/clodex/clodex/dataplane/admission"
 	"github.com/clodex/clodex/dataplane/agent"
 	"github.com/clodex/clodex/dataplane/brokered"
@@ -322,17 +323,31 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	})
 	if cfg.AdminListen != "" {
+		var adminToken string
+		if cfg.MetricsTokenFile != "" {
+			tok, warning, err := bearer.ReadFile(cfg.MetricsTokenFile)
+			if err != nil {
+				return nil, &ConfigError{Err: fmt.Errorf("read --metrics-token-file: %w", err)}
+			}
+			if warning != "" {
+				logger.Warn("--metrics-token-file: " + warning)
+			}
+			adminToken = tok.Reveal()
+		}
 		aln, err := lc.Listen(ctx, "tcp", cfg.AdminListen)
 		if err != nil {
 			return nil, fmt.Errorf("listen on --admin-listen %s: %w", cfg.AdminListen, err)
 		}
+		n.listeners = append(n.listeners, aln) // closed by Close, even if the handler is refused
 		controlPlane := cfg.ControlPlane
 		if controlPlane == "" {
 			controlPlane = "embedded"
 		}
-		n.listeners = append(n.listeners, aln)
-		n.servers = append(n.servers, &http.Server{
-			Handler: telemetry.AdminHandler(reg, map[string]string{
+		admin, err := telemetry.AdminHandler(reg, telemetry.AdminOptions{
+			Listen: cfg.AdminListen,
+			Token:  adminToken,
+			Pprof:  cfg.Pprof,
+			Facts: map[string]string{
 				"version":       cfg.Version,
 				"agent_id":      agentID,
 				"listen":        ln.Addr().String(),
@@ -340,7 +355,13 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 				"codex_auth":    orBroker(cfg.CodexAuth),
 				"refresh":       cfg.Refresh,
 				"control_plane": controlPlane,
-			}),
+			},
+		})
+		if err != nil {
+			return nil, &ConfigError{Err: err}
+		}
+		n.servers = append(n.servers, &http.Server{
+			Handler:           admin,
 			ReadHeaderTimeout: 10 * time.Second,
 		})
 		logger.Info("admin listener", "addr", aln.Addr().String())

@@ -12,7 +12,11 @@
 // tracer provider is installed and spans cost next to nothing.
 //
 // NewRegistry returns a private Prometheus registry with the Go and process
-// collectors; AdminHandler serves it on /metrics together with
-// /debug/pprof/ and a /debug/ facts page, for an admin listener that is off
-// unless a binary is given an address for it.
+// collectors; AdminHandler serves it on /metrics together with a /debug/
+// facts page and, only with --pprof, /debug/pprof/, for an admin listener
+// that is off unless a binary is given an address for it. The admin
+// listener checks its callers as the data plane's API listener does
+// (package hostcheck: a loopback Host on a loopback address, no Origin);
+// off loopback it requires a bearer token (CheckAdminFlags is the rule
+// both binaries apply to their flags).
 package telemetry

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -77,31 +78,131 @@ func TestSetupWithEndpoint(t *testing.T) {
 	_ = shutdown(ctx)
 }
 
-func TestAdminHandler(t *testing.T) {
+// adminServer serves AdminHandler(o) on a real listener at listen and
+// returns its base URL (always dialled through 127.0.0.1).
+func adminServer(t *testing.T, listen string, o AdminOptions) string {
+	t.Helper()
 	reg := NewRegistry()
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "clodex_test_things_total", Help: "x"})
 	reg.MustRegister(c)
 	c.Add(3)
-	srv := httptest.NewServer(AdminHandler(reg, map[string]string{"version": "v1.2.3"}))
-	t.Cleanup(srv.Close)
-	get := func(path string) (int, string) {
-		t.Helper()
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "clodex_test_things_total 3") || !strings.Contains(body, "go_goroutines") {
+	o.Listen = ln.Addr().String()
+	h, err := AdminHandler(reg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return "http://127.0.0.1:" + port
+}
+
+func adminGet(t *testing.T, url string, hdr map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestAdminHandler(t *testing.T) {
+	base := adminServer(t, "127.0.0.1:0", AdminOptions{Facts: map[string]string{"version": "v1.2.3"}})
+	if code, body := adminGet(t, base+"/metrics", nil); code != 200 || !strings.Contains(body, "clodex_test_things_total 3") || !strings.Contains(body, "go_goroutines") {
 		t.Errorf("/metrics = %d, body lacks the counter or go collector:\n%.500s", code, body)
 	}
-	if code, body := get("/debug/"); code != 200 || body != "version: v1.2.3\n" {
+	if code, body := adminGet(t, base+"/debug/", nil); code != 200 || body != "version: v1.2.3\n" {
 		t.Errorf("/debug/ = %d %q", code, body)
 	}
-	if code, _ := get("/debug/pprof/"); code != 200 {
-		t.Errorf("/debug/pprof/ = %d", code)
+	if code, body := adminGet(t, base+"/debug/pprof/", nil); code != 404 || !strings.Contains(body, "--pprof") {
+		t.Errorf("/debug/pprof/ without Pprof = %d %q; want 404 naming --pprof", code, body)
+	}
+	pp := adminServer(t, "127.0.0.1:0", AdminOptions{Pprof: true})
+	if code, _ := adminGet(t, pp+"/debug/pprof/", nil); code != 200 {
+		t.Errorf("/debug/pprof/ with Pprof = %d", code)
+	}
+}
+
+// TestAdminListenerChecksCallers: the admin listener refuses what the API
+// listener refuses (a rebinding Host on loopback, any Origin), and off
+// loopback it requires its bearer token.
+func TestAdminListenerChecksCallers(t *testing.T) {
+	loop := adminServer(t, "127.0.0.1:0", AdminOptions{})
+	const token = "s3cret-admin-token"
+	open := adminServer(t, "0.0.0.0:0", AdminOptions{Token: token})
+	tests := []struct {
+		name     string
+		base     string
+		hdr      map[string]string
+		wantCode int
+		wantMsg  string
+	}{
+		{"loopback, loopback host", loop, nil, 200, "clodex_test_things_total 3"},
+		{"loopback, localhost", loop, map[string]string{"Host": "localhost:9"}, 200, "clodex_test_things_total"},
+		{"DNS rebinding host", loop, map[string]string{"Host": "attacker.example:17646"}, 403, `Host "attacker.example:17646" is not a loopback host`},
+		{"foreign origin", loop, map[string]string{"Origin": "https://evil.example"}, 403, `Origin "https://evil.example" is not allowed`},
+		{"localhost origin", loop, map[string]string{"Origin": "http://localhost:3000"}, 403, "is not allowed"},
+		{"off loopback, no token", open, nil, 401, "--metrics-token-file"},
+		{"off loopback, wrong token", open, map[string]string{"Authorization": "Bearer nope"}, 401, "missing or wrong bearer token"},
+		{"off loopback, the token", open, map[string]string{"Authorization": "Bearer " + token, "Host": "clodex-cp:17701"}, 200, "clodex_test_things_total 3"},
+		{"off loopback, the token but an origin", open, map[string]string{"Authorization": "Bearer " + token, "Origin": "https://evil.example"}, 403, "is not allowed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := adminGet(t, tt.base+"/metrics", tt.hdr)
+			if code != tt.wantCode || !strings.Contains(body, tt.wantMsg) {
+				t.Errorf("GET /metrics = %d %.300q; want %d containing %q", code, body, tt.wantCode, tt.wantMsg)
+			}
+			if strings.Contains(body, token) && code != 200 {
+				t.Errorf("the answer leaks the token: %q", body)
+			}
+		})
+	}
+	if _, err := AdminHandler(NewRegistry(), AdminOptions{Listen: "0.0.0.0:17646"}); err == nil {
+		t.Error("AdminHandler served a non-loopback listener without a token")
+	}
+}
+
+func TestCheckAdminFlags(t *testing.T) {
+	tests := []struct {
+		listen, tokenFile string
+		pprof             bool
+		want              string // "" for no error
+	}{
+		{"", "", false, ""},
+		{"127.0.0.1:17646", "", true, ""},
+		{"[::1]:17646", "", false, ""},
+		{"0.0.0.0:17646", "/etc/clodex/metrics.token", true, ""},
+		{"0.0.0.0:17646", "", false, "--admin-listen 0.0.0.0:17646 is not a loopback address: --metrics-token-file is required"},
+		{":17646", "", false, "--metrics-token-file is required"},
+		{"", "/t", false, "--metrics-token-file is set but --admin-listen is not"},
+		{"", "", true, "--pprof is set but --admin-listen is not"},
+	}
+	for _, tt := range tests {
+		err := CheckAdminFlags(tt.listen, tt.tokenFile, tt.pprof)
+		if (err == nil) != (tt.want == "") || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("CheckAdminFlags(%q, %q, %v) = %v; want %q", tt.listen, tt.tokenFile, tt.pprof, err, tt.want)
+		}
 	}
 }
 
