@@ -20,6 +20,9 @@ func (a *admissionService) Admit(ctx context.Context, req *controlplanev1.AdmitR
 	if err := store.ValidateKey(key); err != nil {
 		return nil, s.toStatus(ctx, "Admit", &invalidError{msg: "account: " + err.Error()})
 	}
+	if err := s.checkScope(ctx, "Admit", key); err != nil {
+		return nil, err
+	}
 	adm, err := s.opts.Admissions.Admit(ctx, key, s.now())
 	if err != nil {
 		return nil, s.toStatus(ctx, "Admit", err)
@@ -57,6 +60,9 @@ func (a *admissionService) Cancel(ctx context.Context, req *controlplanev1.Cance
 	key := req.GetAccount()
 	if err := store.ValidateKey(key); err != nil {
 		return nil, s.toStatus(ctx, "Cancel", &invalidError{msg: "account: " + err.Error()})
+	}
+	if err := s.checkScope(ctx, "Cancel", key); err != nil {
+		return nil, err
 	}
 	id, err := strconv.ParseUint(req.GetReservationId(), 10, 64)
 	if err != nil || id == 0 {
@@ -106,6 +112,9 @@ func (a *admissionService) ReportGrants(ctx context.Context, req *controlplanev1
 			return nil, s.toStatus(ctx, "ReportGrants", invalidf("grants[%d].account %s is listed twice; report each account once", i, g.GetAccount()))
 		}
 		seen[g.GetAccount()] = true
+		if err := s.checkScope(ctx, "ReportGrants", g.GetAccount()); err != nil {
+			return nil, err
+		}
 		if n := g.GetCount(); n < 1 || n > store.MaxHandOverGrants {
 			return nil, s.toStatus(ctx, "ReportGrants", invalidf("grants[%d].count %d is out of range; allowed 1..%d", i, n, store.MaxHandOverGrants))
 		}

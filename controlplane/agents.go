@@ -380,6 +380,9 @@ func (a *agentService) Connect(stream agentStream) error {
 	if err != nil {
 		return s.toStatus(ctx, "Connect", err)
 	}
+	if err := s.checkScopes(ctx, "Connect", accts); err != nil {
+		return err
+	}
 	// A newer agent is served as the newest version this server knows.
 	capability := min(int(hello.GetCapabilityVersion()), CapabilityVersion)
 	now := s.now()
@@ -492,6 +495,10 @@ func (a *agentService) recvLoop(ctx context.Context, stream agentStream, c *agen
 				done <- s.toStatus(ctx, "Connect", invalidf("heartbeat: %v", err))
 				return
 			}
+			if err := s.checkScopes(ctx, "Connect", accts); err != nil {
+				done <- err
+				return
+			}
 			// The directory first, so the pushes the registry triggers
 			// count the change.
 			now := s.now()
@@ -522,6 +529,9 @@ func (s *Server) upstream403(ctx context.Context, c *agentConn, r *controlplanev
 	key := r.GetAccount()
 	if !account.IsKey(key) {
 		return s.toStatus(ctx, "Connect", invalidf("upstream_403: account %q is not an account key; want acct_ followed by 16 lowercase hex digits", key))
+	}
+	if err := s.checkScope(ctx, "Connect", key); err != nil {
+		return err
 	}
 	n := max(int(r.GetCount()), 1)
 	s.metrics.reported403(key, n)
@@ -560,6 +570,13 @@ func (s *Server) fleetLoop(ctx context.Context, stopped chan<- struct{}) {
 func (s *Server) fleetTick(ctx context.Context) {
 	now := s.now()
 	s.denied.flush(ctx)
+	if s.opts.AgentCreds != nil {
+		rctx, cancel := context.WithTimeout(ctx, scopeReloadTimeout)
+		if err := s.reloadScopes(rctx); err != nil {
+			s.log.DebugContext(ctx, "reload agent credentials", "err", err)
+		}
+		cancel()
+	}
 	s.agents.reap(now)
 	s.recount(ctx, now)
 	s.reportStoreHealth()

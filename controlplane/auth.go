@@ -38,26 +38,35 @@ var healthPrefix = "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
 // comparison takes the same time whatever the presented token's length.
 type authenticator struct {
 	admin, agent [sha256.Size]byte // immutable
+	scopes       *scopeSet         // scoped agent credentials
 }
 
-func newAuthenticator(admin, agent bearer.Token) *authenticator {
+func newAuthenticator(admin, agent bearer.Token, scopes *scopeSet) *authenticator {
 	return &authenticator{
-		admin: sha256.Sum256([]byte(admin.Reveal())),
-		agent: sha256.Sum256([]byte(agent.Reveal())),
+		admin:  sha256.Sum256([]byte(admin.Reveal())),
+		agent:  sha256.Sum256([]byte(agent.Reveal())),
+		scopes: scopes,
 	}
 }
 
-// role returns the role of the bearer token in ctx's metadata.
-func (a *authenticator) role(ctx context.Context) role {
+// isFleetToken reports whether sum is the admin or the fleet's agent
+// token's digest.
+func (a *authenticator) isFleetToken(sum [sha256.Size]byte) bool {
+	return subtle.ConstantTimeCompare(sum[:], a.admin[:])|subtle.ConstantTimeCompare(sum[:], a.agent[:]) == 1
+}
+
+// role returns the role of the bearer token in ctx's metadata, and for a
+// scoped agent credential the credential.
+func (a *authenticator) role(ctx context.Context) (role, *scopedCred) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md["authorization"]
 	if len(vals) != 1 {
-		return roleNone
+		return roleNone, nil
 	}
 	v := vals[0]
 	const scheme = "bearer "
 	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
-		return roleNone
+		return roleNone, nil
 	}
 	sum := sha256.Sum256([]byte(v[len(scheme):]))
 	// Compare with both so the time does not tell which one matched.
@@ -65,28 +74,40 @@ func (a *authenticator) role(ctx context.Context) role {
 	isAgent := subtle.ConstantTimeCompare(sum[:], a.agent[:])
 	switch {
 	case isAdmin == 1:
-		return roleAdmin
+		return roleAdmin, nil
 	case isAgent == 1:
-		return roleAgent
+		return roleAgent, nil
 	}
-	return roleNone
+	// A scoped credential is found by its digest: the lookup's time
+	// depends on the digest, never on the token.
+	if c := a.scopes.lookup(sum); c != nil {
+		return roleAgent, c
+	}
+	return roleNone, nil
 }
 
 // authorize returns nil when ctx may call method, else the status error.
 func (s *Server) authorize(ctx context.Context, method string) error {
+	_, err := s.authorizeScoped(ctx, method)
+	return err
+}
+
+// authorizeScoped is authorize that also returns the caller's scoped
+// agent credential (nil for the admin and the fleet's agent token).
+func (s *Server) authorizeScoped(ctx context.Context, method string) (*scopedCred, error) {
 	if strings.HasPrefix(method, healthPrefix) {
-		return nil
+		return nil, nil
 	}
-	r := s.auth.role(ctx)
+	r, scope := s.auth.role(ctx)
 	switch {
 	case r == roleNone:
 		s.denied.record(ctx, method, DenyUnauthenticated)
-		return status.Error(codes.Unauthenticated, "missing or invalid bearer token; send authorization: Bearer <agent or admin token>")
+		return nil, status.Error(codes.Unauthenticated, "missing or invalid bearer token; send authorization: Bearer <agent or admin token>")
 	case r == roleAgent && strings.HasPrefix(method, adminPrefix):
 		s.denied.record(ctx, method, DenyPermission)
-		return status.Errorf(codes.PermissionDenied, "%s requires the admin token; the agent token may call AdmissionService, AgentService, health and reflection", method)
+		return nil, status.Errorf(codes.PermissionDenied, "%s requires the admin token; the agent token may call AdmissionService, AgentService, CredentialService, health and reflection", method)
 	}
-	return nil
+	return scope, nil
 }
 
 // tapAuthorize is the server's grpc.InTapHandle: it checks the bearer
@@ -101,15 +122,20 @@ func (s *Server) tapAuthorize(ctx context.Context, info *tap.Info) (context.Cont
 }
 
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := s.authorize(ctx, info.FullMethod); err != nil {
+	scope, err := s.authorizeScoped(ctx, info.FullMethod)
+	if err != nil {
 		return nil, err
 	}
-	return handler(ctx, req)
+	return handler(withScope(ctx, scope), req)
 }
 
 func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
+	scope, err := s.authorizeScoped(ss.Context(), info.FullMethod)
+	if err != nil {
 		return err
+	}
+	if scope != nil {
+		ss = scopedStream{ServerStream: ss, ctx: withScope(ss.Context(), scope)}
 	}
 	return handler(srv, ss)
 }

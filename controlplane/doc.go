@@ -44,6 +44,13 @@
 //     max(1, floor(0.7 x effective)) at most once per 10 s; each full
 //     minute without one raises it by max(1, configured / 10), never above
 //     the configured rate. The fleet loop applies raises and pushes them.
+//   - CredentialService (the credential broker, Options.Broker, package
+//     broker): GetToken hands a data plane a usable access token for one
+//     account, refreshed first (once for the fleet, under the account's
+//     lease) when it is due or was rejected upstream; ServedAccounts lists
+//     the accounts the caller may serve. AdminService ImportLogin,
+//     ListLogins, GetLogin and RemoveLogin manage the sign-ins. Without a
+//     broker these answer FailedPrecondition naming --credential-key-file.
 //   - BenchService (only with Options.EnableBench): a no-op with Admit's
 //     authentication and message sizes, the benchmark's floor.
 //   - grpc.health.v1 and server reflection. The service
@@ -57,6 +64,13 @@
 // admin token may call everything; the agent token may call everything
 // but AdminService (PermissionDenied), AgentService included. A missing
 // or unknown token is Unauthenticated. Tokens are compared in constant time and never logged.
+// Scoped agent credentials (Options.AgentCreds; clodexctl agent create)
+// are agent tokens known by their SHA-256 that may act only for the
+// accounts they name: Admit, Cancel, ReportGrants, the agent stream's
+// hello, heartbeats and 403 reports, and GetToken for any other account
+// are PermissionDenied, counted in clodex_controlplane_denied_total and
+// logged once per credential; ServedAccounts answers their accounts.
+// Every replica reloads them from the store each fleet tick.
 // The token is checked from the request headers by the server's
 // grpc.InTapHandle, before the stream is created and before a message is
 // read, so a caller without a valid token costs no message buffer; the

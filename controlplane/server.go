@@ -135,6 +135,10 @@ type Options struct {
 	// DrainDelay is how long Serve waits after marking health NOT_SERVING
 	// before it stops accepting. (Optional; default 0)
 	DrainDelay time.Duration
+	// AgentCreds, when set, keeps scoped agent credentials (clodexctl
+	// agent create): tokens that may act only for the accounts they name.
+	// (Optional; default none)
+	AgentCreds store.AgentCreds
 	// Broker, when set, is the credential broker: AdminService's login
 	// RPCs and CredentialService are served from it. (Optional; default
 	// none: those RPCs answer FailedPrecondition)
@@ -165,6 +169,7 @@ type Server struct {
 	denied        *denials
 	notices       pacing.Notices // one-time operator notices, keyed per account
 	agents        *registry
+	scopes        *scopeSet      // scoped agent credentials (Options.AgentCreds)
 	dir           AgentDirectory // nil: count this server's agents only
 	streams       sync.WaitGroup // agent streams' receive loops
 
@@ -218,11 +223,13 @@ func New(opts Options) (*Server, error) {
 	if opts.FleetTick == 0 {
 		opts.FleetTick = DefaultFleetTick
 	}
+	scopes := &scopeSet{}
 	s := &Server{
-		opts: opts,
-		log:  opts.Logger.With("component", "controlplane"),
-		now:  opts.Now,
-		auth: newAuthenticator(opts.AdminToken, opts.AgentToken),
+		scopes: scopes,
+		opts:   opts,
+		log:    opts.Logger.With("component", "controlplane"),
+		now:    opts.Now,
+		auth:   newAuthenticator(opts.AdminToken, opts.AgentToken, scopes),
 
 		agents:   newRegistry(opts.Now),
 		lastLive: map[string]int{},
@@ -314,6 +321,9 @@ func (s *Server) OnShutdown(hook func(reason string)) {
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.checkPlaintext(lis.Addr())
 	s.log.InfoContext(ctx, "serving", "addr", lis.Addr().String(), "tls", s.opts.TLS != nil)
+	if err := s.reloadScopes(ctx); err != nil {
+		s.log.WarnContext(ctx, "scoped agent credentials not loaded yet; retrying every fleet tick", "err", err)
+	}
 	fleetCtx, stopFleet := context.WithCancel(ctx)
 	fleetStopped := make(chan struct{})
 	go s.fleetLoop(fleetCtx, fleetStopped)

@@ -120,14 +120,20 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		}
 	}()
 
+	logins, err := openLogins(cfg, st)
+	if err != nil {
+		return err
+	}
 	var brk *broker.Broker
 	if !credKey.IsZero() {
-		if brk, err = openBroker(cfg, st, credKey, log, reg); err != nil {
+		brk, err = broker.New(broker.Options{Logins: logins, Key: credKey, TokenEndpoint: cfg.TokenEndpoint, Logger: log, Registerer: reg})
+		if err != nil {
 			return err
 		}
 	}
 	srv, err := controlplane.New(controlplane.Options{
 		Broker:        brk,
+		AgentCreds:    logins,
 		Admissions:    st,
 		Policies:      st,
 		AdminToken:    adminTok,
@@ -239,18 +245,19 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheu
 	return r, r.Now, func() { _ = r.Close() }, nil
 }
 
-// openBroker builds the credential broker over the logins of the store:
-// Redis's when the replicas share one, else the data dir's logins.json.
-func openBroker(cfg *config, st store.Store, key broker.Key, log *slog.Logger, reg prometheus.Registerer) (*broker.Broker, error) {
-	logins, ok := st.(store.Logins)
-	if !ok || cfg.Redis == "" {
-		f, err := store.OpenLogins(cfg.DataDir)
-		if err != nil {
-			return nil, err
-		}
-		logins = f
+// loginStore keeps the broker's logins and the scoped agent credentials.
+type loginStore interface {
+	store.Logins
+	store.AgentCreds
+}
+
+// openLogins opens where the logins and scoped agent credentials live:
+// Redis when the replicas share one, else the data dir's logins.json.
+func openLogins(cfg *config, st store.Store) (loginStore, error) {
+	if r, ok := st.(*store.Redis); ok && cfg.Redis != "" {
+		return r, nil
 	}
-	return broker.New(broker.Options{Logins: logins, Key: key, TokenEndpoint: cfg.TokenEndpoint, Logger: log, Registerer: reg})
+	return store.OpenLogins(cfg.DataDir)
 }
 
 // checkStart makes the checks a start makes beyond the flags, the token

@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,3 +66,32 @@ func TestAccountCommands(t *testing.T) {
 		t.Errorf("account list without a broker = %v; want an error naming --credential-key-file", err)
 	}
 }
+
+// agent create writes a new token (mode 0600) and registers it for the
+// accounts named by id or key; it never overwrites a file.
+func TestAgentCreate(t *testing.T) {
+	srv := startServer(t)
+	out := filepath.Join(t.TempDir(), "team.token")
+	keyB := account.Key("acct-b")
+	if o, _, err := ctl(t, srv, "agent", "create", "team", "--accounts", "acct-a,"+keyB, "--out", out); err != nil || !strings.Contains(o, out) {
+		t.Fatalf("agent create = %v\n%s", err, o)
+	}
+	fi, err := os.Stat(out)
+	if err != nil || fi.Mode().Perm() != 0o600 || fi.Size() < 20 {
+		t.Fatalf("token file: %v, %v; want a token with mode 0600", err, fi)
+	}
+	o, _, err := ctl(t, srv, "agent", "list", "-o", "json")
+	var views []agentCredView
+	if err != nil || json.Unmarshal([]byte(o), &views) != nil || len(views) != 1 || views[0].Name != "team" ||
+		strings.Join(views[0].Accounts, ",") != strings.Join(sorted(account.Key("acct-a"), keyB), ",") {
+		t.Errorf("agent list = %v\n%s", err, o)
+	}
+	if _, _, err := ctl(t, srv, "agent", "create", "team2", "--accounts", "acct-a", "--out", out); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "exists") {
+		t.Errorf("agent create over an existing file = %v; want a usage error", err)
+	}
+	if _, _, err := ctl(t, srv, "agent", "remove", "team"); err != nil {
+		t.Errorf("agent remove: %v", err)
+	}
+}
+
+func sorted(s ...string) []string { slices.Sort(s); return s }

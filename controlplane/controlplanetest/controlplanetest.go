@@ -178,16 +178,21 @@ func (s *Server) start(addr string) {
 		}
 		st, closeStore = m, func() {}
 	}
+	var logins interface {
+		store.Logins
+		store.AgentCreds
+	}
+	if r, ok := st.(*store.Redis); ok {
+		logins = r
+	} else {
+		f, err := store.OpenLogins(s.DataDir)
+		if err != nil {
+			t.Fatalf("controlplanetest: %v", err)
+		}
+		logins = f
+	}
 	var brk *broker.Broker
 	if s.opts.Broker {
-		logins, ok := st.(store.Logins)
-		if !ok || s.opts.RedisURL == "" {
-			f, err := store.OpenLogins(s.DataDir)
-			if err != nil {
-				t.Fatalf("controlplanetest: %v", err)
-			}
-			logins = f
-		}
 		var err error
 		brk, err = broker.New(broker.Options{Logins: logins, Key: s.CredentialKey, TokenEndpoint: s.opts.TokenEndpoint, Now: now, Logger: s.opts.Logger})
 		if err != nil {
@@ -196,6 +201,7 @@ func (s *Server) start(addr string) {
 	}
 	srv, err := controlplane.New(controlplane.Options{
 		Broker:        brk,
+		AgentCreds:    logins,
 		Admissions:    st,
 		Policies:      st,
 		AdminToken:    s.AdminToken,

@@ -110,8 +110,9 @@ const loginsFormat = 1
 
 // loginsDoc is the logins file.
 type loginsDoc struct {
-	Format int              `json:"format"`
-	Logins map[string]Login `json:"logins"`
+	Format     int                  `json:"format"`
+	Logins     map[string]Login     `json:"logins"`
+	AgentCreds map[string]AgentCred `json:"agent_credentials,omitempty"`
 }
 
 // LoginFile keeps logins in DIR/logins.json, written atomically with mode

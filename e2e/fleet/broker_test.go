@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/clodex/clodex/bench/fleet/cluster"
 	"github.com/clodex/clodex/controlplane/bearer"
@@ -41,7 +43,8 @@ const (
 // Claude-Code-like load, and restarts the control plane half-way. It
 // checks the promises: no turn fails, each expiry is refreshed
 // once for the whole fleet (not per data plane), the emulator never sees a
-// refresh token twice, and no token reaches a log, the control plane's
+// refresh token twice, an agent credential scoped to the account is
+// refused another one, and no token reaches a log, the control plane's
 // /metrics or its data directory in clear.
 func TestBroker(t *testing.T) {
 	if testing.Short() {
@@ -148,7 +151,51 @@ func TestBroker(t *testing.T) {
 	if simSt.TokenRefreshes > most || simSt.TokenRefreshes < least {
 		t.Errorf("emulator token_refreshes = %d over %v; want one per expiry for the whole fleet, %d..%d", simSt.TokenRefreshes, elapsed.Round(time.Second), least, most)
 	}
+	// An agent credential scoped to the fleet's account reaches it and
+	// nothing else.
+	scoped := filepath.Join(t.TempDir(), "team-a.token")
+	if out, err := f.ControlPlane.Ctl(ctx, "agent", "create", "team-a", "--accounts", cluster.Account, "--out", scoped); err != nil {
+		t.Fatalf("clodexctl agent create: %v\n%s", err, out)
+	}
+	if fi, err := os.Stat(scoped); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("agent token file: %v, mode %v; want 0600", err, fi.Mode().Perm())
+	}
+	creds := credentialClient(t, f.ControlPlane.Addr, scoped)
+	if _, err := creds.GetToken(ctx, &controlplanev1.GetTokenRequest{Account: key}); err != nil {
+		t.Errorf("GetToken(%s) with the credential scoped to it: %v", cluster.Account, err)
+	}
+	if _, err := creds.GetToken(ctx, &controlplanev1.GetTokenRequest{Account: account.Key("acct-b")}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("GetToken(acct-b) with the credential scoped to %s = %v; want PermissionDenied", cluster.Account, err)
+	}
+	if b, err := os.ReadFile(scoped); err == nil {
+		secrets.add(strings.TrimSpace(string(b)), "the scoped agent token")
+	}
 	secrets.checkAbsent(t, f)
+}
+
+// credentialClient dials the control plane with the token in tokenFile.
+func credentialClient(t *testing.T, addr, tokenFile string) controlplanev1.CredentialServiceClient {
+	t.Helper()
+	b, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := bearer.Parse(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Credentials(tok)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return controlplanev1.NewCredentialServiceClient(conn)
+}
+
+func (s *secretSet) add(tok, what string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokens[tok] = what
 }
 
 // secretSet collects the tokens of the account's sign-in: the ones in the

@@ -1710,6 +1710,336 @@ func (*RemoveLoginResponse) Descriptor() ([]byte, []int) {
 	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
+// AgentCredential is a scoped agent credential (never its token).
+type AgentCredential struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the operator's name for it: 1..64 letters, digits, '.', '_'
+	// or '-'.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// accounts are the account keys it may use, sorted.
+	Accounts      []string `protobuf:"bytes,2,rep,name=accounts,proto3" json:"accounts,omitempty"`
+	CreatedUnixMs int64    `protobuf:"varint,3,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentCredential) Reset() {
+	*x = AgentCredential{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentCredential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentCredential) ProtoMessage() {}
+
+func (x *AgentCredential) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentCredential.ProtoReflect.Descriptor instead.
+func (*AgentCredential) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *AgentCredential) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AgentCredential) GetAccounts() []string {
+	if x != nil {
+		return x.Accounts
+	}
+	return nil
+}
+
+func (x *AgentCredential) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+type CreateAgentCredentialRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// accounts are account keys (1..1000).
+	Accounts []string `protobuf:"bytes,2,rep,name=accounts,proto3" json:"accounts,omitempty"`
+	// token_sha256 is the SHA-256 of the agent's token (32 bytes).
+	TokenSha256   []byte `protobuf:"bytes,3,opt,name=token_sha256,json=tokenSha256,proto3" json:"token_sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateAgentCredentialRequest) Reset() {
+	*x = CreateAgentCredentialRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateAgentCredentialRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateAgentCredentialRequest) ProtoMessage() {}
+
+func (x *CreateAgentCredentialRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateAgentCredentialRequest.ProtoReflect.Descriptor instead.
+func (*CreateAgentCredentialRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CreateAgentCredentialRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateAgentCredentialRequest) GetAccounts() []string {
+	if x != nil {
+		return x.Accounts
+	}
+	return nil
+}
+
+func (x *CreateAgentCredentialRequest) GetTokenSha256() []byte {
+	if x != nil {
+		return x.TokenSha256
+	}
+	return nil
+}
+
+type CreateAgentCredentialResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Credential    *AgentCredential       `protobuf:"bytes,1,opt,name=credential,proto3" json:"credential,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateAgentCredentialResponse) Reset() {
+	*x = CreateAgentCredentialResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateAgentCredentialResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateAgentCredentialResponse) ProtoMessage() {}
+
+func (x *CreateAgentCredentialResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateAgentCredentialResponse.ProtoReflect.Descriptor instead.
+func (*CreateAgentCredentialResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CreateAgentCredentialResponse) GetCredential() *AgentCredential {
+	if x != nil {
+		return x.Credential
+	}
+	return nil
+}
+
+type ListAgentCredentialsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentCredentialsRequest) Reset() {
+	*x = ListAgentCredentialsRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentCredentialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentCredentialsRequest) ProtoMessage() {}
+
+func (x *ListAgentCredentialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*ListAgentCredentialsRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+type ListAgentCredentialsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Credentials   []*AgentCredential     `protobuf:"bytes,1,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentCredentialsResponse) Reset() {
+	*x = ListAgentCredentialsResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentCredentialsResponse) ProtoMessage() {}
+
+func (x *ListAgentCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*ListAgentCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListAgentCredentialsResponse) GetCredentials() []*AgentCredential {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+type RemoveAgentCredentialRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveAgentCredentialRequest) Reset() {
+	*x = RemoveAgentCredentialRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveAgentCredentialRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveAgentCredentialRequest) ProtoMessage() {}
+
+func (x *RemoveAgentCredentialRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveAgentCredentialRequest.ProtoReflect.Descriptor instead.
+func (*RemoveAgentCredentialRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *RemoveAgentCredentialRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveAgentCredentialResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveAgentCredentialResponse) Reset() {
+	*x = RemoveAgentCredentialResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveAgentCredentialResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveAgentCredentialResponse) ProtoMessage() {}
+
+func (x *RemoveAgentCredentialResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveAgentCredentialResponse.ProtoReflect.Descriptor instead.
+func (*RemoveAgentCredentialResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
 var File_clodex_controlplane_v1_admin_proto protoreflect.FileDescriptor
 
 const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
@@ -1835,7 +2165,25 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\x05login\x18\x01 \x01(\v2\x1d.clodex.controlplane.v1.LoginR\x05login\"&\n" +
 	"\x12RemoveLoginRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"\x15\n" +
-	"\x13RemoveLoginResponse2\xe2\b\n" +
+	"\x13RemoveLoginResponse\"i\n" +
+	"\x0fAgentCredential\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\baccounts\x18\x02 \x03(\tR\baccounts\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\"q\n" +
+	"\x1cCreateAgentCredentialRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\baccounts\x18\x02 \x03(\tR\baccounts\x12!\n" +
+	"\ftoken_sha256\x18\x03 \x01(\fR\vtokenSha256\"h\n" +
+	"\x1dCreateAgentCredentialResponse\x12G\n" +
+	"\n" +
+	"credential\x18\x01 \x01(\v2'.clodex.controlplane.v1.AgentCredentialR\n" +
+	"credential\"\x1d\n" +
+	"\x1bListAgentCredentialsRequest\"i\n" +
+	"\x1cListAgentCredentialsResponse\x12I\n" +
+	"\vcredentials\x18\x01 \x03(\v2'.clodex.controlplane.v1.AgentCredentialR\vcredentials\"2\n" +
+	"\x1cRemoveAgentCredentialRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x1f\n" +
+	"\x1dRemoveAgentCredentialResponse2\xf4\v\n" +
 	"\fAdminService\x12Z\n" +
 	"\aSetRate\x12&.clodex.controlplane.v1.SetRateRequest\x1a'.clodex.controlplane.v1.SetRateResponse\x12`\n" +
 	"\tSetBudget\x12(.clodex.controlplane.v1.SetBudgetRequest\x1a).clodex.controlplane.v1.SetBudgetResponse\x12c\n" +
@@ -1851,7 +2199,10 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"ListLogins\x12).clodex.controlplane.v1.ListLoginsRequest\x1a*.clodex.controlplane.v1.ListLoginsResponse\x12]\n" +
 	"\bGetLogin\x12'.clodex.controlplane.v1.GetLoginRequest\x1a(.clodex.controlplane.v1.GetLoginResponse\x12f\n" +
-	"\vRemoveLogin\x12*.clodex.controlplane.v1.RemoveLoginRequest\x1a+.clodex.controlplane.v1.RemoveLoginResponseBMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
+	"\vRemoveLogin\x12*.clodex.controlplane.v1.RemoveLoginRequest\x1a+.clodex.controlplane.v1.RemoveLoginResponse\x12\x84\x01\n" +
+	"\x15CreateAgentCredential\x124.clodex.controlplane.v1.CreateAgentCredentialRequest\x1a5.clodex.controlplane.v1.CreateAgentCredentialResponse\x12\x81\x01\n" +
+	"\x14ListAgentCredentials\x123.clodex.controlplane.v1.ListAgentCredentialsRequest\x1a4.clodex.controlplane.v1.ListAgentCredentialsResponse\x12\x84\x01\n" +
+	"\x15RemoveAgentCredential\x124.clodex.controlplane.v1.RemoveAgentCredentialRequest\x1a5.clodex.controlplane.v1.RemoveAgentCredentialResponseBMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
 
 var (
 	file_clodex_controlplane_v1_admin_proto_rawDescOnce sync.Once
@@ -1865,36 +2216,43 @@ func file_clodex_controlplane_v1_admin_proto_rawDescGZIP() []byte {
 	return file_clodex_controlplane_v1_admin_proto_rawDescData
 }
 
-var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
-	(*Account)(nil),              // 0: clodex.controlplane.v1.Account
-	(*SetRateRequest)(nil),       // 1: clodex.controlplane.v1.SetRateRequest
-	(*SetRateResponse)(nil),      // 2: clodex.controlplane.v1.SetRateResponse
-	(*SetBudgetRequest)(nil),     // 3: clodex.controlplane.v1.SetBudgetRequest
-	(*SetBudgetResponse)(nil),    // 4: clodex.controlplane.v1.SetBudgetResponse
-	(*GetAccountRequest)(nil),    // 5: clodex.controlplane.v1.GetAccountRequest
-	(*GetAccountResponse)(nil),   // 6: clodex.controlplane.v1.GetAccountResponse
-	(*StoreInfo)(nil),            // 7: clodex.controlplane.v1.StoreInfo
-	(*ListAccountsRequest)(nil),  // 8: clodex.controlplane.v1.ListAccountsRequest
-	(*ListAccountsResponse)(nil), // 9: clodex.controlplane.v1.ListAccountsResponse
-	(*ListAgentsRequest)(nil),    // 10: clodex.controlplane.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),   // 11: clodex.controlplane.v1.ListAgentsResponse
-	(*Agent)(nil),                // 12: clodex.controlplane.v1.Agent
-	(*SetAdaptiveRequest)(nil),   // 13: clodex.controlplane.v1.SetAdaptiveRequest
-	(*SetAdaptiveResponse)(nil),  // 14: clodex.controlplane.v1.SetAdaptiveResponse
-	(*ListQuotasRequest)(nil),    // 15: clodex.controlplane.v1.ListQuotasRequest
-	(*ListQuotasResponse)(nil),   // 16: clodex.controlplane.v1.ListQuotasResponse
-	(*AccountQuota)(nil),         // 17: clodex.controlplane.v1.AccountQuota
-	(*ImportLoginRequest)(nil),   // 18: clodex.controlplane.v1.ImportLoginRequest
-	(*ImportLoginResponse)(nil),  // 19: clodex.controlplane.v1.ImportLoginResponse
-	(*Login)(nil),                // 20: clodex.controlplane.v1.Login
-	(*ListLoginsRequest)(nil),    // 21: clodex.controlplane.v1.ListLoginsRequest
-	(*ListLoginsResponse)(nil),   // 22: clodex.controlplane.v1.ListLoginsResponse
-	(*GetLoginRequest)(nil),      // 23: clodex.controlplane.v1.GetLoginRequest
-	(*GetLoginResponse)(nil),     // 24: clodex.controlplane.v1.GetLoginResponse
-	(*RemoveLoginRequest)(nil),   // 25: clodex.controlplane.v1.RemoveLoginRequest
-	(*RemoveLoginResponse)(nil),  // 26: clodex.controlplane.v1.RemoveLoginResponse
-	(*QuotaWindow)(nil),          // 27: clodex.controlplane.v1.QuotaWindow
+	(*Account)(nil),                       // 0: clodex.controlplane.v1.Account
+	(*SetRateRequest)(nil),                // 1: clodex.controlplane.v1.SetRateRequest
+	(*SetRateResponse)(nil),               // 2: clodex.controlplane.v1.SetRateResponse
+	(*SetBudgetRequest)(nil),              // 3: clodex.controlplane.v1.SetBudgetRequest
+	(*SetBudgetResponse)(nil),             // 4: clodex.controlplane.v1.SetBudgetResponse
+	(*GetAccountRequest)(nil),             // 5: clodex.controlplane.v1.GetAccountRequest
+	(*GetAccountResponse)(nil),            // 6: clodex.controlplane.v1.GetAccountResponse
+	(*StoreInfo)(nil),                     // 7: clodex.controlplane.v1.StoreInfo
+	(*ListAccountsRequest)(nil),           // 8: clodex.controlplane.v1.ListAccountsRequest
+	(*ListAccountsResponse)(nil),          // 9: clodex.controlplane.v1.ListAccountsResponse
+	(*ListAgentsRequest)(nil),             // 10: clodex.controlplane.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),            // 11: clodex.controlplane.v1.ListAgentsResponse
+	(*Agent)(nil),                         // 12: clodex.controlplane.v1.Agent
+	(*SetAdaptiveRequest)(nil),            // 13: clodex.controlplane.v1.SetAdaptiveRequest
+	(*SetAdaptiveResponse)(nil),           // 14: clodex.controlplane.v1.SetAdaptiveResponse
+	(*ListQuotasRequest)(nil),             // 15: clodex.controlplane.v1.ListQuotasRequest
+	(*ListQuotasResponse)(nil),            // 16: clodex.controlplane.v1.ListQuotasResponse
+	(*AccountQuota)(nil),                  // 17: clodex.controlplane.v1.AccountQuota
+	(*ImportLoginRequest)(nil),            // 18: clodex.controlplane.v1.ImportLoginRequest
+	(*ImportLoginResponse)(nil),           // 19: clodex.controlplane.v1.ImportLoginResponse
+	(*Login)(nil),                         // 20: clodex.controlplane.v1.Login
+	(*ListLoginsRequest)(nil),             // 21: clodex.controlplane.v1.ListLoginsRequest
+	(*ListLoginsResponse)(nil),            // 22: clodex.controlplane.v1.ListLoginsResponse
+	(*GetLoginRequest)(nil),               // 23: clodex.controlplane.v1.GetLoginRequest
+	(*GetLoginResponse)(nil),              // 24: clodex.controlplane.v1.GetLoginResponse
+	(*RemoveLoginRequest)(nil),            // 25: clodex.controlplane.v1.RemoveLoginRequest
+	(*RemoveLoginResponse)(nil),           // 26: clodex.controlplane.v1.RemoveLoginResponse
+	(*AgentCredential)(nil),               // 27: clodex.controlplane.v1.AgentCredential
+	(*CreateAgentCredentialRequest)(nil),  // 28: clodex.controlplane.v1.CreateAgentCredentialRequest
+	(*CreateAgentCredentialResponse)(nil), // 29: clodex.controlplane.v1.CreateAgentCredentialResponse
+	(*ListAgentCredentialsRequest)(nil),   // 30: clodex.controlplane.v1.ListAgentCredentialsRequest
+	(*ListAgentCredentialsResponse)(nil),  // 31: clodex.controlplane.v1.ListAgentCredentialsResponse
+	(*RemoveAgentCredentialRequest)(nil),  // 32: clodex.controlplane.v1.RemoveAgentCredentialRequest
+	(*RemoveAgentCredentialResponse)(nil), // 33: clodex.controlplane.v1.RemoveAgentCredentialResponse
+	(*QuotaWindow)(nil),                   // 34: clodex.controlplane.v1.QuotaWindow
 }
 var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: clodex.controlplane.v1.SetRateResponse.account:type_name -> clodex.controlplane.v1.Account
@@ -1906,37 +2264,45 @@ var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	12, // 6: clodex.controlplane.v1.ListAgentsResponse.agents:type_name -> clodex.controlplane.v1.Agent
 	0,  // 7: clodex.controlplane.v1.SetAdaptiveResponse.account:type_name -> clodex.controlplane.v1.Account
 	17, // 8: clodex.controlplane.v1.ListQuotasResponse.quotas:type_name -> clodex.controlplane.v1.AccountQuota
-	27, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
+	34, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
 	20, // 10: clodex.controlplane.v1.ImportLoginResponse.login:type_name -> clodex.controlplane.v1.Login
 	20, // 11: clodex.controlplane.v1.ListLoginsResponse.logins:type_name -> clodex.controlplane.v1.Login
 	20, // 12: clodex.controlplane.v1.GetLoginResponse.login:type_name -> clodex.controlplane.v1.Login
-	1,  // 13: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
-	3,  // 14: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
-	5,  // 15: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
-	8,  // 16: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
-	10, // 17: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
-	13, // 18: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
-	15, // 19: clodex.controlplane.v1.AdminService.ListQuotas:input_type -> clodex.controlplane.v1.ListQuotasRequest
-	18, // 20: clodex.controlplane.v1.AdminService.ImportLogin:input_type -> clodex.controlplane.v1.ImportLoginRequest
-	21, // 21: clodex.controlplane.v1.AdminService.ListLogins:input_type -> clodex.controlplane.v1.ListLoginsRequest
-	23, // 22: clodex.controlplane.v1.AdminService.GetLogin:input_type -> clodex.controlplane.v1.GetLoginRequest
-	25, // 23: clodex.controlplane.v1.AdminService.RemoveLogin:input_type -> clodex.controlplane.v1.RemoveLoginRequest
-	2,  // 24: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
-	4,  // 25: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
-	6,  // 26: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
-	9,  // 27: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
-	11, // 28: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
-	14, // 29: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
-	16, // 30: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
-	19, // 31: clodex.controlplane.v1.AdminService.ImportLogin:output_type -> clodex.controlplane.v1.ImportLoginResponse
-	22, // 32: clodex.controlplane.v1.AdminService.ListLogins:output_type -> clodex.controlplane.v1.ListLoginsResponse
-	24, // 33: clodex.controlplane.v1.AdminService.GetLogin:output_type -> clodex.controlplane.v1.GetLoginResponse
-	26, // 34: clodex.controlplane.v1.AdminService.RemoveLogin:output_type -> clodex.controlplane.v1.RemoveLoginResponse
-	24, // [24:35] is the sub-list for method output_type
-	13, // [13:24] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	27, // 13: clodex.controlplane.v1.CreateAgentCredentialResponse.credential:type_name -> clodex.controlplane.v1.AgentCredential
+	27, // 14: clodex.controlplane.v1.ListAgentCredentialsResponse.credentials:type_name -> clodex.controlplane.v1.AgentCredential
+	1,  // 15: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
+	3,  // 16: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
+	5,  // 17: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
+	8,  // 18: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
+	10, // 19: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
+	13, // 20: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
+	15, // 21: clodex.controlplane.v1.AdminService.ListQuotas:input_type -> clodex.controlplane.v1.ListQuotasRequest
+	18, // 22: clodex.controlplane.v1.AdminService.ImportLogin:input_type -> clodex.controlplane.v1.ImportLoginRequest
+	21, // 23: clodex.controlplane.v1.AdminService.ListLogins:input_type -> clodex.controlplane.v1.ListLoginsRequest
+	23, // 24: clodex.controlplane.v1.AdminService.GetLogin:input_type -> clodex.controlplane.v1.GetLoginRequest
+	25, // 25: clodex.controlplane.v1.AdminService.RemoveLogin:input_type -> clodex.controlplane.v1.RemoveLoginRequest
+	28, // 26: clodex.controlplane.v1.AdminService.CreateAgentCredential:input_type -> clodex.controlplane.v1.CreateAgentCredentialRequest
+	30, // 27: clodex.controlplane.v1.AdminService.ListAgentCredentials:input_type -> clodex.controlplane.v1.ListAgentCredentialsRequest
+	32, // 28: clodex.controlplane.v1.AdminService.RemoveAgentCredential:input_type -> clodex.controlplane.v1.RemoveAgentCredentialRequest
+	2,  // 29: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
+	4,  // 30: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
+	6,  // 31: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
+	9,  // 32: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
+	11, // 33: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
+	14, // 34: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
+	16, // 35: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
+	19, // 36: clodex.controlplane.v1.AdminService.ImportLogin:output_type -> clodex.controlplane.v1.ImportLoginResponse
+	22, // 37: clodex.controlplane.v1.AdminService.ListLogins:output_type -> clodex.controlplane.v1.ListLoginsResponse
+	24, // 38: clodex.controlplane.v1.AdminService.GetLogin:output_type -> clodex.controlplane.v1.GetLoginResponse
+	26, // 39: clodex.controlplane.v1.AdminService.RemoveLogin:output_type -> clodex.controlplane.v1.RemoveLoginResponse
+	29, // 40: clodex.controlplane.v1.AdminService.CreateAgentCredential:output_type -> clodex.controlplane.v1.CreateAgentCredentialResponse
+	31, // 41: clodex.controlplane.v1.AdminService.ListAgentCredentials:output_type -> clodex.controlplane.v1.ListAgentCredentialsResponse
+	33, // 42: clodex.controlplane.v1.AdminService.RemoveAgentCredential:output_type -> clodex.controlplane.v1.RemoveAgentCredentialResponse
+	29, // [29:43] is the sub-list for method output_type
+	15, // [15:29] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_clodex_controlplane_v1_admin_proto_init() }
@@ -1953,7 +2319,7 @@ func file_clodex_controlplane_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_admin_proto_rawDesc), len(file_clodex_controlplane_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,17 +19,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_SetRate_FullMethodName      = "/clodex.controlplane.v1.AdminService/SetRate"
-	AdminService_SetBudget_FullMethodName    = "/clodex.controlplane.v1.AdminService/SetBudget"
-	AdminService_GetAccount_FullMethodName   = "/clodex.controlplane.v1.AdminService/GetAccount"
-	AdminService_ListAccounts_FullMethodName = "/clodex.controlplane.v1.AdminService/ListAccounts"
-	AdminService_ListAgents_FullMethodName   = "/clodex.controlplane.v1.AdminService/ListAgents"
-	AdminService_SetAdaptive_FullMethodName  = "/clodex.controlplane.v1.AdminService/SetAdaptive"
-	AdminService_ListQuotas_FullMethodName   = "/clodex.controlplane.v1.AdminService/ListQuotas"
-	AdminService_ImportLogin_FullMethodName  = "/clodex.controlplane.v1.AdminService/ImportLogin"
-	AdminService_ListLogins_FullMethodName   = "/clodex.controlplane.v1.AdminService/ListLogins"
-	AdminService_GetLogin_FullMethodName     = "/clodex.controlplane.v1.AdminService/GetLogin"
-	AdminService_RemoveLogin_FullMethodName  = "/clodex.controlplane.v1.AdminService/RemoveLogin"
+	AdminService_SetRate_FullMethodName               = "/clodex.controlplane.v1.AdminService/SetRate"
+	AdminService_SetBudget_FullMethodName             = "/clodex.controlplane.v1.AdminService/SetBudget"
+	AdminService_GetAccount_FullMethodName            = "/clodex.controlplane.v1.AdminService/GetAccount"
+	AdminService_ListAccounts_FullMethodName          = "/clodex.controlplane.v1.AdminService/ListAccounts"
+	AdminService_ListAgents_FullMethodName            = "/clodex.controlplane.v1.AdminService/ListAgents"
+	AdminService_SetAdaptive_FullMethodName           = "/clodex.controlplane.v1.AdminService/SetAdaptive"
+	AdminService_ListQuotas_FullMethodName            = "/clodex.controlplane.v1.AdminService/ListQuotas"
+	AdminService_ImportLogin_FullMethodName           = "/clodex.controlplane.v1.AdminService/ImportLogin"
+	AdminService_ListLogins_FullMethodName            = "/clodex.controlplane.v1.AdminService/ListLogins"
+	AdminService_GetLogin_FullMethodName              = "/clodex.controlplane.v1.AdminService/GetLogin"
+	AdminService_RemoveLogin_FullMethodName           = "/clodex.controlplane.v1.AdminService/RemoveLogin"
+	AdminService_CreateAgentCredential_FullMethodName = "/clodex.controlplane.v1.AdminService/CreateAgentCredential"
+	AdminService_ListAgentCredentials_FullMethodName  = "/clodex.controlplane.v1.AdminService/ListAgentCredentials"
+	AdminService_RemoveAgentCredential_FullMethodName = "/clodex.controlplane.v1.AdminService/RemoveAgentCredential"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -86,6 +89,17 @@ type AdminServiceClient interface {
 	// RemoveLogin forgets one account's sign-in; NotFound when there is
 	// none. Data planes keep the access token they hold until it expires.
 	RemoveLogin(ctx context.Context, in *RemoveLoginRequest, opts ...grpc.CallOption) (*RemoveLoginResponse, error)
+	// CreateAgentCredential registers a scoped agent credential: a data
+	// plane presenting a token whose SHA-256 is token_sha256 may Admit,
+	// receive tokens and report only for the named accounts (anything else
+	// is PermissionDenied). clodexctl agent create draws the token and
+	// writes it to a file; the control plane keeps only its digest.
+	CreateAgentCredential(ctx context.Context, in *CreateAgentCredentialRequest, opts ...grpc.CallOption) (*CreateAgentCredentialResponse, error)
+	// ListAgentCredentials returns the scoped agent credentials, by name.
+	ListAgentCredentials(ctx context.Context, in *ListAgentCredentialsRequest, opts ...grpc.CallOption) (*ListAgentCredentialsResponse, error)
+	// RemoveAgentCredential revokes one scoped agent credential by name;
+	// NotFound when there is none.
+	RemoveAgentCredential(ctx context.Context, in *RemoveAgentCredentialRequest, opts ...grpc.CallOption) (*RemoveAgentCredentialResponse, error)
 }
 
 type adminServiceClient struct {
@@ -206,6 +220,36 @@ func (c *adminServiceClient) RemoveLogin(ctx context.Context, in *RemoveLoginReq
 	return out, nil
 }
 
+func (c *adminServiceClient) CreateAgentCredential(ctx context.Context, in *CreateAgentCredentialRequest, opts ...grpc.CallOption) (*CreateAgentCredentialResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateAgentCredentialResponse)
+	err := c.cc.Invoke(ctx, AdminService_CreateAgentCredential_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListAgentCredentials(ctx context.Context, in *ListAgentCredentialsRequest, opts ...grpc.CallOption) (*ListAgentCredentialsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAgentCredentialsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListAgentCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RemoveAgentCredential(ctx context.Context, in *RemoveAgentCredentialRequest, opts ...grpc.CallOption) (*RemoveAgentCredentialResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveAgentCredentialResponse)
+	err := c.cc.Invoke(ctx, AdminService_RemoveAgentCredential_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -260,6 +304,17 @@ type AdminServiceServer interface {
 	// RemoveLogin forgets one account's sign-in; NotFound when there is
 	// none. Data planes keep the access token they hold until it expires.
 	RemoveLogin(context.Context, *RemoveLoginRequest) (*RemoveLoginResponse, error)
+	// CreateAgentCredential registers a scoped agent credential: a data
+	// plane presenting a token whose SHA-256 is token_sha256 may Admit,
+	// receive tokens and report only for the named accounts (anything else
+	// is PermissionDenied). clodexctl agent create draws the token and
+	// writes it to a file; the control plane keeps only its digest.
+	CreateAgentCredential(context.Context, *CreateAgentCredentialRequest) (*CreateAgentCredentialResponse, error)
+	// ListAgentCredentials returns the scoped agent credentials, by name.
+	ListAgentCredentials(context.Context, *ListAgentCredentialsRequest) (*ListAgentCredentialsResponse, error)
+	// RemoveAgentCredential revokes one scoped agent credential by name;
+	// NotFound when there is none.
+	RemoveAgentCredential(context.Context, *RemoveAgentCredentialRequest) (*RemoveAgentCredentialResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -302,6 +357,15 @@ func (UnimplementedAdminServiceServer) GetLogin(context.Context, *GetLoginReques
 }
 func (UnimplementedAdminServiceServer) RemoveLogin(context.Context, *RemoveLoginRequest) (*RemoveLoginResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveLogin not implemented")
+}
+func (UnimplementedAdminServiceServer) CreateAgentCredential(context.Context, *CreateAgentCredentialRequest) (*CreateAgentCredentialResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateAgentCredential not implemented")
+}
+func (UnimplementedAdminServiceServer) ListAgentCredentials(context.Context, *ListAgentCredentialsRequest) (*ListAgentCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAgentCredentials not implemented")
+}
+func (UnimplementedAdminServiceServer) RemoveAgentCredential(context.Context, *RemoveAgentCredentialRequest) (*RemoveAgentCredentialResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveAgentCredential not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -522,6 +586,60 @@ func _AdminService_RemoveLogin_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_CreateAgentCredential_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateAgentCredentialRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).CreateAgentCredential(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_CreateAgentCredential_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).CreateAgentCredential(ctx, req.(*CreateAgentCredentialRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListAgentCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAgentCredentialsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListAgentCredentials(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListAgentCredentials_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListAgentCredentials(ctx, req.(*ListAgentCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RemoveAgentCredential_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveAgentCredentialRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RemoveAgentCredential(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RemoveAgentCredential_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RemoveAgentCredential(ctx, req.(*RemoveAgentCredentialRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -572,6 +690,18 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveLogin",
 			Handler:    _AdminService_RemoveLogin_Handler,
+		},
+		{
+			MethodName: "CreateAgentCredential",
+			Handler:    _AdminService_CreateAgentCredential_Handler,
+		},
+		{
+			MethodName: "ListAgentCredentials",
+			Handler:    _AdminService_ListAgentCredentials_Handler,
+		},
+		{
+			MethodName: "RemoveAgentCredential",
+			Handler:    _AdminService_RemoveAgentCredential_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

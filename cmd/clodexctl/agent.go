@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/atomicfile"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+const agentUsage = "agent create NAME --accounts ACCOUNT[,ACCOUNT...] --out FILE | list | remove NAME"
+
+var agentCmd = &command{
+	name:  "agent",
+	usage: agentUsage,
+	short: "manage scoped agent credentials: tokens a data plane passes as --agent-token-file that reach only the accounts named",
+	run:   runAgentCmd,
+}
+
+type agentArgs struct {
+	accounts string
+	out      string
+}
+
+// agentCredView is a scoped agent credential as clodexctl prints it.
+type agentCredView struct {
+	Name     string   `json:"name"`
+	Accounts []string `json:"accounts"`
+	Created  string   `json:"created"`
+	Out      string   `json:"token_file,omitempty"`
+}
+
+func agentCredViewOf(c *controlplanev1.AgentCredential) agentCredView {
+	accts := c.GetAccounts()
+	if accts == nil {
+		accts = []string{}
+	}
+	return agentCredView{Name: c.GetName(), Accounts: accts, Created: rfc3339(c.GetCreatedUnixMs())}
+}
+
+func runAgentCmd(ctx context.Context, e *env, args []string) error {
+	var a agentArgs
+	fs := e.flagSet("agent")
+	fs.StringVar(&a.accounts, "accounts", "", "create: the `ACCOUNTS` the agent may use, comma-separated ChatGPT account ids or keys")
+	fs.StringVar(&a.out, "out", "", "create: write the new agent token to this `file` (mode 0600; it must not exist)")
+	pos, err := parseArgs(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return usagef("usage: clodexctl %s", agentUsage)
+	}
+	if err != nil {
+		return err
+	}
+	if err := e.checkOutput(); err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usagef("missing subcommand; usage: clodexctl %s", agentUsage)
+	}
+	switch sub, pos := pos[0], pos[1:]; sub {
+	case "create":
+		if len(pos) != 1 {
+			return usagef("agent create takes one NAME; usage: clodexctl %s", agentUsage)
+		}
+		if a.accounts == "" || a.out == "" {
+			return usagef("agent create needs --accounts ACCOUNT[,ACCOUNT...] and --out FILE")
+		}
+		return e.agentCreate(ctx, pos[0], a.accounts, a.out)
+	case "list":
+		if len(pos) > 0 {
+			return usagef("unexpected argument %q; agent list takes no arguments", pos[0])
+		}
+		return e.agentList(ctx)
+	case "remove":
+		if len(pos) != 1 {
+			return usagef("agent remove takes one NAME")
+		}
+		return e.agentRemove(ctx, pos[0])
+	default:
+		return usagef("unknown agent subcommand %q; allowed: create, list, remove", sub)
+	}
+}
+
+// agentKeys turns --accounts into account keys: a key stays as it is, an
+// account id is hashed.
+func agentKeys(list string) ([]string, error) {
+	var keys []string
+	for _, a := range strings.Split(list, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			return nil, usagef("--accounts %q has an empty entry; want comma-separated ChatGPT account ids or keys", list)
+		}
+		if account.IsKey(a) {
+			keys = append(keys, a)
+		} else {
+			keys = append(keys, account.Key(a))
+		}
+	}
+	return keys, nil
+}
+
+// agentCreate draws a new token, writes it to out (atomically, 0600) and
+// registers its digest; the token never leaves this machine otherwise.
+func (e *env) agentCreate(ctx context.Context, name, accounts, out string) error {
+	keys, err := agentKeys(accounts)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(out); err == nil {
+		return usagef("--out %s exists; remove it or choose another file (a token file is never overwritten)", out)
+	}
+	tok := rand.Text()
+	if err := atomicfile.WriteFile(out, []byte(tok+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write --out: %w", err)
+	}
+	sum := sha256.Sum256([]byte(tok))
+	c, err := e.dial()
+	if err != nil {
+		_ = os.Remove(out)
+		return err
+	}
+	defer c.Close()
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	resp, err := c.admin.CreateAgentCredential(cctx, &controlplanev1.CreateAgentCredentialRequest{Name: name, Accounts: keys, TokenSha256: sum[:]})
+	if err != nil {
+		_ = os.Remove(out)
+		return c.loginError(err, name, "")
+	}
+	v := agentCredViewOf(resp.GetCredential())
+	v.Out = out
+	if e.g.output == "json" {
+		return writeJSON(e.stdout, v)
+	}
+	fmt.Fprintf(e.stdout, "agent credential %s created for %s; its token is in %s (pass it to clodex-dataplane as --agent-token-file)\n",
+		v.Name, strings.Join(v.Accounts, ","), out)
+	return nil
+}
+
+func (e *env) agentList(ctx context.Context) error {
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	resp, err := c.admin.ListAgentCredentials(cctx, &controlplanev1.ListAgentCredentialsRequest{})
+	if err != nil {
+		return c.loginError(err, "", "")
+	}
+	views := make([]agentCredView, 0, len(resp.GetCredentials()))
+	for _, cr := range resp.GetCredentials() {
+		views = append(views, agentCredViewOf(cr))
+	}
+	if e.g.output == "json" {
+		return writeJSON(e.stdout, views)
+	}
+	return writeAgentCreds(e.stdout, views)
+}
+
+func (e *env) agentRemove(ctx context.Context, name string) error {
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	if _, err := c.admin.RemoveAgentCredential(cctx, &controlplanev1.RemoveAgentCredentialRequest{Name: name}); err != nil {
+		return c.loginError(err, name, "")
+	}
+	fmt.Fprintf(e.stdout, "agent credential %s removed; its token is refused from now on\n", name)
+	return nil
+}
+
+func writeAgentCreds(w io.Writer, vs []agentCredView) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tCREATED\tACCOUNTS")
+	for _, v := range vs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, v.Created, strings.Join(v.Accounts, ","))
+	}
+	return tw.Flush()
+}
