@@ -89,7 +89,7 @@ func flagValue(argv []string, name string) (string, bool) {
 // listener.
 func TestCompose(t *testing.T) {
 	c := readCompose(t)
-	for _, want := range []string{"redis", "controlplane-1", "controlplane-2", "dataplane-1", "dataplane-2", "clodex-sim", "jaeger", "prometheus", "grafana"} {
+	for _, want := range []string{"redis", "controlplane-1", "controlplane-2", "dataplane-1", "dataplane-2", "clodex-sim", "login", "jaeger", "prometheus", "grafana"} {
 		if _, ok := c.Services[want]; !ok {
 			t.Errorf("compose has no service %s", want)
 		}
@@ -114,7 +114,7 @@ func TestCompose(t *testing.T) {
 		if !s.ReadOnly {
 			t.Errorf("service %s: read_only is not set", name)
 		}
-		for _, f := range []string{"admin-token-file", "agent-token-file", "api-key-file", "metrics-token-file"} {
+		for _, f := range []string{"admin-token-file", "agent-token-file", "api-key-file", "metrics-token-file", "credential-key-file"} {
 			if v, ok := flagValue(s.Command, f); ok {
 				secret, found := strings.CutPrefix(v, "/run/secrets/")
 				if !found || !slices.Contains(s.Secrets, secret) || c.Secrets[secret].File == "" {
@@ -132,6 +132,9 @@ func TestCompose(t *testing.T) {
 		}
 		r, _ := flagValue(cmd, "replica")
 		replicas[r] = true
+		if _, ok := flagValue(cmd, "credential-key-file"); !ok {
+			t.Errorf("%s has no --credential-key-file: the replicas hold the sign-in (the credential broker)", name)
+		}
 	}
 	if len(replicas) != 2 {
 		t.Errorf("the control planes' --replica ids %v are not distinct", replicas)
@@ -139,6 +142,9 @@ func TestCompose(t *testing.T) {
 	names := map[string]bool{}
 	for _, name := range []string{"dataplane-1", "dataplane-2"} {
 		s := c.Services[name]
+		if v, ok := flagValue(s.Command, "codex-auth"); ok {
+			t.Errorf("%s: --codex-auth %s; a fleet data plane takes its tokens from the credential broker", name, v)
+		}
 		if v, _ := flagValue(s.Command, "control-plane"); v != "controlplane:17700" {
 			t.Errorf("%s: --control-plane %q, want the replicas' shared alias controlplane:17700", name, v)
 		}
@@ -231,8 +237,8 @@ func TestComposeLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("compose-go load: %v", err)
 	}
-	if p.Name != "clodex" || len(p.Services) != 9 {
-		t.Errorf("project %q with %d services; want clodex with 9", p.Name, len(p.Services))
+	if p.Name != "clodex" || len(p.Services) != 10 {
+		t.Errorf("project %q with %d services; want clodex with 10", p.Name, len(p.Services))
 	}
 	for name, s := range p.Services {
 		if isClodexImage(s.Image) {

@@ -151,7 +151,7 @@ func renderOverlay(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"admin.token", "agent.token", "metrics.token", "redis.url", "auth.json", "tls.crt", "tls.key", "ca.crt"} {
+	for _, f := range []string{"admin.token", "agent.token", "metrics.token", "redis.url", "credential.key", "tls.crt", "tls.key", "ca.crt"} {
 		if err := mem.WriteFile("/k/overlays/production/secrets/"+f, []byte("stand-in\n")); err != nil {
 			t.Fatal(err)
 		}

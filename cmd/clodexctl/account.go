@@ -61,13 +61,18 @@ func loginViewOf(l *controlplanev1.Login) loginView {
 	return v
 }
 
+// register adds the account command's own flags to fs.
+func (a *accountArgs) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.codexAuth, "codex-auth", "", "account import: the Codex auth.json `file` to import")
+	fs.StringVar(&a.issuer, "issuer", credentials.DefaultIssuer, "account login: the identity provider's `URL`")
+	fs.StringVar(&a.tokenEndpoint, "token-endpoint", "", "account login: the OAuth token `URL` (default ISSUER/oauth/token)")
+	a.target.register(fs)
+}
+
 func runAccount(ctx context.Context, e *env, args []string) error {
 	var a accountArgs
 	fs := e.flagSet("account")
-	fs.StringVar(&a.codexAuth, "codex-auth", "", "import: the Codex auth.json `file` to import")
-	fs.StringVar(&a.issuer, "issuer", credentials.DefaultIssuer, "login: the identity provider's `URL`")
-	fs.StringVar(&a.tokenEndpoint, "token-endpoint", "", "login: the OAuth token `URL` (default ISSUER/oauth/token)")
-	a.target.register(fs)
+	a.register(fs)
 	pos, err := parseArgs(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return usagef("usage: clodexctl %s", accountUsage)

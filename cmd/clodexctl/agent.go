@@ -47,11 +47,16 @@ func agentCredViewOf(c *controlplanev1.AgentCredential) agentCredView {
 	return agentCredView{Name: c.GetName(), Accounts: accts, Created: rfc3339(c.GetCreatedUnixMs())}
 }
 
+// register adds the agent command's own flags to fs.
+func (a *agentArgs) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.accounts, "accounts", "", "agent create: the `ACCOUNTS` the agent may use, comma-separated ChatGPT account ids or keys")
+	fs.StringVar(&a.out, "out", "", "agent create: write the new agent token to this `file` (mode 0600; it must not exist)")
+}
+
 func runAgentCmd(ctx context.Context, e *env, args []string) error {
 	var a agentArgs
 	fs := e.flagSet("agent")
-	fs.StringVar(&a.accounts, "accounts", "", "create: the `ACCOUNTS` the agent may use, comma-separated ChatGPT account ids or keys")
-	fs.StringVar(&a.out, "out", "", "create: write the new agent token to this `file` (mode 0600; it must not exist)")
+	a.register(fs)
 	pos, err := parseArgs(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return usagef("usage: clodexctl %s", agentUsage)

@@ -157,6 +157,12 @@ func (e *env) printUsage(w io.Writer) {
 	fs := e.flagSet("clodexctl")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
+	fmt.Fprintln(w, "\nFlags of account and agent (after the command):")
+	cfs := flag.NewFlagSet("commands", flag.ContinueOnError)
+	cfs.SetOutput(w)
+	(&accountArgs{}).register(cfs)
+	(&agentArgs{}).register(cfs)
+	cfs.PrintDefaults()
 }
 
 // flagSet returns a FlagSet with the global flags registered into e.g.
