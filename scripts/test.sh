@@ -8,6 +8,8 @@
 #      and a note at the end says so
 #   4. redis-server is installed (the Redis store's tests start their own on a free loopback port)
 #   5. every package's tests, with the race detector
+#   6. each fuzz target of a listener's input runs for a short, fixed time (CLODEX_FUZZTIME, default
+#      10s each); a finding fails the suite and leaves its input in the package's testdata/fuzz
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The project's Go release (see the Makefile): fetched from the module proxy once.
@@ -40,6 +42,26 @@ step "go test -race"
 # -p 2: this runs on 2 cores; packages that drive real clients serialise themselves.
 status=0
 go test -race -count=1 -p 2 -timeout 30m ./... || status=$?
+
+step "fuzz the listeners' inputs (${CLODEX_FUZZTIME:-10s} each)"
+# One target per invocation (go test -fuzz takes one target of one package).
+# What each reads: the data plane's HTTP body decoder (translate, and the
+# whole handler with its encodings), the control plane's gRPC requests
+# (every validator behind the real listener), policy.json, auth.json, and
+# the emulator's WebSocket frames.
+for target in \
+	./dataplane/translate:FuzzDecodeRequest \
+	./dataplane/gateway:FuzzMessages \
+	./controlplane:FuzzRPCRequests \
+	./controlplane/store:FuzzLoadPolicyFile \
+	./dataplane/credentials:FuzzParseAuthFile \
+	./internal/codexsim:FuzzDecodeFrame; do
+	pkg=${target%%:*} name=${target##*:}
+	if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "${CLODEX_FUZZTIME:-10s}" "$pkg"; then
+		echo "fuzzing $name in $pkg found a failure; the input is in $pkg/testdata/fuzz/$name"
+		status=1
+	fi
+done
 
 # A passing run whose real-client tests skipped must not look like a full pass.
 marker="${CLODEX_CLIENT_CACHE:-$HOME/.cache/clodex/clients}/.registry-unreachable"

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func FuzzDecodeRequest(f *testing.F) {
@@ -30,9 +31,18 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 			return
 		}
+		if !utf8.Valid(body) {
+			t.Fatalf("accepted a body that is not UTF-8: %q", body)
+		}
 		turn, err := ToResponses(req, Options{SessionHeader: "x"})
 		if err != nil {
-			t.Fatalf("ToResponses: %v", err)
+			// A request of which nothing would reach the model is refused
+			// here (the gateway answers 400), nothing else.
+			var re *RequestError
+			if !errors.As(err, &re) || re.Field != "messages" {
+				t.Fatalf("ToResponses: %T %v, want nil or the messages *RequestError", err, err)
+			}
+			return
 		}
 		frame, err := turn.CreateFrame("resp_1", nil)
 		if err != nil {
