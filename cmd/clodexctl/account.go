@@ -182,16 +182,13 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 func (e *env) importLogin(ctx context.Context, req *controlplanev1.ImportLoginRequest, what string) error {
-	c, err := e.dial()
+	var resp *controlplanev1.ImportLoginResponse
+	err := e.withAdmin(ctx, func(ctx context.Context, c *client) (err error) {
+		resp, err = c.admin.ImportLogin(ctx, req)
+		return c.loginError(err, "", "")
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := e.callCtx(ctx)
-	defer cancel()
-	resp, err := c.admin.ImportLogin(cctx, req)
-	if err != nil {
-		return c.loginError(err, "", "")
 	}
 	v := loginViewOf(resp.GetLogin())
 	if e.g.output == "json" {
@@ -202,16 +199,13 @@ func (e *env) importLogin(ctx context.Context, req *controlplanev1.ImportLoginRe
 }
 
 func (e *env) accountList(ctx context.Context) error {
-	c, err := e.dial()
+	var resp *controlplanev1.ListLoginsResponse
+	err := e.withAdmin(ctx, func(ctx context.Context, c *client) (err error) {
+		resp, err = c.admin.ListLogins(ctx, &controlplanev1.ListLoginsRequest{})
+		return c.loginError(err, "", "")
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := e.callCtx(ctx)
-	defer cancel()
-	resp, err := c.admin.ListLogins(cctx, &controlplanev1.ListLoginsRequest{})
-	if err != nil {
-		return c.loginError(err, "", "")
 	}
 	views := make([]loginView, 0, len(resp.GetLogins()))
 	for _, l := range resp.GetLogins() {
@@ -224,16 +218,13 @@ func (e *env) accountList(ctx context.Context) error {
 }
 
 func (e *env) accountShow(ctx context.Context, label, key string) error {
-	c, err := e.dial()
+	var resp *controlplanev1.GetLoginResponse
+	err := e.withAdmin(ctx, func(ctx context.Context, c *client) (err error) {
+		resp, err = c.admin.GetLogin(ctx, &controlplanev1.GetLoginRequest{Key: key})
+		return c.loginError(err, label, key)
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := e.callCtx(ctx)
-	defer cancel()
-	resp, err := c.admin.GetLogin(cctx, &controlplanev1.GetLoginRequest{Key: key})
-	if err != nil {
-		return c.loginError(err, label, key)
 	}
 	v := loginViewOf(resp.GetLogin())
 	if e.g.output == "json" {
@@ -243,15 +234,12 @@ func (e *env) accountShow(ctx context.Context, label, key string) error {
 }
 
 func (e *env) accountRemove(ctx context.Context, label, key string) error {
-	c, err := e.dial()
+	err := e.withAdmin(ctx, func(ctx context.Context, c *client) error {
+		_, err := c.admin.RemoveLogin(ctx, &controlplanev1.RemoveLoginRequest{Key: key})
+		return c.loginError(err, label, key)
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := e.callCtx(ctx)
-	defer cancel()
-	if _, err := c.admin.RemoveLogin(cctx, &controlplanev1.RemoveLoginRequest{Key: key}); err != nil {
-		return c.loginError(err, label, key)
 	}
 	if e.g.output == "json" {
 		return writeJSON(e.stdout, map[string]string{"key": key, "removed": "true"})
@@ -260,8 +248,24 @@ func (e *env) accountRemove(ctx context.Context, label, key string) error {
 	return nil
 }
 
-// loginError turns a broker RPC failure into one line.
+// withAdmin dials the control plane with the admin token and runs fn
+// under --timeout.
+func (e *env) withAdmin(ctx context.Context, fn func(ctx context.Context, c *client) error) error {
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	return fn(cctx, c)
+}
+
+// loginError turns a broker RPC failure into one line; nil stays nil.
 func (c *client) loginError(err error, label, key string) error {
+	if err == nil {
+		return nil
+	}
 	st := status.Convert(err)
 	switch st.Code() {
 	case codes.NotFound:

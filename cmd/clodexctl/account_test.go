@@ -92,6 +92,9 @@ func TestAgentCreate(t *testing.T) {
 	if _, _, err := ctl(t, srv, "agent", "remove", "team"); err != nil {
 		t.Errorf("agent remove: %v", err)
 	}
+	if _, _, err := ctl(t, srv, "agent", "remove", "team"); err == nil || !strings.Contains(err.Error(), "no agent credential named team") {
+		t.Errorf("agent remove twice = %v; want an error naming the missing credential", err)
+	}
 }
 
 func sorted(s ...string) []string { slices.Sort(s); return s }

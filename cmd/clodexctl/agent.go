@@ -12,6 +12,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/atomicfile"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
@@ -127,18 +130,14 @@ func (e *env) agentCreate(ctx context.Context, name, accounts, out string) error
 		return fmt.Errorf("write --out: %w", err)
 	}
 	sum := sha256.Sum256([]byte(tok))
-	c, err := e.dial()
+	var resp *controlplanev1.CreateAgentCredentialResponse
+	err = e.withAdmin(ctx, func(ctx context.Context, c *client) (err error) {
+		resp, err = c.admin.CreateAgentCredential(ctx, &controlplanev1.CreateAgentCredentialRequest{Name: name, Accounts: keys, TokenSha256: sum[:]})
+		return c.loginError(err, name, "")
+	})
 	if err != nil {
 		_ = os.Remove(out)
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := e.callCtx(ctx)
-	defer cancel()
-	resp, err := c.admin.CreateAgentCredential(cctx, &controlplanev1.CreateAgentCredentialRequest{Name: name, Accounts: keys, TokenSha256: sum[:]})
-	if err != nil {
-		_ = os.Remove(out)
-		return c.loginError(err, name, "")
 	}
 	v := agentCredViewOf(resp.GetCredential())
 	v.Out = out
@@ -151,16 +150,13 @@ func (e *env) agentCreate(ctx context.Context, name, accounts, out string) error
 }
 
 func (e *env) agentList(ctx context.Context) error {
-	c, err := e.dial()
+	var resp *controlplanev1.ListAgentCredentialsResponse
+	err := e.withAdmin(ctx, func(ctx context.Context, c *client) (err error) {
+		resp, err = c.admin.ListAgentCredentials(ctx, &controlplanev1.ListAgentCredentialsRequest{})
+		return c.loginError(err, "", "")
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := e.callCtx(ctx)
-	defer cancel()
-	resp, err := c.admin.ListAgentCredentials(cctx, &controlplanev1.ListAgentCredentialsRequest{})
-	if err != nil {
-		return c.loginError(err, "", "")
 	}
 	views := make([]agentCredView, 0, len(resp.GetCredentials()))
 	for _, cr := range resp.GetCredentials() {
@@ -173,15 +169,15 @@ func (e *env) agentList(ctx context.Context) error {
 }
 
 func (e *env) agentRemove(ctx context.Context, name string) error {
-	c, err := e.dial()
+	err := e.withAdmin(ctx, func(ctx context.Context, c *client) error {
+		_, err := c.admin.RemoveAgentCredential(ctx, &controlplanev1.RemoveAgentCredentialRequest{Name: name})
+		if status.Code(err) == codes.NotFound {
+			return fmt.Errorf("the control plane has no agent credential named %s; clodexctl agent list shows them", name)
+		}
+		return c.loginError(err, name, "")
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := e.callCtx(ctx)
-	defer cancel()
-	if _, err := c.admin.RemoveAgentCredential(cctx, &controlplanev1.RemoveAgentCredentialRequest{Name: name}); err != nil {
-		return c.loginError(err, name, "")
 	}
 	fmt.Fprintf(e.stdout, "agent credential %s removed; its token is refused from now on\n", name)
 	return nil

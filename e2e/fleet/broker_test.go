@@ -1,12 +1,14 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"io/fs"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,7 +47,7 @@ const (
 // once for the whole fleet (not per data plane), the emulator never sees a
 // refresh token twice, an agent credential scoped to the account is
 // refused another one, and no token reaches a log, the control plane's
-// /metrics or its data directory in clear.
+// /metrics, its data directory or an exported span in clear.
 func TestBroker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the real binaries; skipped with -short")
@@ -61,7 +63,10 @@ func TestBroker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), duration+3*time.Minute)
 	defer cancel()
 	bins := buildBinaries(t, ctx)
+	spans := startSpanSink(t)
 	f, err := cluster.Start(ctx, cluster.Options{
+		Env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + spans.url, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+			"OTEL_BSP_SCHEDULE_DELAY=500"},
 		Bins:              bins,
 		Dir:               t.TempDir(),
 		Mode:              cluster.Central,
@@ -171,6 +176,63 @@ func TestBroker(t *testing.T) {
 		secrets.add(strings.TrimSpace(string(b)), "the scoped agent token")
 	}
 	secrets.checkAbsent(t, f)
+	// Every process flushes its spans when it stops.
+	f.Close()
+	secrets.checkSpans(t, spans)
+}
+
+// spanSink is an OTLP/HTTP trace receiver keeping every export's raw
+// protobuf body: a token in an attribute or event would appear in it
+// verbatim.
+type spanSink struct {
+	url string
+
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func startSpanSink(t *testing.T) *spanSink {
+	t.Helper()
+	s := &spanSink{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		s.bodies = append(s.bodies, b)
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+	return s
+}
+
+// checkSpans greps every exported span batch for the tokens.
+func (s *secretSet) checkSpans(t *testing.T, sink *spanSink) {
+	t.Helper()
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	size := 0
+	for _, b := range sink.bodies {
+		size += len(b)
+	}
+	if len(sink.bodies) == 0 || size < 1000 {
+		t.Errorf("received %d span exports (%d bytes); want the processes' spans to grep", len(sink.bodies), size)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for tok, what := range s.tokens {
+		if len(tok) < 16 {
+			continue
+		}
+		for _, b := range sink.bodies {
+			if bytes.Contains(b, []byte(tok)) {
+				t.Errorf("an exported span batch holds %s in clear", what)
+				break
+			}
+		}
+	}
+	t.Logf("grepped %d span exports (%d bytes) for %d tokens", len(sink.bodies), size, len(s.tokens))
 }
 
 // credentialClient dials the control plane with the token in tokenFile.

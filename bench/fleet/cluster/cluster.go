@@ -139,6 +139,10 @@ type Options struct {
 	// TokenTTL is clodex-sim's access-token lifetime. (Optional; default
 	// the emulator's, 1h)
 	TokenTTL time.Duration
+	// Env is added to every child's environment (NAME=value), e.g. the
+	// OTEL_EXPORTER_OTLP_* variables that turn on trace export.
+	// (Optional)
+	Env []string
 }
 
 // The credential clodex-sim accepts and every data plane presents. The
@@ -243,7 +247,7 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	f := &Fleet{opts: opts, log: log, env: baseEnv(opts.Dir)}
+	f := &Fleet{opts: opts, log: log, env: append(baseEnv(opts.Dir), opts.Env...)}
 	defer func() {
 		if err != nil {
 			f.Close()
