@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +21,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/clodex/clodex/bench/fleet/cluster"
 	"github.com/clodex/clodex/controlplane/bearer"
@@ -40,9 +43,9 @@ const (
 )
 
 // TestBroker runs three clodex-dataplane processes without any auth.json
-// against one clodex-controlplane holding the account's sign-in (the
-// credential broker) and clodex-sim issuing 30 s tokens, under
-// Claude-Code-like load, and restarts the control plane half-way. It
+// against two clodex-controlplane replicas over one Redis holding the
+// account's sign-in (the credential broker) and clodex-sim issuing 30 s
+// tokens, under Claude-Code-like load, and restarts one replica half-way. It
 // checks the promises: no turn fails, each expiry is refreshed
 // once for the whole fleet (not per data plane), the emulator never sees a
 // refresh token twice, an agent credential scoped to the account is
@@ -51,6 +54,12 @@ const (
 func TestBroker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the real binaries; skipped with -short")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server is not installed (CI=true requires it; apt-get install redis-server): %v", err)
+		}
+		t.Skipf("redis-server is not installed: %v", err)
 	}
 	duration := defaultBrokerDuration
 	if v := os.Getenv(envBrokerDuration); v != "" {
@@ -78,6 +87,7 @@ func TestBroker(t *testing.T) {
 		ControlPlaneAdmin: true,
 		Broker:            true,
 		TokenTTL:          brokerTTL,
+		Replicas:          2,
 	})
 	if err != nil {
 		t.Fatalf("start fleet: %v", err)
@@ -137,7 +147,7 @@ func TestBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%v of load over %d data planes without auth.json, tokens living %v, the control plane restarted half-way: turns %d ok, %d failed, %d unfinished, %d retried; emulator: %d upgrades, %d upgrade 401s, %d token refreshes, refresh_reuse_detected %d; %d distinct access tokens seen",
+	t.Logf("%v of load over %d data planes without auth.json, tokens living %v, a control-plane replica restarted half-way: turns %d ok, %d failed, %d unfinished, %d retried; emulator: %d upgrades, %d upgrade 401s, %d token refreshes, refresh_reuse_detected %d; %d distinct access tokens seen",
 		duration, len(f.DataPlanes), brokerTTL, res.OK, res.Failed, res.Unfinished, res.Retries, st.Upgrades,
 		simSt.Upgrade401s, simSt.TokenRefreshes, simSt.RefreshReuseDetected, secrets.accessCount())
 
@@ -156,6 +166,18 @@ func TestBroker(t *testing.T) {
 	if simSt.TokenRefreshes > most || simSt.TokenRefreshes < least {
 		t.Errorf("emulator token_refreshes = %d over %v; want one per expiry for the whole fleet, %d..%d", simSt.TokenRefreshes, elapsed.Round(time.Second), least, most)
 	}
+	// The replicas' logs agree: each refresh was made by one of them.
+	logged := 0
+	for _, l := range f.Logs() {
+		if strings.HasPrefix(filepath.Base(l), "cp-") {
+			b, _ := os.ReadFile(l)
+			logged += strings.Count(string(b), "access token refreshed")
+		}
+	}
+	if int64(logged) != simSt.TokenRefreshes {
+		t.Errorf("the replicas logged %d refreshes; the emulator counted %d", logged, simSt.TokenRefreshes)
+	}
+
 	// An agent credential scoped to the fleet's account reaches it and
 	// nothing else.
 	scoped := filepath.Join(t.TempDir(), "team-a.token")
@@ -355,7 +377,11 @@ func (s *secretSet) checkAbsent(t *testing.T, f *cluster.Fleet) {
 		resp.Body.Close()
 		places["control plane /metrics"] = string(b)
 	}
-	if root, err := os.OpenRoot(f.ControlPlane.DataDir()); err != nil {
+	if url := f.RedisURL(); url != "" {
+		for k, v := range redisDump(t, url) {
+			places["redis "+k] = v
+		}
+	} else if root, err := os.OpenRoot(f.ControlPlane.DataDir()); err != nil {
 		t.Errorf("open the control plane's data dir: %v", err)
 	} else {
 		_ = fs.WalkDir(root.FS(), ".", func(path string, d fs.DirEntry, err error) error {
@@ -382,6 +408,41 @@ func (s *secretSet) checkAbsent(t *testing.T, f *cluster.Fleet) {
 			}
 		}
 	}
+}
+
+// redisDump returns every key's value in the replicas' Redis (strings and
+// hashes, the hash fields joined).
+func redisDump(t *testing.T, url string) map[string]string {
+	t.Helper()
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx := t.Context()
+	out := map[string]string{}
+	iter := c.Scan(ctx, 0, "*", 100).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		switch c.Type(ctx, k).Val() {
+		case "string":
+			out[k] = c.Get(ctx, k).Val()
+		case "hash":
+			var b strings.Builder
+			for f, v := range c.HGetAll(ctx, k).Val() {
+				b.WriteString(f + "=" + v + "\n")
+			}
+			out[k] = b.String()
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Errorf("scan redis: %v", err)
+	}
+	if _, ok := out["clodex:login:"+account.Key(cluster.Account)]; !ok {
+		t.Errorf("redis holds no login for %s (keys %v); the broker should keep it there", cluster.Account, keys(out))
+	}
+	return out
 }
 
 func keys(m map[string]string) []string {

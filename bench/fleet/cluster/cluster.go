@@ -471,6 +471,9 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	return nil
 }
 
+// RedisURL is the replicas' Redis ("" with one control plane).
+func (f *Fleet) RedisURL() string { return f.redisURL }
+
 // AgentTokenFile is the fleet's agent token file.
 func (cp *ControlPlane) AgentTokenFile() string { return cp.agentToken }
 
