@@ -8,6 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/internal/pacing"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
@@ -264,6 +267,7 @@ func toProto(a store.Account) *controlplanev1.Account {
 
 		EffectiveRatePerMinute: int32(a.EffectiveRate),
 		Adaptive:               a.Adaptive,
+		PausedUntilUnixMs:      unixMs(a.PausedUntil),
 	}
 }
 
@@ -307,4 +311,34 @@ func (s *Server) notePolicy(ctx context.Context, acct store.Account) {
 	case !p.CanRefuse():
 		s.log.InfoContext(ctx, p.NoRefuseNotice().Message, "account", acct.Key, "notice", pacing.KeyPacingNoRefuse)
 	}
+}
+
+// ListQuotas returns the latest plan usage reported for each account (or
+// one), from the store every replica shares.
+func (a *adminService) ListQuotas(ctx context.Context, req *controlplanev1.ListQuotasRequest) (*controlplanev1.ListQuotasResponse, error) {
+	s := a.s
+	if k := req.GetKey(); k != "" {
+		if err := validKey(k); err != nil {
+			return nil, s.toStatus(ctx, "ListQuotas", err)
+		}
+	}
+	qs, ok := s.opts.Policies.(QuotaStore)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "ListQuotas: this control plane's store keeps no plan quotas")
+	}
+	quotas, err := qs.Quotas(ctx, req.GetKey())
+	if err != nil {
+		return nil, s.toStatus(ctx, "ListQuotas", err)
+	}
+	resp := &controlplanev1.ListQuotasResponse{Quotas: make([]*controlplanev1.AccountQuota, 0, len(quotas))}
+	for _, q := range quotas {
+		aq := &controlplanev1.AccountQuota{Key: q.Key, PlanType: q.PlanType, LimitReached: q.LimitReached,
+			ReportedUnixMs: unixMs(q.ReportedAt), AgentId: q.AgentID}
+		for _, w := range q.Windows {
+			aq.Windows = append(aq.Windows, &controlplanev1.QuotaWindow{Name: w.Name, UsedPercent: w.UsedPercent,
+				WindowMinutes: int32(w.Window / time.Minute), ResetsAtUnixMs: unixMs(w.ResetsAt)})
+		}
+		resp.Quotas = append(resp.Quotas, aq)
+	}
+	return resp, nil
 }

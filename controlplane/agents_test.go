@@ -194,32 +194,48 @@ func TestAdaptiveOverTheStream(t *testing.T) {
 	if p := recvPolicy(t, st); p.GetEffectiveRatePerMinute() != 60 || !p.GetAdaptive() || p.GetPolicyVersion() != 1 {
 		t.Fatalf("push on connect = %v, want effective 60, adaptive, version 1", p)
 	}
-	send403 := func() {
+	send403 := func(retryAfter time.Duration) {
 		t.Helper()
-		m := &controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_Upstream_403{Upstream_403: &controlplanev1.Upstream403{Account: key, Count: 1}}}
+		m := &controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_Upstream_403{Upstream_403: &controlplanev1.Upstream403{
+			Account: key, Count: 1, RetryAfterMs: retryAfter.Milliseconds()}}}
 		if err := st.Send(m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	send403()
-	if p := recvPolicy(t, st); p.GetEffectiveRatePerMinute() != 42 || p.GetRatePerMinute() != 60 {
-		t.Fatalf("push after a 403 = %v, want effective 42 of 60", p)
+	start := clk.Now()
+	send403(0)
+	// Halved, and paused fleet-wide for the learned interval (60 s).
+	if p := recvPolicy(t, st); p.GetEffectiveRatePerMinute() != 30 || p.GetRatePerMinute() != 60 ||
+		p.GetPausedUntilUnixMs() != start.Add(time.Minute).UnixMilli() {
+		t.Fatalf("push after a 403 = %v, want effective 30 of 60, paused until %d", p, start.Add(time.Minute).UnixMilli())
+	}
+	// The pause holds admissions: refused with the pause's end as the hint.
+	admission := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
+	if r, err := admission.Admit(t.Context(), &controlplanev1.AdmitRequest{Account: key}); err != nil ||
+		r.GetDecision() != controlplanev1.Decision_DECISION_REFUSE || r.GetRetryAfterMs() != 60000 || r.GetDebited() {
+		t.Fatalf("Admit while paused = %v, %v; want a refusal with retry_after_ms 60000, nothing debited", r, err)
 	}
 	// (A second 403 within 10s is covered by the store's table test: over
 	// the stream nothing acknowledges it, so the test could not order it
 	// before the clock moves.) Heartbeats keep the agent live while the
-	// clock moves in 10s steps.
-	for range 5 {
+	// clock moves in 10s steps; the quiet interval starts when the pause
+	// ends.
+	for range 8 {
 		stepClock(t, clk, st, admin, 10*time.Second)
 	}
 	stepClock(t, clk, st, admin, 9*time.Second)
 	acct, err := admin.GetAccount(t.Context(), &controlplanev1.GetAccountRequest{Key: key})
-	if err != nil || acct.GetAccount().GetEffectiveRatePerMinute() != 42 {
-		t.Fatalf("59s after the last 403: %v, %v; want effective 42", acct, err)
+	if err != nil || acct.GetAccount().GetEffectiveRatePerMinute() != 30 || acct.GetAccount().GetPausedUntilUnixMs() != 0 {
+		t.Fatalf("29s after the pause: %v, %v; want effective 30, not paused", acct, err)
 	}
 	stepClock(t, clk, st, admin, time.Second)
-	if p := recvPolicy(t, st); p.GetEffectiveRatePerMinute() != 48 {
-		t.Fatalf("push after a quiet minute = %v, want effective 48", p)
+	if p := recvPolicy(t, st); p.GetEffectiveRatePerMinute() != 36 {
+		t.Fatalf("push after a quiet 30 s = %v, want effective 36", p)
+	}
+	// A 403 with a retry-after pauses exactly that long.
+	send403(90 * time.Second)
+	if p := recvPolicy(t, st); p.GetPausedUntilUnixMs() != clk.Now().Add(90*time.Second).UnixMilli() {
+		t.Fatalf("push after a 403 with retry-after 90 s = %v, want paused until %d", p, clk.Now().Add(90*time.Second).UnixMilli())
 	}
 }
 

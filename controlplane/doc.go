@@ -39,11 +39,14 @@
 //     the streams of silent agents. On shutdown every stream gets an
 //     AgentClose with ShutdownReason and ends with Unavailable, through
 //     the OnShutdown hook, before GracefulStop.
-//   - Adaptive mode (per account, stored with the policy): an upstream 403
-//     reported by any agent lowers the effective rate to
-//     max(1, floor(0.7 x effective)) at most once per 10 s; each full
-//     minute without one raises it by max(1, configured / 10), never above
-//     the configured rate. The fleet loop applies raises and pushes them.
+//   - Adaptive mode, the learned upgrade throttle (per account, stored
+//     with the policy, on by default): an upstream 403 reported by any
+//     agent pauses the account's admissions until its retry-after, or a
+//     learned interval, has passed (PolicyPush.paused_until_unix_ms), and
+//     halves the effective rate at most once per 10 s; each 30 s without
+//     one raises it by max(1, configured / 10), never above the
+//     configured rate. The fleet loop applies raises and pushes them
+//     (store.DefaultAdaptive, docs/pacing.md §9).
 //   - CredentialService (the credential broker, Options.Broker, package
 //     broker): GetToken hands a data plane a usable access token for one
 //     account, refreshed first (once for the fleet, under the account's

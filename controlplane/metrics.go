@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -24,6 +25,11 @@ type metrics struct {
 	upstream403 prometheus.Counter
 	// handover counts tokens debited for grants data planes handed over.
 	handover prometheus.Counter
+	// quotaUsed and quotaResets are the latest plan usage reported per
+	// account and window (at most MaxTrackedAccounts accounts).
+	quotaUsed, quotaResets *prometheus.GaugeVec
+	quotaMu                sync.Mutex // guards quotaKeys
+	quotaKeys              map[string]bool
 
 	all []prometheus.Collector
 }
@@ -89,7 +95,15 @@ func newMetrics(policies PolicyStore, now func() time.Time, agents *registry) *m
 	m.accounts.upstream403 = prometheus.NewDesc("clodex_controlplane_account_upstream_403_total",
 		"Upstream upgrade 403s per account reported by agents to this replica; only the first 100 accounts admitted.",
 		[]string{"account"}, nil)
-	m.all = []prometheus.Collector{admissions, m.wait, cancels, m.accounts, m.upstream403, m.handover, degraded, liveAgents}
+	m.quotaUsed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "clodex_controlplane_account_quota_used_percent",
+		Help: "Plan usage per account and window (primary: 5 hours, secondary: weekly) as the backend last reported it to an agent of this replica; only the first 100 accounts reported.",
+	}, []string{"account", "window"})
+	m.quotaResets = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "clodex_controlplane_account_quota_resets_at_seconds",
+		Help: "When each account's plan usage window resets, Unix seconds (0: unknown); only the first 100 accounts reported.",
+	}, []string{"account", "window"})
+	m.all = []prometheus.Collector{m.quotaUsed, m.quotaResets, admissions, m.wait, cancels, m.accounts, m.upstream403, m.handover, degraded, liveAgents}
 	return m
 }
 
@@ -112,6 +126,28 @@ func (m *metrics) observe(key string, d pacing.Decision) {
 	}
 	if c := m.accounts.track(key); c != nil && d.Kind >= pacing.KindAdmit && d.Kind <= pacing.KindRefuse {
 		c.decisions[d.Kind].Add(1)
+	}
+}
+
+// quota records an account's latest plan usage in the gauges.
+func (m *metrics) quota(key string, windows []store.QuotaWindow) {
+	m.quotaMu.Lock()
+	if m.quotaKeys == nil {
+		m.quotaKeys = map[string]bool{}
+	}
+	if !m.quotaKeys[key] && len(m.quotaKeys) >= MaxTrackedAccounts {
+		m.quotaMu.Unlock()
+		return
+	}
+	m.quotaKeys[key] = true
+	m.quotaMu.Unlock()
+	for _, w := range windows {
+		m.quotaUsed.WithLabelValues(key, w.Name).Set(w.UsedPercent)
+		resets := 0.0
+		if !w.ResetsAt.IsZero() {
+			resets = float64(w.ResetsAt.Unix())
+		}
+		m.quotaResets.WithLabelValues(key, w.Name).Set(resets)
 	}
 }
 

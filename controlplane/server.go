@@ -71,7 +71,7 @@ type PolicyStore interface {
 	SetAdaptive(ctx context.Context, key string, enabled bool, now time.Time) (store.Account, error)
 	// Report403 records an upstream 403; changed reports a lowered
 	// effective rate. store.ErrNotFound for an unknown key.
-	Report403(ctx context.Context, key string, now time.Time) (acct store.Account, changed bool, err error)
+	Report403(ctx context.Context, key string, now time.Time, retryAfter time.Duration) (acct store.Account, changed bool, err error)
 	// Adapt applies the adaptive raises due by now and returns the
 	// accounts whose effective rate changed.
 	Adapt(ctx context.Context, now time.Time) ([]store.Account, error)
@@ -96,6 +96,15 @@ type AgentDirectory interface {
 	TouchAgent(ctx context.Context, s store.AgentStream, keys []string, until time.Time) error
 	DropAgent(ctx context.Context, s store.AgentStream, keys []string) error
 	LiveAgents(ctx context.Context, keys []string, now time.Time) ([]int, error)
+}
+
+// QuotaStore keeps the latest plan usage data planes report per account
+// and window (codex.rate_limits), for every replica sharing a store.
+// *store.Memory and *store.Redis implement it; with a PolicyStore that
+// does not, reports are dropped and ListQuotas answers Unimplemented.
+type QuotaStore interface {
+	PutQuota(ctx context.Context, q store.Quota) (prev, next store.Quota, err error)
+	Quotas(ctx context.Context, key string) ([]store.Quota, error)
 }
 
 // StoreHealthService is the health service name that reports the store:

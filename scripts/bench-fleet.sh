@@ -9,6 +9,10 @@
 #   replicas-kill  two replicas over one redis-server, one SIGKILLed 20 s in for good
 #   replicas-2x2   two replicas x two data planes on a hot account (30/min, burst 5):
 #                  the most upgrades in any 60 s window against rate x time + burst
+#   central-adaptive-off  central with the learned throttle off (throughput to compare)
+#   learned-1/-3   30 new conversations at once through 1 or 3 data planes, default
+#                  settings, clodex-sim at 20 upgrades per 60 s: the learned throttle
+#                  (learned-off-1/-3: the same with clodexctl set-adaptive ACCOUNT off)
 # Each configuration runs about a minute of load plus a bounded drain; the
 # whole run is bounded by --timeout (default 20m). The replicas need redis-server. Extra arguments go to
 # the benchmark, e.g. ./scripts/bench-fleet.sh --configs central,per-host --duration 30s

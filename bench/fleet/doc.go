@@ -16,20 +16,35 @@
 //   - central: one clodex-controlplane owns the account's bucket (policy
 //     120/min, burst 5, set with clodexctl); every data plane joins it
 //     with --control-plane.
+//
 //   - per-host: no control plane; each data plane paces itself at the full
 //     rate with CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=120, as each process
 //     of the original TypeScript clodex paced itself.
+//
 //   - central-kill: central, with the control plane SIGKILLed 20 s into
 //     the run and restarted on the same port 20 s later; the data planes
 //     hand the grants they made locally over when it is back.
+//
 //   - replicas-kill: central over two clodex-controlplane replicas sharing
 //     one redis-server; every data plane takes both addresses
 //     (--control-plane a,b) and one replica is SIGKILLed 20 s in for
 //     good. The note says how many data planes ever admitted locally.
+//
 //   - replicas-2x2: two replicas x two data planes (--accuracy-dataplanes)
 //     on a hot account (--accuracy-rate 30/min, --accuracy-burst 5), with
 //     no upstream throttle and clodex-sim's window as long as the run: the
 //     most upgrades in any such window against rate x time + burst (+1%).
+//
+//   - central-adaptive-off: central with the learned throttle switched off
+//     (clodexctl set-adaptive ACCOUNT off): against a limit above the
+//     configured rate, throughput matches central's.
+//
+//   - learned-1, learned-3: the learned upgrade throttle with default
+//     settings (no set-rate): --fanout new conversations (30) at once,
+//     through 1 or 3 data planes, against clodex-sim at --fanout-limit
+//     upgrades per --fanout-window (20 per 60 s) without a retry-after;
+//     target at most 3 upstream 403s and no failed turn.
+//     learned-off-1 and learned-off-3 are the same with adaptive off.
 //
 // The table reports, per configuration: the emulator's upstream 403s,
 // failed turns, admitted new sockets per minute (upgrades over the run),

@@ -54,6 +54,15 @@ type scenario struct {
 	// reports the most upgrades in any --duration window against
 	// rate x duration + burst.
 	accuracy bool
+	// adaptiveOff switches the learned throttle off (clodexctl
+	// set-adaptive ACCOUNT off) before the load.
+	adaptiveOff bool
+	// fanOut replaces the closed-loop load: --fanout new conversations
+	// at once, spread over fanOutDataPlanes data planes, against
+	// clodex-sim at --fanout-limit upgrades per --fanout-window, with the
+	// default policy (no clodexctl set-rate).
+	fanOut           bool
+	fanOutDataPlanes int
 }
 
 var scenarios = []scenario{
@@ -62,6 +71,11 @@ var scenarios = []scenario{
 	{name: "central-kill", mode: cluster.Central, kill: true},
 	{name: "replicas-kill", mode: cluster.Central, replicas: 2, killReplica: true},
 	{name: "replicas-2x2", mode: cluster.Central, replicas: 2, accuracy: true},
+	{name: "central-adaptive-off", mode: cluster.Central, adaptiveOff: true},
+	{name: "learned-1", mode: cluster.Central, fanOut: true, fanOutDataPlanes: 1},
+	{name: "learned-off-1", mode: cluster.Central, fanOut: true, fanOutDataPlanes: 1, adaptiveOff: true},
+	{name: "learned-3", mode: cluster.Central, fanOut: true, fanOutDataPlanes: 3},
+	{name: "learned-off-3", mode: cluster.Central, fanOut: true, fanOutDataPlanes: 3, adaptiveOff: true},
 }
 
 func scenarioNames() string {
@@ -93,6 +107,9 @@ type config struct {
 	accDataPlanes int
 	accRate       int
 	accBurst      int
+	fanOut        int
+	fanOutLimit   int
+	fanOutWindow  time.Duration
 }
 
 func parseFlags(args []string, stdout io.Writer) (*config, error) {
@@ -118,6 +135,9 @@ func parseFlags(args []string, stdout io.Writer) (*config, error) {
 	fs.IntVar(&c.accDataPlanes, "accuracy-dataplanes", 2, "replicas-2x2: data planes on the hot account, 1..16")
 	fs.IntVar(&c.accRate, "accuracy-rate", 30, "replicas-2x2: the hot account's new connections per minute (1..600)")
 	fs.IntVar(&c.accBurst, "accuracy-burst", 5, "replicas-2x2: the hot account's burst (1..1000)")
+	fs.IntVar(&c.fanOut, "fanout", 30, "learned-*: new conversations started at once, spread over the data planes (1..600)")
+	fs.IntVar(&c.fanOutLimit, "fanout-limit", 20, "learned-*: clodex-sim's accepted upgrades per --fanout-window (1..100000)")
+	fs.DurationVar(&c.fanOutWindow, "fanout-window", 60*time.Second, "learned-*: clodex-sim's throttle window (1s..10m)")
 	fs.BoolVar(&c.verbose, "v", false, "log process starts and phases to stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -166,6 +186,9 @@ func parseFlags(args []string, stdout io.Writer) (*config, error) {
 	intRange("burst", c.burst, 1, 1000)
 	intRange("upgrade-limit", c.upgradeLimit, 1, 100000)
 	intRange("max-retries", c.maxRetries, 0, 20)
+	intRange("fanout", c.fanOut, 1, 600)
+	intRange("fanout-limit", c.fanOutLimit, 1, 100000)
+	durRange("fanout-window", c.fanOutWindow, time.Second, 10*time.Minute)
 	durRange("duration", c.duration, 5*time.Second, 10*time.Minute)
 	durRange("drain", c.drain, time.Second, 5*time.Minute)
 	durRange("upgrade-window", c.upgradeWindow, time.Second, 10*time.Minute)
@@ -232,6 +255,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cfg.dataPlanes, cfg.agents, cfg.duration, cfg.drain)
 	fmt.Fprintf(stdout, "clodex-sim throttle: %d upgrades per %v (403 above); central policy %d/min burst %d; per-host: CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=%d on every host (burst: the default 10)\n",
 		cfg.upgradeLimit, cfg.upgradeWindow, cfg.rate, cfg.burst, cfg.rate)
+	fmt.Fprintf(stdout, "learned-*: %d new conversations at once (one turn each) against clodex-sim at %d upgrades per %v, default policy; -off: clodexctl set-adaptive ACCOUNT off\n",
+		cfg.fanOut, cfg.fanOutLimit, cfg.fanOutWindow)
 	fmt.Fprintf(stdout, "client: a 429 is retried after its retry-after on Claude Code's ladder, up to %d times; any other error fails the turn\n\n", cfg.maxRetries)
 
 	var outs []outcome
@@ -278,6 +303,12 @@ func runScenario(ctx context.Context, cfg *config, bins cluster.Binaries, dir st
 		UpgradeLimit:  cfg.upgradeLimit,
 		UpgradeWindow: cfg.upgradeWindow,
 		Replicas:      sc.replicas,
+		AdaptiveOff:   sc.adaptiveOff,
+	}
+	if sc.fanOut {
+		opts.DataPlanes, opts.DefaultPolicy = sc.fanOutDataPlanes, true
+		opts.UpgradeLimit, opts.UpgradeWindow = cfg.fanOutLimit, cfg.fanOutWindow
+		o.window, o.limit = opts.UpgradeWindow, opts.UpgradeLimit
 	}
 	if sc.accuracy {
 		// No throttle: the emulator only counts, in windows as long as
@@ -326,14 +357,23 @@ func runScenario(ctx context.Context, cfg *config, bins cluster.Binaries, dir st
 	sampleCtx, stopSampler := context.WithCancel(ctx)
 	sampled := make(chan []sample, 1)
 	go func() { sampled <- sampleStats(sampleCtx, f.Sim, client, 500*time.Millisecond) }()
-	o.load, err = cluster.RunLoad(ctx, cluster.LoadConfig{
-		BaseURLs: bases,
-		Agents:   cfg.agents,
-		Duration: cfg.duration,
-		Drain:    cfg.drain,
-		Retry:    cluster.Retry{MaxRetries: cfg.maxRetries},
-		Client:   client,
-	})
+	if sc.fanOut {
+		o.load = cluster.RunFanOut(ctx, cluster.FanOutConfig{
+			BaseURLs:      bases,
+			Conversations: cfg.fanOut,
+			Retry:         cluster.Retry{MaxRetries: cfg.maxRetries},
+			Client:        client,
+		})
+	} else {
+		o.load, err = cluster.RunLoad(ctx, cluster.LoadConfig{
+			BaseURLs: bases,
+			Agents:   cfg.agents,
+			Duration: cfg.duration,
+			Drain:    cfg.drain,
+			Retry:    cluster.Retry{MaxRetries: cfg.maxRetries},
+			Client:   client,
+		})
+	}
 	stopKiller()
 	<-done
 	stopSampler()
@@ -521,7 +561,17 @@ func printTable(w io.Writer, cfg *config, outs []outcome) {
 		}
 	}
 	for _, o := range outs {
-		if o.err != nil || o.sc.mode != cluster.Central || o.sc.accuracy {
+		if o.err != nil || !o.sc.fanOut || o.sc.adaptiveOff {
+			continue
+		}
+		verdict := "met"
+		if o.u403 > 3 || o.load.Failed != 0 {
+			verdict = "NOT met"
+		}
+		fmt.Fprintf(w, "\n%s target (at most 3 upstream 403s, 0 failed turns): %s", o.sc.name, verdict)
+	}
+	for _, o := range outs {
+		if o.err != nil || o.sc.mode != cluster.Central || o.sc.accuracy || o.sc.fanOut {
 			continue
 		}
 		verdict := "met"

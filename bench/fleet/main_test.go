@@ -61,8 +61,14 @@ func TestParseFlagsDefaultsAreTheIssueScenario(t *testing.T) {
 	for _, s := range c.configs {
 		names = append(names, s.name)
 	}
-	if got := strings.Join(names, ","); got != "central,per-host,central-kill,replicas-kill,replicas-2x2" {
-		t.Errorf("default configurations = %s, want central,per-host,central-kill,replicas-kill,replicas-2x2", got)
+	const want = "central,per-host,central-kill,replicas-kill,replicas-2x2,central-adaptive-off,learned-1,learned-off-1,learned-3,learned-off-3"
+	if got := strings.Join(names, ","); got != want {
+		t.Errorf("default configurations = %s, want %s", got, want)
+	}
+	// The learned throttle's fan-out: 30 conversations against 20
+	// upgrades per 60 s.
+	if c.fanOut != 30 || c.fanOutLimit != 20 || c.fanOutWindow != time.Minute {
+		t.Errorf("fan-out defaults = %d conversations against %d per %v; want 30 against 20 per 1m", c.fanOut, c.fanOutLimit, c.fanOutWindow)
 	}
 	// The replicas' accuracy run: 2 data planes on a hot account at
 	// 30/min burst 5.

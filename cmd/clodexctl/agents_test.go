@@ -67,7 +67,7 @@ func TestAgentsJSON(t *testing.T) {
 		t.Fatalf("agents = %d, want 2:\n%s", len(got), out)
 	}
 	want0 := map[string]any{
-		"id": "build-7-100-0a0b0c0d", "host": "build-7", "version": "v0.9.0", "capability_version": 2.0,
+		"id": "build-7-100-0a0b0c0d", "host": "build-7", "version": "v0.9.0", "capability_version": 4.0,
 		"accounts":  []any{"acct_989eff5c06c62dbc", "acct_c74b8577a6daeaf7"},
 		"last_seen": "2026-11-30T12:00:00Z", "connected": "2026-11-30T12:00:00Z", "live": true,
 	}
@@ -107,7 +107,7 @@ func TestGetShowsEffectiveRate(t *testing.T) {
 	if _, _, err := ctl(t, srv, "set-adaptive", acct1, "on"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := srv.Store().Report403(t.Context(), account.Key(acct1), clk.Now()); err != nil {
+	if _, _, err := srv.Store().Report403(t.Context(), account.Key(acct1), clk.Now(), 0); err != nil {
 		t.Fatal(err)
 	}
 	out, _, err := ctl(t, srv, "get", acct1, "-o", "json")
@@ -118,7 +118,7 @@ func TestGetShowsEffectiveRate(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &m); err != nil {
 		t.Fatal(err)
 	}
-	if m["rate_per_minute"] != 60.0 || m["effective_rate_per_minute"] != 42.0 || m["adaptive"] != true {
-		t.Errorf("get -o json = rate %v effective %v adaptive %v, want 60, 42, true", m["rate_per_minute"], m["effective_rate_per_minute"], m["adaptive"])
+	if m["rate_per_minute"] != 60.0 || m["effective_rate_per_minute"] != 30.0 || m["adaptive"] != true {
+		t.Errorf("get -o json = rate %v effective %v adaptive %v, want 60, 30, true", m["rate_per_minute"], m["effective_rate_per_minute"], m["adaptive"])
 	}
 }

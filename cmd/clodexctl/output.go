@@ -32,6 +32,9 @@ type accountView struct {
 	// (configured) unless adaptive mode has lowered it.
 	EffectiveRatePerMinute int32 `json:"effective_rate_per_minute"`
 	Adaptive               bool  `json:"adaptive"`
+	// PausedUntilUnixMs is when the pause after an upstream 403 ends
+	// (adaptive mode); absent when not paused.
+	PausedUntilUnixMs int64 `json:"paused_until_unix_ms,omitempty"`
 	// Store is the store that served a get or accounts (absent from the
 	// answers of changes).
 	Store *storeView `json:"store,omitempty"`
@@ -88,6 +91,7 @@ func view(label string, a *controlplanev1.Account) accountView {
 
 		EffectiveRatePerMinute: a.GetEffectiveRatePerMinute(),
 		Adaptive:               a.GetAdaptive(),
+		PausedUntilUnixMs:      a.GetPausedUntilUnixMs(),
 	}
 }
 
@@ -117,6 +121,11 @@ func writeAccount(w io.Writer, v accountView) error {
 		{"RATE", fmt.Sprintf("%d/min", v.RatePerMinute)},
 		{"EFFECTIVE RATE", fmt.Sprintf("%d/min", v.EffectiveRatePerMinute)},
 		{"ADAPTIVE", onOff(v.Adaptive)},
+	}
+	if v.PausedUntilUnixMs > 0 {
+		rows = append(rows, [2]string{"PAUSED UNTIL", time.UnixMilli(v.PausedUntilUnixMs).UTC().Format(time.RFC3339) + " (new sockets wait: an upstream 403)"})
+	}
+	rows = append(rows, [][2]string{
 		{"BURST", fmt.Sprint(v.Burst)},
 		{"TOKENS", tokens(v.Tokens)},
 		{"WAIT BOUND", ms(v.WaitBoundMs)},
@@ -126,7 +135,7 @@ func writeAccount(w io.Writer, v accountView) error {
 		{"CAN REFUSE", fmt.Sprint(v.CanRefuse)},
 		{"PACING", onOff(v.Enabled)},
 		{"POLICY", fmt.Sprintf("%s (version %d)", policyKind(v), v.PolicyVersion)},
-	}
+	}...)
 	if v.Store != nil {
 		rows = append(rows, [2]string{"STORE", v.Store.String()})
 	}

@@ -13,7 +13,7 @@ const setAdaptiveUsage = "set-adaptive ACCOUNT on|off | set-adaptive --key KEY o
 var setAdaptiveCmd = &command{
 	name:  "set-adaptive",
 	usage: setAdaptiveUsage,
-	short: "turn adaptive mode on or off: upstream 403s lower the effective rate (x0.7, at most once per 10s), quiet minutes raise it back",
+	short: "turn adaptive mode (on by default) on or off: an upstream 403 pauses new sockets and halves the effective rate, quiet 30 s steps raise it back",
 	run:   runSetAdaptive,
 }
 

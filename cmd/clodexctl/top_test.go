@@ -205,7 +205,7 @@ func TestTopInTmux(t *testing.T) {
 	})
 	<-pushed
 	for range 3 {
-		a.Report403(key)
+		a.Report403(key, 0)
 	}
 
 	s := waitScreen("the account with its agent and 403s", func(s string) bool {
@@ -213,8 +213,8 @@ func TestTopInTmux(t *testing.T) {
 		return row != nil && row["AGENTS"] == "1/1" && row["403 TOTAL"] == "3"
 	})
 	row := topRowOf(t, s, key)
-	if row["RATE/MIN"] != "60" || row["EFFECTIVE"] != "60" || row["QUOTA"] != "-" {
-		t.Errorf("row = %v, want rate 60, effective 60, quota -\n%s", row, s)
+	if row["RATE/MIN"] != "60" || row["EFFECTIVE"] != "30 (adaptive)" || row["QUOTA"] != "-" {
+		t.Errorf("row = %v, want rate 60, effective 30 (adaptive: the 403s halved it), quota -\n%s", row, s)
 	}
 	if !strings.Contains(s, "agents: 1 live of 1 registered") {
 		t.Errorf("header does not count the live agent:\n%s", s)
@@ -229,8 +229,8 @@ func TestTopInTmux(t *testing.T) {
 	// More load: 5 admissions (the bucket is empty: refused) and 2 more
 	// 403s show as per-minute rates in some frame.
 	admitN(t, srv, acct1, 5)
-	a.Report403(key)
-	a.Report403(key)
+	a.Report403(key, 0)
+	a.Report403(key, 0)
 	waitScreen("refusals and 403s per minute", func(s string) bool {
 		row := topRowOf(t, s, key)
 		ref, err1 := strconv.ParseFloat(row["REFUSALS/MIN"], 64)

@@ -27,43 +27,40 @@ func TestAdaptiveTimeline(t *testing.T) {
 		steps      []step
 	}{
 		{
-			name:       "configured 60: 403s lower by 0.7 at most once per 10s, quiet minutes add 6",
+			name:       "configured 60: 403s halve at most once per 10s, quiet 30s steps add 6",
 			configured: 60,
 			steps: []step{
-				{at: 0, want: 42, changed: true},                // floor(0.7*60)
-				{at: 5 * time.Second, want: 42},                 // 5s after the lowering: ignored, but restarts the quiet minute
-				{at: 10 * time.Second, want: 29, changed: true}, // floor(0.7*42)
-				{at: 15 * time.Second, tick: true, want: 29},
-				{at: 20 * time.Second, want: 20, changed: true},                            // floor(0.7*29)
-				{at: 79 * time.Second, tick: true, want: 20},                               // 59s quiet
-				{at: 80 * time.Second, tick: true, want: 26, changed: true},                // first full quiet minute: +6
-				{at: 140 * time.Second, tick: true, want: 32, changed: true},               // +6
-				{at: 260 * time.Second, tick: true, want: 44, changed: true},               // two more minutes: +12
-				{at: 261 * time.Second, want: 30, changed: true},                           // floor(0.7*44)
-				{at: 261*time.Second + 4*time.Minute, tick: true, want: 54, changed: true}, // 30+4*6
-				{at: 261*time.Second + 9*time.Minute, tick: true, want: 60, changed: true}, // capped at configured
-				{at: 261*time.Second + 20*time.Minute, tick: true, want: 60},
+				{at: 0, want: 30, changed: true},                            // floor(0.5*60), paused until +60s
+				{at: 5 * time.Second, want: 30},                             // inside the pause and 5s after the lowering
+				{at: 10 * time.Second, want: 15, changed: true},             // floor(0.5*30); quiet from the pause's end (+60s)
+				{at: 15 * time.Second, tick: true, want: 15},                //
+				{at: 89 * time.Second, tick: true, want: 15},                // 29s quiet
+				{at: 90 * time.Second, tick: true, want: 21, changed: true}, // first quiet step: +6
+				{at: 150 * time.Second, tick: true, want: 33, changed: true},
+				{at: 151 * time.Second, want: 16, changed: true},                              // floor(0.5*33), paused until +211s
+				{at: 211*time.Second + 4*30*time.Second, tick: true, want: 40, changed: true}, // 16+4*6
+				{at: 211*time.Second + 9*30*time.Second, tick: true, want: 60, changed: true}, // capped at configured
+				{at: 211*time.Second + 20*time.Minute, tick: true, want: 60},
 			},
 		},
 		{
 			name:       "configured 5: never below 1, raise step is 1",
 			configured: 5,
 			steps: []step{
-				{at: 0, want: 3, changed: true},                // floor(3.5)
-				{at: 10 * time.Second, want: 2, changed: true}, // floor(2.1)
-				{at: 20 * time.Second, want: 1, changed: true}, // floor(1.4)
-				{at: 30 * time.Second, want: 1},                // max(1, floor(0.7))
+				{at: 0, want: 2, changed: true},
+				{at: 10 * time.Second, want: 1, changed: true},
+				{at: 20 * time.Second, want: 1},
 				{at: 90 * time.Second, tick: true, want: 2, changed: true},
-				{at: 150 * time.Second, tick: true, want: 3, changed: true},
+				{at: 120 * time.Second, tick: true, want: 3, changed: true},
 			},
 		},
 		{
 			name:       "configured 600: raise step is 60",
 			configured: 600,
 			steps: []step{
-				{at: 0, want: 420, changed: true},
-				{at: time.Minute, tick: true, want: 480, changed: true},
-				{at: 3 * time.Minute, tick: true, want: 600, changed: true},
+				{at: 0, want: 300, changed: true},
+				{at: 90 * time.Second, tick: true, want: 360, changed: true},
+				{at: 180 * time.Second, tick: true, want: 540, changed: true},
 			},
 		},
 	}
@@ -90,7 +87,7 @@ func TestAdaptiveTimeline(t *testing.T) {
 					}
 					got = a.EffectiveRate
 				} else {
-					a, c, err := m.Report403(t.Context(), key, now)
+					a, c, err := m.Report403(t.Context(), key, now, 0)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -111,6 +108,34 @@ func TestAdaptiveTimeline(t *testing.T) {
 	}
 }
 
+// The learned pause: 60 s first, doubled (up to 4 min) by a 403 that comes
+// within it after a pause ended, back to 60 s once the rate has recovered.
+func TestAdaptiveLearnedPause(t *testing.T) {
+	m := open(t, "")
+	admit(t, m, key, t0)
+	at := time.Duration(0)
+	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 4 * time.Minute}
+	for i, w := range want {
+		a, changed, err := m.Report403(t.Context(), key, t0.Add(at), 0)
+		if err != nil || !changed {
+			t.Fatalf("403 %d: changed %v, %v", i, changed, err)
+		}
+		if got := a.PausedUntil.Sub(t0.Add(at)); got != w {
+			t.Fatalf("403 %d at +%v: pause %v, want %v", i, at, got, w)
+		}
+		at += w + time.Second // the next 403 comes 1 s after the pause ends
+	}
+	// Recovery (effective back at 60) forgets the learned interval.
+	a, err := m.Account(t.Context(), key, t0.Add(at+time.Hour))
+	if err != nil || a.EffectiveRate != 60 {
+		t.Fatalf("an hour later: %+v, %v; want 60", a, err)
+	}
+	a, _, err = m.Report403(t.Context(), key, t0.Add(at+time.Hour), 0)
+	if err != nil || a.PausedUntil.Sub(t0.Add(at+time.Hour)) != time.Minute {
+		t.Fatalf("after recovery: paused until %v, %v; want 60 s", a.PausedUntil, err)
+	}
+}
+
 func setRate(t *testing.T, m *Memory, rate int) {
 	t.Helper()
 	if _, err := m.UpdatePolicy(t.Context(), key, t0, func(p pacing.Policy) (pacing.Policy, error) {
@@ -121,57 +146,63 @@ func setRate(t *testing.T, m *Memory, rate int) {
 	}
 }
 
-// The bucket paces at the effective rate: after a 403 lowers 60 to 42 an
-// empty bucket refills one token per 60/42 s, not per second.
+// The bucket paces at the effective rate: after a 403 lowers 60 to 30 an
+// empty bucket refills one token per 2 s, not per second.
 func TestAdaptiveBucketUsesEffectiveRate(t *testing.T) {
 	m := open(t, "")
 	if _, err := m.SetAdaptive(t.Context(), key, true, t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := m.Report403(t.Context(), key, t0); err != nil {
-		t.Fatal(err)
-	}
 	for range 10 { // burst 10
 		admit(t, m, key, t0)
 	}
-	// 14 s later: 14*42/60 = 9.8 tokens.
+	if _, _, err := m.Report403(t.Context(), key, t0, 0); err != nil {
+		t.Fatal(err)
+	}
+	// 14 s later: 14*30/60 = 7 tokens.
 	a, err := m.Account(t.Context(), key, t0.Add(14*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Tokens < 9.79 || a.Tokens > 9.81 {
-		t.Errorf("tokens after 14s at 42/min = %v, want 9.8", a.Tokens)
+	if a.Tokens != 7 {
+		t.Errorf("tokens after 14s at 30/min = %v, want 7", a.Tokens)
 	}
 }
 
 func TestAdaptiveOffAndRateChange(t *testing.T) {
 	m := open(t, "")
-	// Off (the default): a 403 changes nothing.
 	admit(t, m, key, t0)
-	a, changed, err := m.Report403(t.Context(), key, t0)
-	if err != nil || changed || a.EffectiveRate != 60 || a.Adaptive {
-		t.Fatalf("Report403 with adaptive off = %d %v %v %v, want 60 false false nil", a.EffectiveRate, a.Adaptive, changed, err)
+	// Switched off: a 403 changes nothing.
+	if _, err := m.SetAdaptive(t.Context(), key, false, t0); err != nil {
+		t.Fatal(err)
+	}
+	a, changed, err := m.Report403(t.Context(), key, t0, 0)
+	if err != nil || changed || a.EffectiveRate != 60 || a.Adaptive || !a.PausedUntil.IsZero() {
+		t.Fatalf("Report403 with adaptive off = %d %v %v %v %v, want 60 false false not paused nil", a.EffectiveRate, a.Adaptive, changed, a.PausedUntil, err)
+	}
+	if got := admit(t, m, key, t0); got.Decision.Kind != pacing.KindAdmit {
+		t.Fatalf("Admit after a 403 with adaptive off = %v, want admit", got.Decision.Kind)
 	}
 	if _, err := m.SetAdaptive(t.Context(), key, true, t0); err != nil {
 		t.Fatal(err)
 	}
-	if a, _, _ := m.Report403(t.Context(), key, t0); a.EffectiveRate != 42 {
-		t.Fatalf("effective after 403 = %d, want 42", a.EffectiveRate)
+	if a, _, _ := m.Report403(t.Context(), key, t0, 0); a.EffectiveRate != 30 {
+		t.Fatalf("effective after 403 = %d, want 30", a.EffectiveRate)
 	}
 	// A budget change keeps the effective rate.
 	a, err = m.UpdatePolicy(t.Context(), key, t0, func(p pacing.Policy) (pacing.Policy, error) {
 		p.Budget.MaxRetries = 4
 		return p, nil
 	})
-	if err != nil || a.EffectiveRate != 42 {
-		t.Fatalf("effective after a budget change = %d (%v), want 42", a.EffectiveRate, err)
+	if err != nil || a.EffectiveRate != 30 {
+		t.Fatalf("effective after a budget change = %d (%v), want 30", a.EffectiveRate, err)
 	}
 	// A new configured rate starts over at it.
 	setRate(t, m, 100)
 	if a, _ := m.Account(t.Context(), key, t0); a.EffectiveRate != 100 || !a.Adaptive {
 		t.Fatalf("after set-rate 100: effective %d adaptive %v, want 100 true", a.EffectiveRate, a.Adaptive)
 	}
-	if a, changed, err := m.Report403(t.Context(), key, t0.Add(time.Second)); err != nil || !changed || a.EffectiveRate >= 100 {
+	if a, changed, err := m.Report403(t.Context(), key, t0.Add(time.Second), 0); err != nil || !changed || a.EffectiveRate >= 100 {
 		t.Fatalf("403 at rate 100: effective %d changed %v (%v), want below 100, changed", a.EffectiveRate, changed, err)
 	}
 	// Turning it off restores the configured rate.
@@ -184,14 +215,14 @@ func TestAdaptiveOffAndRateChange(t *testing.T) {
 	if _, err := m.SetAdaptive(t.Context(), key, true, t0); err != nil {
 		t.Fatalf("SetAdaptive(on) at rate 0: %v", err)
 	}
-	if a, changed, _ := m.Report403(t.Context(), key, t0.Add(time.Minute)); changed || a.EffectiveRate != 0 {
+	if a, changed, _ := m.Report403(t.Context(), key, t0.Add(time.Minute), 0); changed || a.EffectiveRate != 0 {
 		t.Fatalf("403 at rate 0: effective %d changed %v, want 0 false", a.EffectiveRate, changed)
 	}
 }
 
 func TestReport403UnknownAccount(t *testing.T) {
 	m := open(t, "")
-	if _, _, err := m.Report403(t.Context(), key, t0); !errors.Is(err, ErrNotFound) {
+	if _, _, err := m.Report403(t.Context(), key, t0, 0); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Report403(unknown) = %v, want ErrNotFound", err)
 	}
 }
@@ -199,22 +230,44 @@ func TestReport403UnknownAccount(t *testing.T) {
 func TestAdaptivePersists(t *testing.T) {
 	dir := t.TempDir()
 	m := open(t, dir)
-	if _, err := m.SetAdaptive(t.Context(), key, true, t0); err != nil {
+	if _, err := m.SetAdaptive(t.Context(), key, false, t0); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, PolicyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), `"adaptive": true`) {
-		t.Errorf("policy file lacks \"adaptive\": true:\n%s", b)
+	if !strings.Contains(string(b), `"adaptive": false`) {
+		t.Errorf("policy file lacks \"adaptive\": false:\n%s", b)
 	}
 	m2 := open(t, dir)
 	a, err := m2.Account(t.Context(), key, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !a.Adaptive || a.EffectiveRate != 60 || a.Policy.RatePerMinute != 60 || a.PolicyVersion != 1 {
-		t.Errorf("reopened account = %+v, want adaptive, 60/60, version 1", a)
+	if a.Adaptive || a.EffectiveRate != 60 || a.Policy.RatePerMinute != 60 || a.PolicyVersion != 1 {
+		t.Errorf("reopened account = %+v, want adaptive off, 60/60, version 1", a)
+	}
+}
+
+// A policy file written before adaptive mode was the default has no
+// "adaptive" field: its accounts learn the throttle too.
+func TestAdaptiveMissingFieldIsDefault(t *testing.T) {
+	dir := t.TempDir()
+	old := `{"format": 1, "version": 3, "accounts": {"` + key + `": {"version": 3, "rate_per_minute": 40, "burst": 5,
+		"idle_timeout_ms": 120000, "total_timeout_ms": 600000, "max_retries": 5}}}`
+	if err := os.WriteFile(filepath.Join(dir, PolicyFile), []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := open(t, dir).Account(t.Context(), key, t0)
+	if err != nil || !a.Adaptive || a.Policy.RatePerMinute != 40 {
+		t.Fatalf("account from an old file = %+v, %v; want adaptive at 40", a, err)
+	}
+	bad := strings.Replace(old, `"burst": 5`, `"burst": 5, "brust": 1`, 1)
+	if err := os.WriteFile(filepath.Join(dir, PolicyFile), []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(Options{Dir: dir}); err == nil || !strings.Contains(err.Error(), "brust") {
+		t.Errorf("Open with an unknown field = %v, want an error naming it", err)
 	}
 }

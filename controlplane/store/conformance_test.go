@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -460,20 +461,23 @@ func TestConformanceAdaptive(t *testing.T) {
 	forEach(t, func(t *testing.T, k storeKind) {
 		s := k.open(t, nil, nil)
 		ctx := t.Context()
-		if _, _, err := s.Report403(ctx, key, t0); !errors.Is(err, ErrNotFound) {
+		if _, _, err := s.Report403(ctx, key, t0, 0); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Report403(unknown) = %v, want ErrNotFound", err)
 		}
 		setPolicy(t, s, key, t0, 600, 10, nil, nil)
 		a, err := s.SetAdaptive(ctx, key, true, t0)
-		if err != nil || !a.Adaptive || a.EffectiveRate != 600 || a.PolicyVersion != 2 {
-			t.Fatalf("SetAdaptive = %+v, %v; want adaptive at 600, version 2", a, err)
+		if err != nil || !a.Adaptive || a.EffectiveRate != 600 || a.PolicyVersion != 2 || !a.PausedUntil.IsZero() {
+			t.Fatalf("SetAdaptive = %+v, %v; want adaptive at 600, version 2, not paused", a, err)
 		}
-		report := func(at time.Duration, want int, wantChanged bool) {
+		report := func(at, retryAfter time.Duration, want int, wantChanged bool, wantPause time.Duration) {
 			t.Helper()
-			a, changed, err := s.Report403(ctx, key, t0.Add(at))
+			a, changed, err := s.Report403(ctx, key, t0.Add(at), retryAfter)
 			if err != nil || a.EffectiveRate != want || changed != wantChanged || a.Policy.RatePerMinute != 600 {
 				t.Fatalf("Report403 at +%v = %d (changed %v, configured %d), %v; want %d (changed %v), configured 600",
 					at, a.EffectiveRate, changed, a.Policy.RatePerMinute, err, want, wantChanged)
+			}
+			if wantPause == 0 && !a.PausedUntil.IsZero() || wantPause != 0 && !a.PausedUntil.Equal(t0.Add(wantPause)) {
+				t.Fatalf("Report403 at +%v: paused until +%v, want +%v", at, a.PausedUntil.Sub(t0), wantPause)
 			}
 		}
 		adapt := func(at time.Duration, want int) {
@@ -492,27 +496,83 @@ func TestConformanceAdaptive(t *testing.T) {
 				t.Fatalf("Adapt at +%v raised to %d, want %d (-1: no change)", at, got, want)
 			}
 		}
-		report(0, 420, true) // 0.7 x 600
-		// The bucket paces at the effective rate: 420/min is 7 tokens a second.
-		admitN(t, s, key, t0, 10)
-		if a, err := s.Account(ctx, key, t0.Add(time.Second)); err != nil || a.Tokens != 7 || a.EffectiveRate != 420 {
-			t.Fatalf("Account 1s later = %+v, %v; want 7 tokens at 420/min", a, err)
+		admitAt := func(at time.Duration, want string) {
+			t.Helper()
+			if got := describeAdmission(mustAdmit(t, s, key, t0.Add(at))); got != want {
+				t.Fatalf("Admit at +%v = %q, want %q", at, got, want)
+			}
 		}
-		report(5*time.Second, 420, false) // within 10 s of the last lowering
-		report(10*time.Second, 294, true) // 0.7 x 420; quiet from +10s
-		adapt(69*time.Second, -1)         // 59 s quiet
-		adapt(70*time.Second, 354)        // a quiet minute: +60
-		adapt(70*time.Second, -1)
-		if a, err := s.Account(ctx, key, t0.Add(190*time.Second)); err != nil || a.EffectiveRate != 474 {
-			t.Fatalf("Account at +190s = %+v, %v; want 474 (two more quiet minutes)", a, err)
+		if got := admitN(t, s, key, t0, 10); strings.Join(got, ",") != strings.Join(repeatString("now", 10), ",") {
+			t.Fatalf("burst = %v, want 10 x now", got)
 		}
-		report(190*time.Second, 331, true) // 0.7 x 474
-		a, err = s.SetAdaptive(ctx, key, false, t0.Add(200*time.Second))
-		if err != nil || a.Adaptive || a.EffectiveRate != 600 {
-			t.Fatalf("SetAdaptive(off) = %+v, %v; want the configured 600", a, err)
+		// A 403 without a retry-after pauses for the learned interval
+		// (first 60 s) and halves the rate.
+		report(0, 0, 300, true, 60*time.Second)
+		// The bucket paces at the effective rate: 300/min is 5 tokens a second.
+		if a, err := s.Account(ctx, key, t0.Add(time.Second)); err != nil || a.Tokens != 5 || a.EffectiveRate != 300 || !a.PausedUntil.Equal(t0.Add(time.Minute)) {
+			t.Fatalf("Account 1s later = %+v, %v; want 5 tokens at 300/min, paused until +60s", a, err)
 		}
-		report(210*time.Second, 600, false)
+		// Paused: refused with the pause's end as the hint, nothing debited.
+		admitAt(time.Second, "refuse 59s deficit 59000ms")
+		admitAt(1500*time.Millisecond, "refuse 59s deficit 58500ms")
+		report(5*time.Second, 0, 300, false, 60*time.Second) // inside the pause, within 10 s of the lowering
+		report(10*time.Second, 0, 150, true, 60*time.Second) // lowers again; the pause stays
+		// A pause ending within the bound (4833 ms at the defaults): wait for it.
+		admitAt(56*time.Second, "wait 4000ms")
+		admitAt(60*time.Second, "now")
+		adapt(89*time.Second, -1) // quiet since the pause's end: 29 s
+		adapt(90*time.Second, 210)
+		adapt(90*time.Second, -1)
+		if a, err := s.Account(ctx, key, t0.Add(150*time.Second)); err != nil || a.EffectiveRate != 330 || !a.PausedUntil.IsZero() {
+			t.Fatalf("Account at +150s = %+v, %v; want 330 (two more quiet steps), not paused", a, err)
+		}
+		// Long after the last pause: the learned interval stays 60 s.
+		report(151*time.Second, 0, 165, true, 211*time.Second)
+		// Right after that pause: it was too short, so the interval doubles.
+		report(212*time.Second, 0, 82, true, 332*time.Second)
+		// A retry-after pauses for exactly that long.
+		report(213*time.Second, 200*time.Second, 82, true, 413*time.Second)
+		admitAt(214*time.Second, "refuse 199s deficit 199000ms")
+		a, err = s.SetAdaptive(ctx, key, false, t0.Add(220*time.Second))
+		if err != nil || a.Adaptive || a.EffectiveRate != 600 || !a.PausedUntil.IsZero() {
+			t.Fatalf("SetAdaptive(off) = %+v, %v; want the configured 600, not paused", a, err)
+		}
+		admitAt(221*time.Second, "now")
+		report(230*time.Second, 0, 600, false, 0)
 		adapt(400*time.Second, -1)
+	})
+}
+
+// An account with the default policy learns too (adaptive is on by
+// default), and a policy that cannot refuse waits out a pause within the
+// bound instead of refusing.
+func TestConformanceAdaptiveDefault(t *testing.T) {
+	forEach(t, func(t *testing.T, k storeKind) {
+		s := k.open(t, nil, nil)
+		ctx := t.Context()
+		if got := describeAdmission(mustAdmit(t, s, key, t0)); got != "now" {
+			t.Fatalf("Admit = %q, want now", got)
+		}
+		a, changed, err := s.Report403(ctx, key, t0, 0)
+		if err != nil || !changed || !a.Adaptive || a.EffectiveRate != 30 || a.Custom || !a.PausedUntil.Equal(t0.Add(time.Minute)) {
+			t.Fatalf("Report403 = %+v, %v, %v; want the default account adaptive at 30, paused until +60s", a, changed, err)
+		}
+		if got := describeAdmission(mustAdmit(t, s, key, t0.Add(time.Second))); got != "refuse 59s deficit 59000ms" {
+			t.Fatalf("Admit while paused = %q, want refuse 59s deficit 59000ms", got)
+		}
+		// Retries 0: the policy cannot refuse, so a paused request waits
+		// the bound (idle 120 s, no retries: bound 15000 ms).
+		setPolicy(t, s, key2, t0, 60, 10, nil, intp(0))
+		mustAdmit(t, s, key2, t0)
+		if _, _, err := s.Report403(ctx, key2, t0, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if got := describeAdmission(mustAdmit(t, s, key2, t0.Add(time.Second))); got != "wait 15000ms" {
+			t.Fatalf("Admit while paused, cannot refuse = %q, want wait 15000ms", got)
+		}
+		if got := describeAdmission(mustAdmit(t, s, key2, t0.Add(25*time.Second))); got != "wait 5000ms" {
+			t.Fatalf("Admit 5 s before the pause's end, cannot refuse = %q, want wait 5000ms", got)
+		}
 	})
 }
 
@@ -630,4 +690,63 @@ func TestConformanceLiveAgents(t *testing.T) {
 			check("after a heartbeat", count(b, 30*time.Second), 0, 0, 1)
 		})
 	}
+}
+
+func TestConformanceQuotas(t *testing.T) {
+	forEach(t, func(t *testing.T, k storeKind) {
+		s := k.open(t, nil, nil)
+		qs, ok := s.(interface {
+			PutQuota(ctx context.Context, q Quota) (prev, next Quota, err error)
+			Quotas(ctx context.Context, key string) ([]Quota, error)
+		})
+		if !ok {
+			t.Fatalf("%T has no quotas", s)
+		}
+		ctx := t.Context()
+		reset := t0.Add(5 * time.Hour)
+		prim := QuotaWindow{Name: "primary", UsedPercent: 7, Window: 5 * time.Hour, ResetsAt: reset}
+		sec := QuotaWindow{Name: "secondary", UsedPercent: 29, Window: 7 * 24 * time.Hour, ResetsAt: t0.Add(100 * time.Hour)}
+		if q, err := qs.Quotas(ctx, ""); err != nil || len(q) != 0 {
+			t.Fatalf("Quotas of an empty store = %v, %v; want none", q, err)
+		}
+		prev, next, err := qs.PutQuota(ctx, Quota{Key: key, PlanType: "pro", Windows: []QuotaWindow{sec, prim}, ReportedAt: t0, AgentID: "a-1"})
+		if err != nil || prev.Key != "" || len(next.Windows) != 2 || next.Windows[0].Name != "primary" {
+			t.Fatalf("first PutQuota = %+v, %+v, %v; want no previous quota and both windows, primary first", prev, next, err)
+		}
+		// A newer report with only the primary window keeps the secondary.
+		prim2 := prim
+		prim2.UsedPercent = 91.5
+		if _, _, err := qs.PutQuota(ctx, Quota{Key: key, PlanType: "pro", Windows: []QuotaWindow{prim2}, ReportedAt: t0.Add(time.Minute), AgentID: "a-2"}); err != nil {
+			t.Fatal(err)
+		}
+		// An older report (from a slow agent) changes nothing.
+		prim3 := prim
+		prim3.UsedPercent = 1
+		prev, _, err = qs.PutQuota(ctx, Quota{Key: key, Windows: []QuotaWindow{prim3}, ReportedAt: t0.Add(30 * time.Second), AgentID: "a-3"})
+		if err != nil || prev.AgentID != "a-2" || len(prev.Windows) != 2 || prev.Windows[0].UsedPercent != 91.5 {
+			t.Fatalf("PutQuota of an older report: previous %+v, %v; want a-2's, 91.5%% primary", prev, err)
+		}
+		if _, _, err := qs.PutQuota(ctx, Quota{Key: key2, PlanType: "plus", LimitReached: true, ReportedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+		all, err := qs.Quotas(ctx, "")
+		if err != nil || len(all) != 2 || all[0].Key != key || all[1].Key != key2 {
+			t.Fatalf("Quotas = %+v, %v; want %s then %s", all, err, key, key2)
+		}
+		q := all[0]
+		if q.PlanType != "pro" || q.AgentID != "a-2" || !q.ReportedAt.Equal(t0.Add(time.Minute)) || len(q.Windows) != 2 {
+			t.Fatalf("quota = %+v; want a-2's report of both windows", q)
+		}
+		p, s2 := q.Windows[0], q.Windows[1]
+		if p.UsedPercent != 91.5 || p.Window != 5*time.Hour || !p.ResetsAt.Equal(reset) || !p.ReportedAt.Equal(t0.Add(time.Minute)) {
+			t.Errorf("primary = %+v; want 91.5%% of 5h resetting at +5h, reported at +1m", p)
+		}
+		if s2.UsedPercent != 29 || !s2.ReportedAt.Equal(t0) {
+			t.Errorf("secondary = %+v; want the first report's 29%%", s2)
+		}
+		one, err := qs.Quotas(ctx, key2)
+		if err != nil || len(one) != 1 || !one[0].LimitReached || one[0].PlanType != "plus" {
+			t.Errorf("Quotas(%s) = %+v, %v; want its limit-reached quota", key2, one, err)
+		}
+	})
 }

@@ -19,13 +19,20 @@
 // stored policy, nothing pending, a full bucket, idle for 10 minutes), so
 // memory follows the accounts in use rather than every key ever seen.
 //
-// Adaptive mode (SetAdaptive, stored with the policy) paces an account
-// below its configured rate after upstream 403s: Report403 lowers the
-// effective rate to max(1, floor(0.7 × effective)) at most once per 10 s,
-// and each full minute without a 403 raises it by max(1, configured / 10),
-// never above the configured rate (Adapt, or any read, applies the raises
-// due). Account.Policy is always the configured policy; EffectiveRate is
-// what the bucket paces at. The effective rate is not persisted.
+// Adaptive mode (SetAdaptive, stored with the policy; DefaultAdaptive, on,
+// for an account that never set it) learns the backend's upgrade
+// throttle from upstream 403s. Report403 pauses the account until the
+// 403's retry-after has passed, or for a learned interval without one
+// (AdaptivePause, doubled up to AdaptiveMaxPause by a 403 that follows a
+// pause within it); while paused, Admit waits when the pause ends within
+// the wait bound (or the policy cannot refuse) and otherwise refuses with
+// the pause's end as its hint, debiting nothing. Report403 also lowers
+// the effective rate to max(1, floor(0.5 × effective)) at most once per
+// AdaptiveLowerEvery, and each AdaptiveRaiseEvery without a 403 (counted
+// from the pause's end) raises it by max(1, configured / 10), never above
+// the configured rate (Adapt, or any read, applies the raises due).
+// Account.Policy is always the configured policy; EffectiveRate is what
+// the bucket paces at, PausedUntil the pause's end. Neither is persisted.
 //
 // HandOver debits grants made elsewhere during an outage (a data plane's
 // local share, or a Redis replica's) as if they had been admitted now,

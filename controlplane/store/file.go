@@ -40,8 +40,30 @@ type storedPolicy struct {
 	TotalTimeoutMs int64 `json:"total_timeout_ms"`
 	MaxRetries     int   `json:"max_retries"`
 	// Adaptive is adaptive mode; the effective rate is not stored (it
-	// starts at the configured rate).
-	Adaptive bool `json:"adaptive,omitempty"`
+	// starts at the configured rate). Always written; a file without it
+	// (written before adaptive mode was the default) reads DefaultAdaptive.
+	Adaptive bool `json:"adaptive"`
+}
+
+// UnmarshalJSON reads a stored policy, rejecting unknown fields; a
+// missing "adaptive" is DefaultAdaptive.
+func (sp *storedPolicy) UnmarshalJSON(b []byte) error {
+	type plain storedPolicy
+	var v struct {
+		plain
+		Adaptive *bool `json:"adaptive"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return err
+	}
+	*sp = storedPolicy(v.plain)
+	sp.Adaptive = DefaultAdaptive
+	if v.Adaptive != nil {
+		sp.Adaptive = *v.Adaptive
+	}
+	return nil
 }
 
 func newStoredPolicy(p pacing.Policy, version int64) storedPolicy {
@@ -52,6 +74,7 @@ func newStoredPolicy(p pacing.Policy, version int64) storedPolicy {
 		IdleTimeoutMs:  p.Budget.IdleTimeout.Milliseconds(),
 		TotalTimeoutMs: p.Budget.TotalTimeout.Milliseconds(),
 		MaxRetries:     p.Budget.MaxRetries,
+		Adaptive:       DefaultAdaptive,
 	}
 }
 

@@ -46,6 +46,9 @@ type Account struct {
 	// (the configured rate) unless adaptive mode has lowered it.
 	EffectiveRate int
 	Adaptive      bool // adaptive mode is on
+	// PausedUntil is when the pause after an upstream 403 ends (adaptive
+	// mode); zero when admissions are not paused.
+	PausedUntil time.Time
 }
 
 // Options configures Open. The zero value is a memory-only store with
@@ -91,6 +94,7 @@ type Memory struct {
 
 	handovers reports
 	agents    agentDir
+	quotas    quotas
 }
 
 type shard struct {
@@ -248,7 +252,9 @@ func (m *Memory) newBucket(p pacing.Policy, now time.Time) *pacing.Bucket {
 func (m *Memory) entryLocked(sh *shard, key string, now time.Time) *entry {
 	e := sh.accounts[key]
 	if e == nil {
-		e = &entry{bucket: m.newBucket(m.defaults, now), policy: m.defaults}
+		e = &entry{policy: m.defaults}
+		e.adapt.reset(DefaultAdaptive, m.defaults.RatePerMinute, now)
+		e.bucket = m.newBucket(e.bucketPolicy(), now)
 		sh.accounts[key] = e
 	}
 	return e
@@ -262,7 +268,12 @@ func (m *Memory) Admit(_ context.Context, key string, now time.Time) (Admission,
 	e := m.entryLocked(sh, key, now)
 	e.prunePendingLocked(now)
 	e.advanceLocked(now)
-	d := e.bucket.Take(now)
+	var d pacing.Decision
+	if until, ok := e.adapt.paused(now); ok {
+		d = pauseDecision(e.bucketPolicy(), now, until, func() pacing.Decision { return e.bucket.Take(now) })
+	} else {
+		d = e.bucket.Take(now)
+	}
 	a := Admission{Decision: d, PolicyVersion: e.version}
 	if d.Debited && d.Wait > 0 {
 		if len(e.pending) >= maxPending {
@@ -382,7 +393,7 @@ func (m *Memory) updateStored(_ context.Context, key string, now time.Time, upda
 }
 
 func (e *entry) snapshotLocked(key string, now time.Time) Account {
-	return Account{
+	a := Account{
 		Key:           key,
 		Policy:        e.policy,
 		Tokens:        e.bucket.Tokens(now),
@@ -391,6 +402,10 @@ func (e *entry) snapshotLocked(key string, now time.Time) Account {
 		EffectiveRate: e.bucket.Policy().RatePerMinute,
 		Adaptive:      e.adapt.on,
 	}
+	if until, ok := e.adapt.paused(now); ok {
+		a.PausedUntil = until
+	}
+	return a
 }
 
 // Account returns key's snapshot at now, or ErrNotFound.

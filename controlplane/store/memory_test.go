@@ -18,7 +18,10 @@ import (
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-const key = "acct_0123456789abcdef"
+const (
+	key  = "acct_0123456789abcdef"
+	key2 = "acct_fedcba9876543210"
+)
 
 func open(t *testing.T, dir string) *Memory {
 	t.Helper()
@@ -270,7 +273,7 @@ func TestPolicyFileShape(t *testing.T) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	want := `{"accounts":{"acct_0123456789abcdef":{"burst":10,"idle_timeout_ms":120000,"max_retries":5,"rate_per_minute":30,"total_timeout_ms":600000,"version":1}},"format":1,"version":1}`
+	want := `{"accounts":{"acct_0123456789abcdef":{"adaptive":true,"burst":10,"idle_timeout_ms":120000,"max_retries":5,"rate_per_minute":30,"total_timeout_ms":600000,"version":1}},"format":1,"version":1}`
 	if g, _ := json.Marshal(got); string(g) != want {
 		t.Errorf("policy file = %s\nwant %s", g, want)
 	}

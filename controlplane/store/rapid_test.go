@@ -192,8 +192,9 @@ func TestPropertyRedisMatchesMemory(t *testing.T) {
 				want, werr := m.SetAdaptive(ctx, k, on, now)
 				same(i, "SetAdaptive", got, want, gerr, werr)
 			case op < 14:
-				ga, gc, gerr := r.Report403(ctx, k, now)
-				wa, wc, werr := m.Report403(ctx, k, now)
+				ra := time.Duration(rapid.SampledFrom([]int{0, 0, 1, 30, 90}).Draw(rt, "retryAfter")) * time.Second
+				ga, gc, gerr := r.Report403(ctx, k, now, ra)
+				wa, wc, werr := m.Report403(ctx, k, now, ra)
 				same(i, "Report403", []any{ga, gc}, []any{wa, wc}, gerr, werr)
 			case op < 15:
 				got, gerr := r.Adapt(ctx, now)

@@ -198,7 +198,7 @@ func OpenRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	}
 	r.breaker.threshold = int64(failures)
 	r.channel = r.prefix + "policy"
-	r.defRec = "0 " + encodeRecord(r.defaults, false)
+	r.defRec = "0 " + encodeRecord(r.defaults, DefaultAdaptive)
 	r.replicas.Store(1)
 
 	client, addr, err := newRedisClient(opts.URL, r.timeout)
@@ -522,7 +522,7 @@ func (r *Redis) HandOver(ctx context.Context, key string, grants int, reportID s
 	if len(v) == 1 {
 		return HandOverResult{Duplicate: true}, nil
 	}
-	if len(v) != 7 {
+	if len(v) != 8 {
 		return HandOverResult{}, fmt.Errorf("hand over: malformed script reply %v", v)
 	}
 	debited, _ := v[0].(int64)
@@ -535,14 +535,18 @@ func (r *Redis) HandOver(ctx context.Context, key string, grants int, reportID s
 }
 
 // snapshot decodes a script snapshot: version, custom, units, effective
-// rate, adaptive, record.
+// rate, adaptive, record, the pause's end (us, 0: none).
 func (r *Redis) snapshot(key string, v []any) (Account, error) {
-	if len(v) != 6 {
-		return Account{}, fmt.Errorf("snapshot has %d fields; want 6", len(v))
+	if len(v) != 7 {
+		return Account{}, fmt.Errorf("snapshot has %d fields; want 7", len(v))
 	}
 	n, err := ints(v[:5])
 	if err != nil {
 		return Account{}, fmt.Errorf("snapshot: %w", err)
+	}
+	pu, ok := v[6].(int64)
+	if !ok {
+		return Account{}, fmt.Errorf("snapshot: the pause %v is not an integer", v[6])
 	}
 	rec, _ := v[5].(string)
 	a := Account{
@@ -553,6 +557,9 @@ func (r *Redis) snapshot(key string, v []any) (Account, error) {
 		Custom:        n[1] == 1,
 		EffectiveRate: int(n[3]),
 		Adaptive:      n[4] == 1,
+	}
+	if pu > 0 {
+		a.PausedUntil = time.UnixMicro(pu).UTC()
 	}
 	if rec != "" {
 		sp, err := decodeRecord(rec)
@@ -590,7 +597,7 @@ func (r *Redis) localAccount(key string, now time.Time) (Account, error) {
 		return Account{}, ErrNotFound
 	}
 	p := r.defaults
-	a := Account{Key: key, Custom: custom}
+	a := Account{Key: key, Custom: custom, Adaptive: DefaultAdaptive}
 	if custom {
 		p = sp.policy()
 		a.PolicyVersion, a.Adaptive = sp.Version, sp.Adaptive
@@ -789,11 +796,12 @@ func (r *Redis) writeErr(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("%s: %w: redis %s unreachable (%v); admissions continue from each replica's share", op, ErrUnavailable, r.addr, err)
 }
 
-// Report403 records an upstream 403 for key at now (see Memory.Report403).
-// While Redis cannot be reached the report is dropped (ErrNotFound).
-func (r *Redis) Report403(ctx context.Context, key string, now time.Time) (Account, bool, error) {
-	v, err := r.run(ctx, "report403", scriptReport403, []string{r.acctKey(key), r.policiesKey()},
-		key, micros(now), r.defRec, r.idleMs, r.channel, r.replica)
+// Report403 records an upstream 403 for key at now with its retry-after
+// (see Memory.Report403). While Redis cannot be reached the report is
+// dropped (ErrNotFound).
+func (r *Redis) Report403(ctx context.Context, key string, now time.Time, retryAfter time.Duration) (Account, bool, error) {
+	v, err := r.run(ctx, "report403", scriptReport403, []string{r.acctKey(key), r.policiesKey(), r.adaptiveKey()},
+		key, micros(now), r.defRec, r.idleMs, r.channel, r.replica, max(retryAfter, 0).Microseconds())
 	switch {
 	case errors.Is(err, redis.Nil):
 		return Account{}, false, ErrNotFound
@@ -802,11 +810,11 @@ func (r *Redis) Report403(ctx context.Context, key string, now time.Time) (Accou
 	case err != nil:
 		return Account{}, false, ErrNotFound
 	}
-	if len(v) != 7 {
+	if len(v) != 8 {
 		return Account{}, false, fmt.Errorf("report 403: malformed script reply %v", v)
 	}
-	changed, _ := v[6].(int64)
-	a, err := r.snapshot(key, v[:6])
+	changed, _ := v[7].(int64)
+	a, err := r.snapshot(key, v[:7])
 	return a, changed == 1, err
 }
 
@@ -828,7 +836,7 @@ func (r *Redis) Adapt(ctx context.Context, now time.Time) ([]Account, error) {
 	}
 	var out []Account
 	for _, k := range keys {
-		v, err := r.run(ctx, "adapt", scriptAdapt, []string{r.acctKey(k), r.policiesKey()},
+		v, err := r.run(ctx, "adapt", scriptAdapt, []string{r.acctKey(k), r.policiesKey(), r.adaptiveKey()},
 			k, micros(now), r.defRec, r.idleMs, r.channel, r.replica)
 		if errors.Is(err, redis.Nil) {
 			continue

@@ -29,7 +29,7 @@ type Store interface {
 	SetAdaptive(ctx context.Context, key string, enabled bool, now time.Time) (Account, error)
 	// Report403 records an upstream 403 for key; ErrNotFound for an
 	// unknown key.
-	Report403(ctx context.Context, key string, now time.Time) (acct Account, changed bool, err error)
+	Report403(ctx context.Context, key string, now time.Time, retryAfter time.Duration) (acct Account, changed bool, err error)
 	// Adapt applies the adaptive raises due by now and returns the
 	// accounts whose effective rate changed.
 	Adapt(ctx context.Context, now time.Time) ([]Account, error)

@@ -156,6 +156,7 @@ type Client struct {
 	nextProbe time.Time     // while local: when the next request may probe
 	backoff   time.Duration // the last probe delay; reset by each fallback
 	policies  map[string]pacing.Policy
+	paused    map[string]time.Time    // pauses pushed by the control plane (SetPause)
 	buckets   map[string]*localBucket // this outage's buckets; emptied by each fallback
 	tally     map[string]*grantTally  // local grants not yet in a report (the hand-over)
 	pending   []*pendingReport        // reports not yet confirmed, oldest first
@@ -189,6 +190,7 @@ func New(cfg Config) (*Client, error) {
 		rejectedLog:  rate.Sometimes{First: 3, Interval: time.Minute},
 		mode:         ModeCentral,
 		policies:     make(map[string]pacing.Policy),
+		paused:       make(map[string]time.Time),
 		buckets:      make(map[string]*localBucket),
 		tally:        make(map[string]*grantTally),
 	}
@@ -385,6 +387,14 @@ func (c *Client) central(ctx context.Context, key string, resp *controlplanev1.A
 		if err := c.sleep(ctx, wait); err != nil {
 			c.cancelCentral(ctx, key, resp.GetReservationId())
 			return ctxErr(ctx, err)
+		}
+		// A 403 elsewhere paused the account while this request waited:
+		// give the slot back rather than dial into the pause.
+		if until, ok := c.pausedUntil(key); ok {
+			c.cancelCentral(ctx, key, resp.GetReservationId())
+			retryAfter := max((until.Sub(c.now())+time.Second-1)/time.Second*time.Second, time.Second)
+			annotate(ctx, ModeCentral, pacing.KindRefuse, 0, retryAfter)
+			return &RefusedError{RetryAfter: retryAfter, RequiredWait: retryAfter, Paused: true}
 		}
 		return nil
 	case controlplanev1.Decision_DECISION_REFUSE:
@@ -622,6 +632,33 @@ func (c *Client) SetPolicy(accountKey string, p pacing.Policy) error {
 	c.policies[accountKey] = p
 	c.mu.Unlock()
 	return nil
+}
+
+// SetPause records that the control plane paused the account's new
+// sockets until until (after an upstream 403; the zero time ends a
+// pause). A request that has waited out a granted delay and finds the
+// account paused does not dial: its reservation is cancelled and Admit
+// returns a *RefusedError with Paused set and the pause's end as its hint.
+func (c *Client) SetPause(accountKey string, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if until.IsZero() {
+		delete(c.paused, accountKey)
+		return
+	}
+	c.paused[accountKey] = until
+}
+
+// pausedUntil returns the end of the account's pause when it is paused now.
+func (c *Client) pausedUntil(key string) (time.Time, bool) {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	until, ok := c.paused[key]
+	if !ok || !now.Before(until) {
+		return time.Time{}, false
+	}
+	return until, true
 }
 
 // CentralMaybeBack tells a local client that the control plane may be

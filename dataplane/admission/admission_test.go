@@ -696,3 +696,34 @@ func ExampleRefusedError() {
 	}
 	// Output: admission refused: retry after 4s - next attempt in 4s
 }
+
+// A pause pushed while a request waits out a granted slot (an upstream 403
+// elsewhere in the fleet): the request does not dial; its reservation is
+// refunded and it is refused until the pause's end.
+func TestPauseDuringCentralWaitGivesTheSlotBack(t *testing.T) {
+	clk := newFakeClock()
+	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
+	admin := controlplanev1.NewAdminServiceClient(dial(t, srv.Addr, srv.AdminToken.Reveal()))
+	c := newClient(t, admission.Config{Conn: dial(t, srv.Addr, srv.AgentToken.Reveal())}, clk, &noticeLog{})
+	setRate(t, admin, keyA, 60, 1)
+	runSteps(t, c, clk, []step{{key: keyA}})
+
+	c.SetPause(keyA, clk.Now().Add(29500*time.Millisecond))
+	err := c.Admit(t.Context(), keyA)
+	var refused *admission.RefusedError
+	if !errors.As(err, &refused) || !refused.Paused || refused.RetryAfter != 30*sec {
+		t.Fatalf("Admit during a pause = %v, want a paused refusal retrying after 30s (the pause's end, whole seconds)", err)
+	}
+	if got := tokens(t, admin, keyA); got != 0 {
+		t.Errorf("tokens after the paused refusal = %v, want 0 (the slot refunded)", got)
+	}
+	if !strings.Contains(err.Error(), "paused after an upstream 403") {
+		t.Errorf("error %q does not say why", err)
+	}
+	// Another account is not paused; the pause's end (or a zero pause
+	// pushed) lets the account dial again.
+	clk.TakeSleeps()
+	runSteps(t, c, clk, []step{{key: keyB}})
+	c.SetPause(keyA, time.Time{})
+	runSteps(t, c, clk, []step{{key: keyA, sleeps: []time.Duration{1 * sec}}})
+}

@@ -25,14 +25,21 @@ type RefusedError struct {
 	RequiredWait time.Duration
 	// Local reports a refusal by the local fallback bucket.
 	Local bool
+	// Paused reports a granted slot given back because the control plane
+	// paused the account after an upstream 403 (Client.SetPause) while
+	// the request waited; RetryAfter is the pause's end.
+	Paused bool
 }
 
 // Error returns "admission refused: retry after 4s" (or "admission refused
 // locally: ..."); it names no account.
 func (e *RefusedError) Error() string {
 	where := ""
-	if e.Local {
+	switch {
+	case e.Local:
 		where = " locally"
+	case e.Paused:
+		where = " (account paused after an upstream 403)"
 	}
 	return fmt.Sprintf("admission refused%s: retry after %v", where, e.RetryAfter)
 }

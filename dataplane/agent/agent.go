@@ -27,7 +27,7 @@ import (
 // CapabilityVersion is the protocol version this package implements; it is
 // sent in every hello. The numbers and their history are
 // controlplanev1.CapabilityVersion (proto/clodex/controlplane/v1/agent.proto).
-const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_AGENTS)
+const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_LIMITS)
 
 const (
 	// DefaultHeartbeat is the default interval between heartbeats.
@@ -72,6 +72,11 @@ type Config struct {
 	// serving the account (at least 1). It runs synchronously on the
 	// stream's receive loop and must not block. (Optional)
 	OnPolicy func(accountKey string, p pacing.Policy, liveAgents int)
+	// OnPause receives every push's pause: the account's new sockets are
+	// paused until until after an upstream 403 (the zero time: not
+	// paused). It runs synchronously on the stream's receive loop, after
+	// OnPolicy, and must not block. (Optional)
+	OnPause func(accountKey string, until time.Time)
 	// OnConnect is called each time a stream is opened and its hello
 	// sent: the control plane is reachable again. The data plane uses it
 	// to make admission ask the control plane at once instead of waiting
@@ -181,8 +186,9 @@ func (l *liveCount) max(now time.Time) int {
 
 // report is the queued 403s of one account.
 type report struct {
-	first time.Time
-	count int
+	first      time.Time
+	count      int
+	retryAfter time.Duration // the longest retry-after among them
 }
 
 // Agent is one data plane's registration with the control plane.
@@ -194,6 +200,7 @@ type Agent struct {
 
 	mu      sync.Mutex // guards the following fields
 	reports map[string]report
+	limits  map[string]*controlplanev1.RateLimits // the latest unsent per account
 	live    map[string]*liveCount
 	reason  string // the last close reason the control plane gave
 }
@@ -221,6 +228,7 @@ func New(cfg Config) (*Agent, error) {
 		client:  controlplanev1.NewAgentServiceClient(cfg.Conn),
 		kick:    make(chan struct{}, 1),
 		reports: map[string]report{},
+		limits:  map[string]*controlplanev1.RateLimits{},
 		live:    map[string]*liveCount{},
 	}, nil
 }
@@ -228,9 +236,10 @@ func New(cfg Config) (*Agent, error) {
 // ID returns the agent's id.
 func (a *Agent) ID() string { return a.cfg.ID }
 
-// Report403 queues one upstream 403 for accountKey; it never blocks. A key
-// that is not an account key is dropped with a warning.
-func (a *Agent) Report403(accountKey string) {
+// Report403 queues one upstream 403 for accountKey with its retry-after
+// (0: none); it never blocks. A key that is not an account key is dropped
+// with a warning.
+func (a *Agent) Report403(accountKey string, retryAfter time.Duration) {
 	if !account.IsKey(accountKey) {
 		a.log.Warn("dropping a 403 report for an invalid account key; want acct_ followed by 16 lowercase hex digits")
 		return
@@ -242,7 +251,26 @@ func (a *Agent) Report403(accountKey string) {
 		r.first = now
 	}
 	r.count++
+	r.retryAfter = max(r.retryAfter, retryAfter)
 	a.reports[accountKey] = r
+	a.mu.Unlock()
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// ReportRateLimits queues the latest plan usage read for the account
+// (rl.Account); it never blocks. A report not yet sent is replaced by a
+// newer one for the same account. An invalid account key is dropped with
+// a warning.
+func (a *Agent) ReportRateLimits(rl *controlplanev1.RateLimits) {
+	if !account.IsKey(rl.GetAccount()) {
+		a.log.Warn("dropping a rate-limits report for an invalid account key; want acct_ followed by 16 lowercase hex digits")
+		return
+	}
+	a.mu.Lock()
+	a.limits[rl.GetAccount()] = rl
 	a.mu.Unlock()
 	select {
 	case a.kick <- struct{}{}:
@@ -448,8 +476,47 @@ func (a *Agent) goodbye(ctx context.Context, stream grpc.BidiStreamingClient[con
 	}
 }
 
-// sendReports sends every queued 403 report.
+// sendReports sends every queued 403 report, then the queued rate limits.
 func (a *Agent) sendReports(stream grpc.BidiStreamingClient[controlplanev1.ConnectRequest, controlplanev1.ConnectResponse]) error {
+	if err := a.send403s(stream); err != nil {
+		return err
+	}
+	return a.sendLimits(stream)
+}
+
+// sendLimits sends the queued rate limits; an unsent one goes back to the
+// queue unless a newer one replaced it.
+func (a *Agent) sendLimits(stream grpc.BidiStreamingClient[controlplanev1.ConnectRequest, controlplanev1.ConnectResponse]) error {
+	a.mu.Lock()
+	queued := a.limits
+	if len(queued) == 0 {
+		a.mu.Unlock()
+		return nil
+	}
+	a.limits = map[string]*controlplanev1.RateLimits{}
+	a.mu.Unlock()
+	keys := make([]string, 0, len(queued))
+	for k := range queued {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		if err := stream.Send(&controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_RateLimits{RateLimits: queued[k]}}); err != nil {
+			a.mu.Lock()
+			for _, k := range keys[i:] {
+				if _, newer := a.limits[k]; !newer {
+					a.limits[k] = queued[k]
+				}
+			}
+			a.mu.Unlock()
+			return err
+		}
+	}
+	return nil
+}
+
+// send403s sends every queued 403 report.
+func (a *Agent) send403s(stream grpc.BidiStreamingClient[controlplanev1.ConnectRequest, controlplanev1.ConnectResponse]) error {
 	a.mu.Lock()
 	queued := a.reports
 	if len(queued) == 0 {
@@ -465,7 +532,8 @@ func (a *Agent) sendReports(stream grpc.BidiStreamingClient[controlplanev1.Conne
 	slices.Sort(keys)
 	for i, k := range keys {
 		r := queued[k]
-		msg := &controlplanev1.Upstream403{Account: k, AtUnixMs: r.first.UnixMilli(), Count: int32(min(r.count, math.MaxInt32))}
+		msg := &controlplanev1.Upstream403{Account: k, AtUnixMs: r.first.UnixMilli(), Count: int32(min(r.count, math.MaxInt32)),
+			RetryAfterMs: r.retryAfter.Milliseconds()}
 		if err := stream.Send(&controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_Upstream_403{Upstream_403: msg}}); err != nil {
 			a.requeue(keys[i:], queued)
 			return err
@@ -484,6 +552,7 @@ func (a *Agent) requeue(keys []string, queued map[string]report) {
 			r.first = cur.first
 		}
 		r.count += cur.count
+		r.retryAfter = max(r.retryAfter, cur.retryAfter)
 		a.reports[k] = r
 	}
 }
@@ -541,6 +610,13 @@ func (a *Agent) applyPolicy(p *controlplanev1.PolicyPush) {
 	}
 	if a.cfg.OnPolicy != nil {
 		a.cfg.OnPolicy(key, pol, live)
+	}
+	if a.cfg.OnPause != nil {
+		var until time.Time
+		if ms := p.GetPausedUntilUnixMs(); ms > 0 {
+			until = time.UnixMilli(ms)
+		}
+		a.cfg.OnPause(key, until)
 	}
 }
 

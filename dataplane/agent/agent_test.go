@@ -48,7 +48,7 @@ func TestRegisterPushAndDeregister(t *testing.T) {
 	}
 	g := agents[0]
 	wantAgent := &controlplanev1.Agent{
-		Id: "h1-100-aaaa", Host: "host-h1-100-aaaa", Version: "v1.2.3", CapabilityVersion: 2,
+		Id: "h1-100-aaaa", Host: "host-h1-100-aaaa", Version: "v1.2.3", CapabilityVersion: 4,
 		Accounts:       []string{keyA, keyB}, // sorted, distinct
 		LastSeenUnixMs: clk.Now().UnixMilli(), ConnectedUnixMs: clk.Now().UnixMilli(), Live: true,
 	}
@@ -188,8 +188,9 @@ func TestHeartbeatKeepsLiveAndUpdatesAccounts(t *testing.T) {
 	})
 }
 
-// Report403 reaches the control plane: in adaptive mode the effective rate
-// drops to 42 and every agent hears it; a quiet minute raises it by 6.
+// Report403 reaches the control plane with its retry-after: in adaptive
+// mode the effective rate halves to 30 and every agent hears it; 30 quiet
+// seconds after the pause (the 20 s retry-after) raise it by 6.
 func TestReport403AdaptsTheFleet(t *testing.T) {
 	clk := newClock()
 	srv := startServer(t, clk)
@@ -208,24 +209,25 @@ func TestReport403AdaptsTheFleet(t *testing.T) {
 		t.Fatalf("GetAccount = %v, %v; want effective 60, adaptive", got, err)
 	}
 
-	a1.Report403(keyA)
+	a1.Report403(keyA, 20*time.Second)
 	for _, a := range []*running{a1, a2} {
-		a.rec.waitFor(t, "at 42/min", keyA, func(p push) bool { return p.policy.RatePerMinute == 42 })
+		a.rec.waitFor(t, "at 30/min", keyA, func(p push) bool { return p.policy.RatePerMinute == 30 })
 	}
 	acct, err := admin.GetAccount(t.Context(), &controlplanev1.GetAccountRequest{Key: keyA})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := acct.GetAccount(); a.GetRatePerMinute() != 60 || a.GetEffectiveRatePerMinute() != 42 {
-		t.Errorf("GetAccount = rate %d effective %d, want 60 and 42", a.GetRatePerMinute(), a.GetEffectiveRatePerMinute())
+	if a := acct.GetAccount(); a.GetRatePerMinute() != 60 || a.GetEffectiveRatePerMinute() != 30 ||
+		a.GetPausedUntilUnixMs() != clk.Now().Add(20*time.Second).UnixMilli() {
+		t.Errorf("GetAccount = rate %d effective %d paused until %d, want 60 and 30, paused for the 20 s retry-after", a.GetRatePerMinute(), a.GetEffectiveRatePerMinute(), a.GetPausedUntilUnixMs())
 	}
 
-	// A full minute without a 403, in steps the heartbeats keep up with.
-	for range 6 {
+	// The pause and 30 s without a 403, in steps the heartbeats keep up with.
+	for range 5 {
 		stepClock(t, clk, admin, 10*time.Second, 2)
 	}
 	for _, a := range []*running{a1, a2} {
-		a.rec.waitFor(t, "at 48/min", keyA, func(p push) bool { return p.policy.RatePerMinute == 48 })
+		a.rec.waitFor(t, "at 36/min", keyA, func(p push) bool { return p.policy.RatePerMinute == 36 })
 		if r := a.CloseReason(); r != "" {
 			t.Errorf("the agent's stream was closed (%q); want the raise pushed on the open stream", r)
 		}
@@ -242,11 +244,11 @@ func TestReport403QueuedWhileDisconnected(t *testing.T) {
 	}
 	// No agent is running yet: the report waits in the queue.
 	a := startAgentNoRun(t, srv, clk, keyA)
-	a.Report403(keyA)
-	a.Report403(keyA)
-	a.Report403("not-a-key") // dropped
+	a.Report403(keyA, 0)
+	a.Report403(keyA, 0)
+	a.Report403("not-a-key", 0) // dropped
 	a.run(t)
-	a.rec.waitFor(t, "at 42/min", keyA, func(p push) bool { return p.policy.RatePerMinute == 42 })
+	a.rec.waitFor(t, "at 30/min", keyA, func(p push) bool { return p.policy.RatePerMinute == 30 })
 }
 
 type idle struct {

@@ -11,13 +11,16 @@
 //     15 s after its last one);
 //   - Report403 queues an upstream-403 report without blocking; reports
 //     for one account queued together (or while disconnected) are
-//     coalesced into one report with a count;
+//     coalesced into one report with a count and the longest
+//     retry-after; ReportRateLimits queues an account's latest plan usage
+//     (a newer report replaces an unsent one);
 //   - every policy push calls Config.OnPolicy synchronously with the
 //     account key, the policy to pace at (RatePerMinute is the control
 //     plane's effective rate) and the number of live agents serving the
 //     account; LiveAgents returns the highest such number pushed within
 //     the last 15 s (at least 1), so a restarted control plane's counts
-//     climbing back 1, 2, 3 do not inflate a local share;
+//     climbing back 1, 2, 3 do not inflate a local share; Config.OnPause
+//     gets the push's pause (the learned upgrade throttle);
 //   - each time a stream is opened and its hello sent, Config.OnConnect
 //     is called (the data plane makes admission ask the control plane
 //     again at once);

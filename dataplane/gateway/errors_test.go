@@ -1,7 +1,10 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,6 +12,7 @@ import (
 	"time"
 
 	"github.com/clodex/clodex/dataplane/gateway"
+	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/codexsim"
 	"github.com/clodex/clodex/internal/node"
 	"github.com/clodex/clodex/internal/pacing"
@@ -30,10 +34,30 @@ func policyWithRetries(t *testing.T, maxRetries int) pacing.Policy {
 	return p
 }
 
-// An upgrade throttled with 403 is a 429 with the edge's hint. With two
-// failure retries the first request retries twice, waiting max(rung,
-// hint) × (1 + 0.25 × 0.5); the account is then failing, so the second
-// request makes one attempt and hands its 429 to the client at once.
+// adaptiveOff writes the embedded control plane's policy file under a new
+// data directory: the account's policy p with adaptive mode (the learned
+// throttle) off, as clodexctl set-adaptive ACCOUNT off stores it.
+func adaptiveOff(t *testing.T, accountID string, p pacing.Policy) string {
+	t.Helper()
+	dir := t.TempDir()
+	rec := map[string]any{"version": 1, "rate_per_minute": p.RatePerMinute, "burst": p.Burst,
+		"idle_timeout_ms": p.Budget.IdleTimeout.Milliseconds(), "total_timeout_ms": p.Budget.TotalTimeout.Milliseconds(),
+		"max_retries": p.Budget.MaxRetries, "adaptive": false}
+	b, err := json.Marshal(map[string]any{"format": 1, "version": 1, "accounts": map[string]any{account.Key(accountID): rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "policy.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// An upgrade throttled with 403 is a 429 with the edge's hint (the
+// learned throttle off). With two failure retries the first request
+// retries twice, waiting max(rung, hint) × (1 + 0.25 × 0.5); the account
+// is then failing, so the second request makes one attempt and hands its
+// 429 to the client at once.
 func TestUpgradeThrottleBecomes429(t *testing.T) {
 	tests := []struct {
 		name          string
@@ -51,6 +75,7 @@ func TestUpgradeThrottleBecomes429(t *testing.T) {
 				sim: codexsim.Config{UpgradeLimit: 1, Faults: codexsim.Faults{RetryAfter403: tt.retryAfter403}},
 				mutate: func(c *node.Config) {
 					c.Policy = policyWithRetries(t, 2)
+					c.DataDir = adaptiveOff(t, simAccount, c.Policy)
 					c.FailureRetries = 2
 					c.RetryRand = func() float64 { return 0.5 }
 				},
@@ -85,6 +110,55 @@ func TestUpgradeThrottleBecomes429(t *testing.T) {
 				t.Errorf("waits between attempts = %v, want %v", got, tt.wantSleeps)
 			}
 		})
+	}
+}
+
+// With the learned throttle (the default) an upgrade 403 without a
+// retry-after pauses the account for the learned interval (60 s): the
+// request that met the 403 and the next new conversation are told to
+// come back when the pause ends, and nothing dials into the pause.
+func TestUpgradeThrottleLearned(t *testing.T) {
+	e := newEnv(t, envOptions{
+		sim: codexsim.Config{UpgradeLimit: 1},
+		mutate: func(c *node.Config) {
+			c.RetryRand = func() float64 { return 0.5 }
+		},
+	})
+	first := e.post(t, "/v1/messages", gateway.MessagesBody(false, "#sim reply ok"), nil)
+	if first.StatusCode != http.StatusOK {
+		t.Fatalf("first request: status %d, want 200: %s", first.StatusCode, gateway.ReadAll(t, first))
+	}
+	gateway.ReadAll(t, first)
+	// The request that meets the 403 gets a 429 (its retry may run before
+	// the control plane's pause reaches the data plane: the retry clock is
+	// fake here). Once the pause is known, a new conversation is told to
+	// come back when it ends, without a dial.
+	resp := e.post(t, "/v1/messages", gateway.MessagesBody(false, "#sim reply ok"), nil)
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("request after the 403: status %d, want 429: %s", resp.StatusCode, gateway.ReadAll(t, resp))
+	}
+	gateway.ReadAll(t, resp)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp := e.post(t, "/v1/messages", gateway.MessagesBody(false, "#sim reply ok"), nil)
+		got, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		gateway.ReadAll(t, resp)
+		if resp.StatusCode == http.StatusTooManyRequests && err == nil && got >= 50 && got <= 76 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new conversation was told to wait out the 60 s pause: status %d, retry-after %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := e.sim.Stats().Upgrade403s
+	resp = e.post(t, "/v1/messages", gateway.MessagesBody(true, "#sim reply ok"), nil)
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a new conversation during the pause: status %d, want 429", resp.StatusCode)
+	}
+	gateway.ReadAll(t, resp)
+	if st := e.sim.Stats(); st.Upgrade403s != before || st.Upgrades != 1 {
+		t.Errorf("sim: %d upgrades, %d upgrade 403s (%d before); want 1 upgrade and no 403 during the pause", st.Upgrades, st.Upgrade403s, before)
 	}
 }
 

@@ -247,7 +247,7 @@ func (h *harness) waitCentral(ctx context.Context, i int, bound time.Duration) {
 
 // adaptiveLowers turns adaptive mode on, lowers the emulator's throttle so
 // new sockets get 403s, and checks that the control plane hears of them
-// and lowers the effective rate by the rule max(1, floor(0.7 x effective))
+// and lowers the effective rate by the rule max(1, floor(0.5 x effective))
 // from the configured 600 while the configured rate stays 600. When it
 // does not, the failure says whether the data planes reported no 403 at
 // all (clodex_controlplane_upstream_403_total stayed 0: the report path
@@ -262,8 +262,8 @@ func (h *harness) adaptiveLowers(ctx context.Context) {
 	if err := f.Sim.Configure(ctx, h.client, `{"upgrade_limit":1,"upgrade_window":"1m"}`); err != nil {
 		t.Fatal(err)
 	}
-	// 600 -> 420 -> 294 -> 205 (one step per 10 s at most), computed by hand.
-	ladder := map[int]bool{420: true, 294: true, 205: true}
+	// 600 -> 300 -> 150 -> 75 (one step per 10 s at most), computed by hand.
+	ladder := map[int]bool{300: true, 150: true, 75: true}
 	deadline := time.Now().Add(30 * time.Second)
 	var (
 		last     cluster.AccountView
@@ -296,7 +296,7 @@ func (h *harness) adaptiveLowers(ctx context.Context) {
 		}
 		if eff := *last.EffectiveRatePerMinute; eff != rate {
 			if !ladder[eff] || last.RatePerMinute != rate {
-				t.Fatalf("after upstream 403s: rate_per_minute %d, effective_rate_per_minute %d; want rate %d and effective one of 420, 294, 205", last.RatePerMinute, eff, rate)
+				t.Fatalf("after upstream 403s: rate_per_minute %d, effective_rate_per_minute %d; want rate %d and effective one of 300, 150, 75", last.RatePerMinute, eff, rate)
 			}
 			if reported < 1 {
 				t.Errorf("the control plane lowered the rate but %s is %v", upstream403, reported)
@@ -309,7 +309,7 @@ func (h *harness) adaptiveLowers(ctx context.Context) {
 		t.Errorf("clodex-sim answered %d upgrade 403s but the control plane received no 403 report (%s = 0) in 30 s: the data planes no longer report upgrade 403s (the pool dialer's 403 -> agent.Report403 path), so adaptive mode cannot act", sim403, upstream403)
 		return
 	}
-	t.Errorf("effective_rate_per_minute still %v after 30 s (emulator: %d upgrade 403s; control plane: %v reported); want 420 (0.7 x 600)", deref(last.EffectiveRatePerMinute), sim403, reported)
+	t.Errorf("effective_rate_per_minute still %v after 30 s (emulator: %d upgrade 403s; control plane: %v reported); want 300 (0.5 x 600)", deref(last.EffectiveRatePerMinute), sim403, reported)
 }
 
 func (h *harness) stats(ctx context.Context) statsView {

@@ -228,6 +228,9 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 				"burst", p.Burst, "live_agents", live, "max_retries", p.Budget.MaxRetries,
 				"idle_timeout", p.Budget.IdleTimeout, "total_timeout", p.Budget.TotalTimeout)
 		},
+		// A 403 anywhere in the fleet paused the account: requests that
+		// were granted a slot and still wait give it back.
+		OnPause: func(key string, until time.Time) { n.adm.SetPause(key, until) },
 		// The control plane is back: admission asks it again at once
 		// instead of waiting out its own backoff, and recoverLoop hands
 		// the outage's local grants over. n.adm is set before the agent
@@ -261,12 +264,15 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	go n.recoverLoop(agentCtx)
 	go n.runAgent(agentCtx)
 
+	// Every response's codex.rate_limits goes to the control plane (the
+	// fleet's quota view).
+	limits := &rateLimitsSink{now: time.Now, report: n.ag.ReportRateLimits}
 	n.pool, err = pool.New(pool.Config{
-		Dialer: reporting403(gateway.PoolDialer(upstream.DialOptions{
+		Dialer: watchingRateLimits(reporting403(gateway.PoolDialer(upstream.DialOptions{
 			URL:     cfg.UpstreamURL,
 			Version: cfg.Version,
 			Logger:  logger.With("component", "dataplane/upstream"),
-		}, creds, health), n.ag.Report403),
+		}, creds, health), n.ag.Report403), limits.frame),
 		Admitter: pool.AdmitterFunc(func(ctx context.Context, accountID string) error {
 			// An upstream known to be unreachable refuses the dial at once
 			// (retry.Health); ask it before admission so that such a

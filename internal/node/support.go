@@ -6,24 +6,33 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/clodex/clodex/dataplane/pool"
+	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/pacing"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
 // reporting403 wraps the pool's dialer so that every upgrade the backend
 // refuses with 403 is reported to the control plane through the agent
 // (adaptive pacing lowers the account's rate on them).
-func reporting403(d pool.Dialer, report func(accountKey string)) pool.Dialer {
+func reporting403(d pool.Dialer, report func(accountKey string, retryAfter time.Duration)) pool.Dialer {
 	return pool.DialerFunc(func(ctx context.Context, p pool.Partition) (pool.Conn, error) {
 		c, err := d.Dial(ctx, p)
 		if err != nil {
 			var ue *upstream.UpgradeError
 			if errors.As(err, &ue) && ue.Status == http.StatusForbidden && p.Account != "" {
-				report(account.Key(p.Account))
+				var retryAfter time.Duration
+				if secs, err := strconv.Atoi(strings.TrimSpace(ue.RetryAfter)); err == nil && secs > 0 {
+					retryAfter = time.Duration(min(secs, 3600)) * time.Second
+				}
+				report(account.Key(p.Account), retryAfter)
 			}
 			return nil, err // never a typed nil inside the interface
 		}
@@ -109,4 +118,113 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// watchingRateLimits wraps the pool's dialer so that every frame a socket
+// reads is offered to onFrame with the socket's account key (codex side
+// events such as codex.rate_limits arrive on every response). onFrame
+// runs synchronously on the reader and must not block.
+func watchingRateLimits(d pool.Dialer, onFrame func(accountKey string, frame []byte)) pool.Dialer {
+	return pool.DialerFunc(func(ctx context.Context, p pool.Partition) (pool.Conn, error) {
+		c, err := d.Dial(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if p.Account == "" {
+			return c, nil
+		}
+		w := watchedConn{Conn: c, key: account.Key(p.Account), onFrame: onFrame}
+		if pc, ok := c.(pool.Pinger); ok {
+			return &watchedPinger{watchedConn: w, pinger: pc}, nil
+		}
+		return &w, nil
+	})
+}
+
+// watchedConn is a pool.Conn whose frames go to onFrame.
+type watchedConn struct {
+	pool.Conn
+	key     string
+	onFrame func(accountKey string, frame []byte)
+}
+
+func (w *watchedConn) Next(ctx context.Context) ([]byte, error) {
+	b, err := w.Conn.Next(ctx)
+	if err == nil {
+		w.onFrame(w.key, b)
+	}
+	return b, err
+}
+
+// watchedPinger keeps the wrapped socket's keepalive.
+type watchedPinger struct {
+	watchedConn
+	pinger pool.Pinger
+}
+
+func (w *watchedPinger) Ping(ctx context.Context) error { return w.pinger.Ping(ctx) }
+
+// rateLimitsSink reads codex.rate_limits events and passes each account's
+// plan usage on: to the control plane (at most once per account per
+// second unless it changed) and to the data plane's own view.
+type rateLimitsSink struct {
+	now    func() time.Time
+	report func(*controlplanev1.RateLimits)
+	seen   func(accountKey string, rl translate.RateLimits)
+
+	mu   sync.Mutex // guards last
+	last map[string]sentLimits
+}
+
+type sentLimits struct {
+	at time.Time
+	rl translate.RateLimits
+}
+
+// frame handles one upstream frame of accountKey's socket.
+func (s *rateLimitsSink) frame(accountKey string, frame []byte) {
+	now := s.now()
+	rl, ok := translate.ParseRateLimits(frame, now)
+	if !ok {
+		return
+	}
+	if s.seen != nil {
+		s.seen(accountKey, rl)
+	}
+	s.mu.Lock()
+	if s.last == nil {
+		s.last = map[string]sentLimits{}
+	}
+	prev, had := s.last[accountKey]
+	if had && now.Sub(prev.at) < time.Second && sameLimits(prev.rl, rl) {
+		s.mu.Unlock()
+		return
+	}
+	s.last[accountKey] = sentLimits{at: now, rl: rl}
+	s.mu.Unlock()
+	msg := &controlplanev1.RateLimits{Account: accountKey, PlanType: rl.PlanType, LimitReached: rl.LimitReached, AtUnixMs: now.UnixMilli()}
+	for _, w := range rl.Windows {
+		qw := &controlplanev1.QuotaWindow{Name: w.Name, UsedPercent: w.UsedPercent, WindowMinutes: int32(w.Window / time.Minute)}
+		if !w.ResetsAt.IsZero() {
+			qw.ResetsAtUnixMs = w.ResetsAt.UnixMilli()
+		}
+		msg.Windows = append(msg.Windows, qw)
+	}
+	s.report(msg)
+}
+
+// sameLimits reports whether two reports say the same thing (a reset
+// computed from reset_after_seconds may move by a second).
+func sameLimits(a, b translate.RateLimits) bool {
+	if a.PlanType != b.PlanType || a.LimitReached != b.LimitReached || len(a.Windows) != len(b.Windows) {
+		return false
+	}
+	for i := range a.Windows {
+		x, y := a.Windows[i], b.Windows[i]
+		d := x.ResetsAt.Sub(y.ResetsAt)
+		if x.Name != y.Name || x.UsedPercent != y.UsedPercent || x.Window != y.Window || d < -time.Second || d > time.Second {
+			return false
+		}
+	}
+	return true
 }

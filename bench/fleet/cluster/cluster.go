@@ -125,6 +125,12 @@ type Options struct {
 	// port; Binaries.RedisServer), and every data plane gets all their
 	// addresses, --control-plane a,b,...
 	Replicas int
+	// DefaultPolicy leaves the account's policy at the control plane's
+	// defaults (Rate and Burst are not set with clodexctl). (Optional)
+	DefaultPolicy bool
+	// AdaptiveOff switches the account's learned throttle off with
+	// clodexctl set-adaptive ACCOUNT off (Central mode). (Optional)
+	AdaptiveOff bool
 	// DataPlaneArgs are extra flags for every data plane. (Optional)
 	DataPlaneArgs []string
 	// ReadyTimeout bounds each process's start. (Default 20 s)
@@ -275,8 +281,15 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 				return nil, err
 			}
 		}
-		if _, err := f.ControlPlane.SetRate(ctx, opts.Rate, opts.Burst); err != nil {
-			return nil, err
+		if !opts.DefaultPolicy {
+			if _, err := f.ControlPlane.SetRate(ctx, opts.Rate, opts.Burst); err != nil {
+				return nil, err
+			}
+		}
+		if opts.AdaptiveOff {
+			if err := f.ControlPlane.SetAdaptive(ctx, false); err != nil {
+				return nil, fmt.Errorf("start fleet: set-adaptive off: %w", err)
+			}
 		}
 		if opts.Broker {
 			if _, err := f.ControlPlane.Ctl(ctx, "account", "import", "--codex-auth", f.LoginAuth); err != nil {

@@ -351,3 +351,53 @@ func FormatDuration(d time.Duration) string {
 	}
 	return fmt.Sprintf("%.1fs", d.Seconds())
 }
+
+// FanOutConfig is a fan-out: Conversations new conversations started at
+// once, spread round robin over the data planes, each one turn.
+type FanOutConfig struct {
+	// BaseURLs are the data planes' Anthropic API bases. (Required)
+	BaseURLs []string
+	// Conversations is how many start at once. (Required)
+	Conversations int
+	// Retry is the clients' retry rule.
+	Retry Retry
+	// Client sends the requests. (Default: a client with no timeout)
+	Client *http.Client
+}
+
+// RunFanOut runs the fan-out until every turn has finished (or ctx ends)
+// and summarises it like RunLoad.
+func RunFanOut(ctx context.Context, cfg FanOutConfig) LoadResult {
+	client := cfg.Client
+	if client == nil {
+		client = &http.Client{}
+	}
+	start := time.Now()
+	results := make([]TurnResult, cfg.Conversations)
+	var wg sync.WaitGroup
+	for i := range cfg.Conversations {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = RunTurn(ctx, client, cfg.BaseURLs[i%len(cfg.BaseURLs)], cfg.Retry, mrand.Float64)
+		}()
+	}
+	wg.Wait()
+	res := LoadResult{Elapsed: time.Since(start), Reasons: map[string]int{}}
+	for _, t := range results {
+		res.Turns++
+		res.Retries += retriesOf(t)
+		switch {
+		case t.OK:
+			res.OK++
+			res.Latencies = append(res.Latencies, t.Latency)
+		case t.Cancelled:
+			res.Unfinished++
+		default:
+			res.Failed++
+			res.Reasons[t.Reason]++
+		}
+	}
+	slices.Sort(res.Latencies)
+	return res
+}

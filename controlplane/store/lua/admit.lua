@@ -12,7 +12,25 @@ if s then
 else
   s = create(p, now)
 end
-local d = take(s.b, now)
+local d
+local pu = aPaused(s.a, now)
+if pu then
+  -- store.pauseDecision: refuse until the pause's end unless it ends
+  -- within the bound (or the policy cannot refuse); then wait for it.
+  local rem = pu - now
+  local remMs = idiv(rem + 999, 1000)
+  if rem > s.b.bound * 1000 and s.b.canRefuse then
+    d = {3, 0, idiv(rem + 999999, 1000000), remMs, 0, 0, 0}
+  else
+    d = take(s.b, now)
+    local w = math.min(remMs, s.b.bound)
+    if d[1] ~= 3 and w > d[2] then
+      d[1], d[2], d[4] = 2, w, math.max(d[4], w)
+    end
+  end
+else
+  d = take(s.b, now)
+end
 local pending = 0
 if d[5] == 1 and d[2] > 0 then
   addPending(KEYS[1], s, d[7], now + d[2] * 1000)

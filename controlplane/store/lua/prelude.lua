@@ -14,7 +14,9 @@
 local TU = 60000000000 -- units per token
 local NS = 1000        -- nanoseconds per microsecond
 local LOWER_EVERY = 10000000 -- adaptive: 10 s in microseconds
-local RAISE_EVERY = 60000000 -- adaptive: 1 min in microseconds
+local RAISE_EVERY = 30000000 -- adaptive: 30 s in microseconds
+local PAUSE = 60000000       -- adaptive: the first learned pause, 1 min in microseconds
+local MAX_PAUSE = 240000000  -- adaptive: the longest learned pause, 4 min in microseconds
 local FAR = 1e15 -- an elapsed time (ns) longer than any refill
 
 local function idiv(a, b) return math.floor(a / b) end
@@ -128,14 +130,21 @@ local function tokens(b, now)
 end
 
 -- Adaptive mode (store/adaptive.go): a.on, a.eff, a.low (-1: never
--- lowered), a.quiet (us).
+-- lowered), a.quiet (us), a.pu (the pause's end, us; 0: none), a.li (the
+-- learned pause, us; 0: PAUSE).
 local function aReset(a, on, configured, now)
-  a.on, a.eff, a.low, a.quiet = on, configured, -1, now
+  a.on, a.eff, a.low, a.quiet, a.pu, a.li = on, configured, -1, now, 0, 0
 end
 
 local function aRate(a, configured)
   if not a.on or configured == 0 then return configured end
   return math.min(a.eff, configured)
+end
+
+-- aPaused returns the pause's end when admissions at now are paused.
+local function aPaused(a, now)
+  if a.on and a.pu > now then return a.pu end
+  return nil
 end
 
 local function aAdvance(a, configured, now)
@@ -146,24 +155,36 @@ local function aAdvance(a, configured, now)
     a.eff = math.min(configured, a.eff + step)
     a.quiet = a.quiet + RAISE_EVERY
   end
+  if a.eff >= configured then a.li = 0 end
   return a.eff ~= old
 end
 
-local function aOn403(a, configured, now)
+-- aOn403 is adaptive.on403; ra is the 403's retry-after (us, 0: none).
+local function aOn403(a, configured, now, ra)
   if not a.on or configured == 0 then return false end
   aAdvance(a, configured, now)
-  if now > a.quiet then a.quiet = now end
-  if a.low ~= -1 and now - a.low < LOWER_EVERY then return false end
+  local changed = false
+  if ra > 0 then
+    if now + ra > a.pu then a.pu, changed = now + ra, true end
+  elseif a.pu == 0 or now >= a.pu then
+    if a.li == 0 then a.li = PAUSE end
+    if a.pu ~= 0 and now - a.pu < a.li then a.li = math.min(2 * a.li, MAX_PAUSE) end
+    a.pu, changed = now + a.li, true
+  end
+  local q = math.max(now, a.pu)
+  if q > a.quiet then a.quiet = q end
+  if a.low ~= -1 and now - a.low < LOWER_EVERY then return changed end
   a.low = now
   local old = a.eff
-  a.eff = math.max(1, idiv(a.eff * 7, 10))
-  return a.eff ~= old
+  a.eff = math.max(1, idiv(a.eff, 2))
+  return changed or a.eff ~= old
 end
 
 -- The account key: one hash per account. Field 's' packs the state as
--- 13 integers, "u t q pm pn r b w y ao ae al aq" (one field to read and
--- write instead of thirteen); fields 'p' .. id are pending reservations.
-local STATE = '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) ([01]) (%-?%d+) (%-?%d+) (%-?%d+)$'
+-- 15 integers, "u t q pm pn r b w y ao ae al aq ap ai" (one field to read
+-- and write instead of fifteen); fields 'p' .. id are pending
+-- reservations. A state of 13 (written before the pause) reads no pause.
+local STATE = '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) ([01]) (%-?%d+) (%-?%d+) (%-?%d+) ?(%-?%d*) ?(%-?%d*)$'
 
 -- load returns the account's state, or nil when the key does not exist.
 -- s.pm is the lowest reservation id that may still be pending and s.pn
@@ -171,27 +192,28 @@ local STATE = '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (
 local function load(key)
   local v = redis.call('HGET', key, 's')
   if not v then return nil end
-  local u, t, q, pm, pn, r, b, w, y, ao, ae, al, aq = string.match(v, STATE)
+  local u, t, q, pm, pn, r, b, w, y, ao, ae, al, aq, ap, ai = string.match(v, STATE)
   if not u then error('clodex: malformed account state ' .. v) end
   local s = {a = {}, pm = tonumber(pm), pn = tonumber(pn)}
   s.b = {u = tonumber(u), t = tonumber(t), q = tonumber(q)}
   apply(s.b, tonumber(r), tonumber(b), tonumber(w), tonumber(y))
   s.a.on, s.a.eff, s.a.low, s.a.quiet = ao == '1', tonumber(ae), tonumber(al), tonumber(aq)
+  s.a.pu, s.a.li = tonumber(ap) or 0, tonumber(ai) or 0
   return s
 end
 
 -- pack is the state as load reads it.
 local function pack(s)
   local b, a = s.b, s.a
-  return string.format('%d %d %d %d %d %d %d %d %d %d %d %d %d', b.u, b.t, b.q, s.pm, s.pn,
-    b.rate, b.burst, b.bound, b.retries, a.on and 1 or 0, a.eff, a.low, a.quiet)
+  return string.format('%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d', b.u, b.t, b.q, s.pm, s.pn,
+    b.rate, b.burst, b.bound, b.retries, a.on and 1 or 0, a.eff, a.low, a.quiet, a.pu, a.li)
 end
 
 -- create returns a new account for policy p at now: a full bucket, and
 -- adaptive mode started over at the configured rate.
 local function create(p, now)
   local s = {a = {}, pm = 1, pn = 0}
-  aReset(s.a, p.custom and p.adaptive, p.rate, now)
+  aReset(s.a, p.adaptive, p.rate, now)
   s.b = {u = 0, t = now, q = 0}
   apply(s.b, aRate(s.a, p.rate), p.burst, p.bound, p.retries)
   s.b.u = s.b.cap
@@ -226,6 +248,7 @@ local function save(key, s, configured, now, idle)
   if a.on and configured > 0 and a.eff < configured then
     ttl = ttl + (idiv(configured - a.eff, math.max(1, idiv(configured, 10))) + 1) * RAISE_EVERY / 1000
   end
+  if a.on and a.pu > now then ttl = ttl + idiv(a.pu - now + 999, 1000) end
   redis.call('PEXPIRE', key, itoa(ttl))
 end
 
@@ -254,7 +277,9 @@ local function addPending(key, s, id, dep)
 end
 
 -- snapshot returns the account fields Go reads: version, custom, tokens
--- (units), effective rate, adaptive, and the configured record.
+-- (units), effective rate, adaptive, the configured record, and the
+-- pause's end (us; 0 when not paused).
 local function snapshot(s, p, rec, now)
-  return {p.version, p.custom and 1 or 0, tokens(s.b, now), s.b.rate, s.a.on and 1 or 0, rec or ''}
+  return {p.version, p.custom and 1 or 0, tokens(s.b, now), s.b.rate, s.a.on and 1 or 0, rec or '',
+    aPaused(s.a, now) or 0}
 end
