@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,6 +83,32 @@ type Broker struct {
 	adopted            prometheus.Counter
 
 	flight singleflight.Group
+
+	mu      sync.Mutex           // guards backoff
+	backoff map[string]time.Time // per account: no new refresh attempt before this, after a transient failure
+}
+
+// transientBackoff is how long a transient refresh failure (the token
+// endpoint unreachable, a 5xx) holds off the next attempt while the
+// current token is still valid.
+const transientBackoff = 5 * time.Second
+
+// holdOff reports whether key's refresh is held off at now after a
+// transient failure.
+func (b *Broker) holdOff(key string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return now.Before(b.backoff[key])
+}
+
+func (b *Broker) setBackoff(key string, until time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if until.IsZero() {
+		delete(b.backoff, key)
+		return
+	}
+	b.backoff[key] = until
 }
 
 // New checks opts and returns a Broker. Every bad option is reported.
@@ -117,6 +144,7 @@ func New(opts Options) (*Broker, error) {
 		tick:     opts.Tick,
 		now:      opts.Now,
 		log:      opts.Logger,
+		backoff:  map[string]time.Time{},
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clodex_controlplane_broker_refreshes_total",
 			Help: "Refresh-token redemptions by this replica, by result (ok, transient, login_required).",
@@ -364,8 +392,13 @@ func (b *Broker) Token(ctx context.Context, key string, rejected credentials.Sec
 	if err != nil {
 		return Token{}, err
 	}
-	if tok, ok := b.usable(l, t, rejected, b.now()); ok {
+	now := b.now()
+	if tok, ok := b.usable(l, t, rejected, now); ok {
 		return tok, nil
+	}
+	if rejected == "" && (l.Expiry.IsZero() || now.Before(l.Expiry)) && b.holdOff(key, now) {
+		tok, _ := b.usable(l, t, "", now)
+		return tok, nil // still valid; the last refresh failed moments ago
 	}
 	flightKey := key
 	if rejected != "" {
@@ -450,6 +483,7 @@ func (b *Broker) refresh(ctx context.Context, key string, rejected credentials.S
 	}
 	if err != nil {
 		b.refreshes.WithLabelValues("transient").Inc()
+		b.setBackoff(key, now.Add(transientBackoff))
 		if rejected == "" && (l.Expiry.IsZero() || now.Before(l.Expiry)) {
 			tok, _ := b.usable(l, t, "", now)
 			b.log.WarnContext(ctx, "token refresh failed; serving the current access token until it expires",
@@ -482,6 +516,7 @@ func (b *Broker) refresh(ctx context.Context, key string, rejected credentials.S
 		b.log.ErrorContext(ctx, "rotated tokens not stored; the account may need a new login", "account", key, "err", err)
 		return Token{}, &UnavailableError{Key: key, Err: fmt.Errorf("store rotated tokens: %w", err)}
 	}
+	b.setBackoff(key, time.Time{})
 	b.refreshes.WithLabelValues("ok").Inc()
 	b.log.InfoContext(ctx, "access token refreshed", "account", key, "expires_at", written.Expiry,
 		"replaced_expires_in", old.Sub(now).Round(time.Millisecond).String(), "forced", rejected != "")

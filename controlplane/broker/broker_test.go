@@ -358,3 +358,60 @@ func TestRedisLeaseFencing(t *testing.T) {
 	}
 	_ = la.Release()
 }
+
+// A transient refresh failure (the token endpoint answers 503) keeps the
+// current token in service while it is valid, holds further attempts off
+// for a few seconds instead of hammering the endpoint, and once the token
+// has expired reports that no token can be had now.
+func TestTransientFailure(t *testing.T) {
+	p := startIDP(t, time.Hour)
+	var mu sync.Mutex
+	failing, posts := true, 0
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		posts++
+		f := failing
+		mu.Unlock()
+		if f {
+			http.Error(w, `{"error":{"code":"server_error"}}`, http.StatusServiceUnavailable)
+			return
+		}
+		p.a.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(flaky.Close)
+	b, err := broker.New(broker.Options{Logins: openLogins(t, t.TempDir()), Key: newKey(t), TokenEndpoint: flaky.URL + "/oauth/token", Now: p.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	issued := importIssued(t, b, p, "acct-a")
+	key := account.Key("acct-a")
+	count := func() int { mu.Lock(); defer mu.Unlock(); return posts }
+
+	p.clock.Advance(time.Hour - 60*time.Second)
+	for range 5 {
+		tok, err := b.Token(t.Context(), key, "")
+		if err != nil || tok.Access.Reveal() != issued.AccessToken {
+			t.Fatalf("Token while the endpoint fails = %v; want the current token", err)
+		}
+	}
+	if n := count(); n != 1 {
+		t.Errorf("the token endpoint was asked %d times within the hold-off; want 1", n)
+	}
+	p.clock.Advance(10 * time.Second)
+	if _, err := b.Token(t.Context(), key, ""); err != nil || count() != 2 {
+		t.Errorf("Token after the hold-off = %v with %d requests; want the current token after a second attempt", err, count())
+	}
+	p.clock.Advance(time.Minute) // expired
+	_, err = b.Token(t.Context(), key, "")
+	var un *broker.UnavailableError
+	if !errors.As(err, &un) {
+		t.Errorf("Token after expiry while the endpoint fails = %v; want an UnavailableError", err)
+	}
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	p.clock.Advance(10 * time.Second)
+	if tok, err := b.Token(t.Context(), key, ""); err != nil || tok.Access.Reveal() == issued.AccessToken {
+		t.Errorf("Token once the endpoint answers = %v; want a refreshed token", err)
+	}
+}
