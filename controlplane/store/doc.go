@@ -70,5 +70,16 @@
 // moved to another replica is not forgotten when the old stream is
 // dropped.
 //
+// Logins and AgentCreds keep the credential broker's state
+// (controlplane/broker): each account's sign-in, sealed by the broker
+// before it reaches a store, with a generation every write checks, and a
+// per-account refresh lease; and the scoped agent credentials (token
+// digests and their accounts). LoginFile keeps both in the data dir's
+// logins.json (atomic writes, mode 0600, a lock file around every
+// read-modify-write) with lock files as leases; Redis keeps a hash per
+// login, a lease key set NX PX whose value is a fencing token from a
+// counter (a write under a lease another holder has taken since is
+// ErrFenced), and one hash of credentials.
+//
 // redistest starts a real redis-server for tests.
 package store
