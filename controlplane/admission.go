@@ -4,6 +4,9 @@ import (
 	"context"
 	"strconv"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/internal/pacing"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
@@ -21,6 +24,9 @@ func (a *admissionService) Admit(ctx context.Context, req *controlplanev1.AdmitR
 		return nil, s.toStatus(ctx, "Admit", &invalidError{msg: "account: " + err.Error()})
 	}
 	if err := s.checkScope(ctx, "Admit", key); err != nil {
+		return nil, err
+	}
+	if err := s.checkServed(ctx, controlplanev1.AdmissionService_Admit_FullMethodName, key, req.GetAgentId()); err != nil {
 		return nil, err
 	}
 	adm, err := s.opts.Admissions.Admit(ctx, key, s.now())
@@ -122,6 +128,15 @@ func (a *admissionService) ReportGrants(ctx context.Context, req *controlplanev1
 	resp := &controlplanev1.ReportGrantsResponse{Debits: make([]*controlplanev1.GrantDebit, 0, len(grants))}
 	total := 0
 	for _, g := range grants {
+		// An account nobody configured or serves gets no bucket: nothing
+		// is debited for it.
+		if err := s.checkServed(ctx, controlplanev1.AdmissionService_ReportGrants_FullMethodName, g.GetAccount(), req.GetAgentId()); err != nil {
+			if status.Code(err) != codes.PermissionDenied {
+				return nil, err
+			}
+			resp.Debits = append(resp.Debits, &controlplanev1.GrantDebit{Account: g.GetAccount()})
+			continue
+		}
 		r, err := s.opts.Admissions.HandOver(ctx, g.GetAccount(), int(g.GetCount()), req.GetReportId(), s.now())
 		if err != nil {
 			return nil, s.toStatus(ctx, "ReportGrants", err)

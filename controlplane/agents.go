@@ -45,6 +45,7 @@ const (
 // agentConn is one connected agent. Fields above mu are immutable.
 type agentConn struct {
 	id, host, version string
+	credential        string // the agent credential its token names
 	stream            string // a nonce of this stream (store.AgentStream)
 	capability        int
 	connected         time.Time
@@ -383,11 +384,16 @@ func (a *agentService) Connect(stream agentStream) error {
 	if err := s.checkScopes(ctx, "Connect", accts); err != nil {
 		return err
 	}
+	cred := s.auth.credential(ctx)
+	if err := s.accounts.register(cred, accts, s.now()); err != nil {
+		s.denied.record(ctx, controlplanev1.AgentService_Connect_FullMethodName, DenyAccountCap)
+		return status.Error(codes.ResourceExhausted, "hello: "+err.Error())
+	}
 	// A newer agent is served as the newest version this server knows.
 	capability := min(int(hello.GetCapabilityVersion()), CapabilityVersion)
 	now := s.now()
 	c := &agentConn{
-		id: hello.GetAgentId(), host: hello.GetHost(), version: hello.GetVersion(),
+		id: hello.GetAgentId(), host: hello.GetHost(), version: hello.GetVersion(), credential: cred,
 		stream: rand.Text(), capability: capability, connected: now, wake: make(chan struct{}, 1),
 		accounts: accts, lastSeen: now, dirty: map[string]bool{},
 	}
@@ -503,6 +509,11 @@ func (a *agentService) recvLoop(ctx context.Context, stream agentStream, c *agen
 			// The directory first, so the pushes the registry triggers
 			// count the change.
 			now := s.now()
+			if err := s.accounts.register(c.credential, accts, now); err != nil {
+				s.denied.record(ctx, controlplanev1.AgentService_Connect_FullMethodName, DenyAccountCap)
+				done <- status.Error(codes.ResourceExhausted, "heartbeat: "+err.Error())
+				return
+			}
 			s.touchAgent(ctx, c, accts, now)
 			s.dropAgent(ctx, c, missing(c.accountsNow(s.agents), accts))
 			s.agents.heartbeat(c, accts, now)
@@ -704,6 +715,9 @@ func (s *Server) fleetTick(ctx context.Context) {
 		cancel()
 	}
 	s.agents.reap(now)
+	// Open streams keep their accounts registered; the rest lapse.
+	s.agents.eachOpen(func(c *agentConn, accounts []string) { _ = s.accounts.register(c.credential, accounts, now) })
+	s.accounts.sweep(now)
 	s.recount(ctx, now)
 	s.reportStoreHealth()
 	changed, err := s.opts.Policies.Adapt(ctx, now)
@@ -730,6 +744,26 @@ func missing(prev, cur []string) []string {
 }
 
 // accountsNow returns c's current accounts.
+// eachOpen calls fn with every open agent and a copy of its accounts,
+// outside the registry's lock.
+func (r *registry) eachOpen(fn func(c *agentConn, accounts []string)) {
+	type open struct {
+		c        *agentConn
+		accounts []string
+	}
+	r.mu.Lock()
+	var all []open
+	for _, c := range r.agents {
+		if c.closed == "" {
+			all = append(all, open{c, slices.Clone(c.accounts)})
+		}
+	}
+	r.mu.Unlock()
+	for _, o := range all {
+		fn(o.c, o.accounts)
+	}
+}
+
 func (c *agentConn) accountsNow(r *registry) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

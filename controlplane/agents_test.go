@@ -271,6 +271,7 @@ func TestAccountCounters(t *testing.T) {
 	clk := newClock()
 	start := clk.Now()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now, Registerer: reg, FleetTick: 10 * time.Millisecond})
+	srv.Register(key)
 	admin := controlplanev1.NewAdminServiceClient(srv.Dial(srv.AdminToken, nil))
 	admission := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
 	// Default policy 60/min burst 10, wait bound 4833 ms: 10 admits, 4

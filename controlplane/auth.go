@@ -86,6 +86,31 @@ func (a *authenticator) role(ctx context.Context) (role, *scopedCred) {
 	return roleNone, nil
 }
 
+// Agent credentials: who a valid token names. A data plane's registered
+// accounts are counted per credential (Options.MaxAccountsPerCredential).
+// The fleet's agent token is one credential, each scoped agent credential
+// another ("agent:NAME").
+const (
+	adminCredential        = "admin"
+	agentCredential        = "agent"
+	scopedCredentialPrefix = "agent:" // + the scoped credential's name
+)
+
+// credential returns the credential of the bearer token in ctx's
+// metadata, "" for none.
+func (a *authenticator) credential(ctx context.Context) string {
+	r, scope := a.role(ctx)
+	switch {
+	case r == roleAdmin:
+		return adminCredential
+	case scope != nil:
+		return scopedCredentialPrefix + scope.name
+	case r == roleAgent:
+		return agentCredential
+	}
+	return ""
+}
+
 // authorize returns nil when ctx may call method, else the status error.
 func (s *Server) authorize(ctx context.Context, method string) error {
 	_, err := s.authorizeScoped(ctx, method)

@@ -9,7 +9,7 @@
 // Services (proto/clodex/controlplane/v1):
 //
 //   - AdmissionService: Admit runs the account's bucket once (created with
-//     the default policy on first use) and returns the decision, the wait
+//     the default policy on first use, for a registered account) and returns the decision, the wait
 //     or retry-after, and the policy version it was decided under. Cancel
 //     refunds a still-pending reservation exactly once.
 //   - AdminService: SetRate, SetBudget, SetAdaptive, GetAccount,
@@ -83,6 +83,15 @@
 // a larger message is ResourceExhausted before its body is read.
 // ListAccounts and ListAgents answer in pages (page_size, page_token,
 // next_page_token).
+//
+// Accounts come from operators and registered data planes: Admit and
+// ReportGrants serve an account an operator configured (a stored policy,
+// or the admin token) or a data plane registered (its agent stream's hello
+// and heartbeats, the store's agent directory, or an Admit naming its
+// agent id); any other is PermissionDenied and gets no bucket. One agent
+// credential registers at most Options.MaxAccountsPerCredential accounts
+// (ResourceExhausted past it); registrations lapse RegisteredAccountIdle
+// after nothing names them.
 //
 // Denied calls are counted (clodex_controlplane_denied_total by reason and
 // caller IP) and logged as "rpc denied": the first after a quiet

@@ -33,14 +33,16 @@ func TestMessageSizeLimit(t *testing.T) {
 	st := connect(t, srv, hello(strings.Repeat("i", 128), keys...))
 	recvPolicy(t, st)
 
-	admission := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
-	resp, err := admission.ReportGrants(t.Context(), &controlplanev1.ReportGrantsRequest{
+	// With the admin token (an operator's): 1000 new 128-byte keys on
+	// top of the hello's 1000 would pass the agent credential's cap.
+	resp, err := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AdminToken, nil)).ReportGrants(t.Context(), &controlplanev1.ReportGrantsRequest{
 		ReportId: strings.Repeat("r", 128), AgentId: strings.Repeat("i", 128), Grants: grants,
 	})
 	if err != nil || len(resp.GetDebits()) != len(keys) {
 		t.Fatalf("ReportGrants of 1000 accounts with 128-byte keys = %d debits, %v; want 1000", len(resp.GetDebits()), err)
 	}
 
+	admission := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
 	_, err = admission.Admit(t.Context(), &controlplanev1.AdmitRequest{Account: strings.Repeat("a", controlplane.MaxRecvMsgSize)})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("Admit with a %d-byte account = %v, want ResourceExhausted", controlplane.MaxRecvMsgSize, err)

@@ -58,6 +58,7 @@ func TestSetBudgetDerivesRetries(t *testing.T) {
 func TestReportGrants(t *testing.T) {
 	clk := newClock()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
+	srv.Register(key, account.Key("chatgpt-account-2"))
 	admission := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
 	ctx := t.Context()
 	other := account.Key("chatgpt-account-2")
@@ -117,6 +118,7 @@ func TestStoreInfoOnAdminReads(t *testing.T) {
 		{&controlplanetest.Options{RedisURL: rs.URL, Replica: "cp-a"}, "redis"},
 	} {
 		srv := controlplanetest.Start(t, tt.opts)
+		srv.Register(key)
 		admin := controlplanev1.NewAdminServiceClient(srv.Dial(srv.AdminToken, nil))
 		if _, err := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil)).Admit(t.Context(), &controlplanev1.AdmitRequest{Account: key}); err != nil {
 			t.Fatal(err)
@@ -290,6 +292,11 @@ func TestRedisKilledMidLoad(t *testing.T) {
 		RedisURL: rs.URL, RedisTimeout: deadline, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		FleetTick: 20 * time.Millisecond, // the store's health follows within a tick
 	})
+	var loadKeys []string
+	for w := range 8 {
+		loadKeys = append(loadKeys, account.Key("load-"+string(rune('a'+w))))
+	}
+	srv.Register(loadKeys...)
 	admission := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
 	health := healthpb.NewHealthClient(srv.Dial(srv.AgentToken, nil))
 	ctx, stop := context.WithCancel(t.Context())

@@ -152,6 +152,11 @@ type Options struct {
 	// RPCs and CredentialService are served from it. (Optional; default
 	// none: those RPCs answer FailedPrecondition)
 	Broker *broker.Broker
+	// MaxAccountsPerCredential bounds the accounts one agent credential
+	// may register (hello, heartbeat, or an Admit naming its agent); past
+	// it the registration is ResourceExhausted. (Optional; default
+	// DefaultMaxAccountsPerCredential)
+	MaxAccountsPerCredential int
 	// FleetTick is how often Serve expires silent agents and applies
 	// adaptive raises (pushing the new rates). (Optional; default 1s)
 	FleetTick time.Duration
@@ -176,7 +181,8 @@ type Server struct {
 
 	warnPlaintext sync.Once
 	denied        *denials
-	notices       pacing.Notices // one-time operator notices, keyed per account
+	accounts      *accountRegistry // accounts registered data planes serve
+	notices       pacing.Notices   // one-time operator notices, keyed per account
 	agents        *registry
 	scopes        *scopeSet      // scoped agent credentials (Options.AgentCreds)
 	dir           AgentDirectory // nil: count this server's agents only
@@ -214,6 +220,9 @@ func New(opts Options) (*Server, error) {
 	if !opts.AdminToken.IsZero() && opts.AdminToken.Equal(opts.AgentToken) {
 		errs = append(errs, errors.New("fields AdminToken and AgentToken must differ"))
 	}
+	if opts.MaxAccountsPerCredential < 0 {
+		errs = append(errs, errors.New("field MaxAccountsPerCredential must not be negative"))
+	}
 	if opts.ShutdownGrace < 0 || opts.DrainDelay < 0 || opts.FleetTick < 0 {
 		errs = append(errs, errors.New("fields ShutdownGrace, DrainDelay and FleetTick must not be negative"))
 	}
@@ -232,6 +241,9 @@ func New(opts Options) (*Server, error) {
 	if opts.FleetTick == 0 {
 		opts.FleetTick = DefaultFleetTick
 	}
+	if opts.MaxAccountsPerCredential == 0 {
+		opts.MaxAccountsPerCredential = DefaultMaxAccountsPerCredential
+	}
 	scopes := &scopeSet{}
 	s := &Server{
 		scopes: scopes,
@@ -244,6 +256,7 @@ func New(opts Options) (*Server, error) {
 		lastLive: map[string]int{},
 	}
 	s.denied = newDenials(s.log, opts.Now)
+	s.accounts = newAccountRegistry(opts.MaxAccountsPerCredential)
 	if d, ok := opts.Policies.(AgentDirectory); ok {
 		s.dir = d
 	}

@@ -58,6 +58,7 @@ func mustToken(t *testing.T, s string) bearer.Token {
 
 func TestAuthMatrix(t *testing.T) {
 	srv := controlplanetest.Start(t, nil)
+	srv.Register(key)
 	// An account to read.
 	if _, err := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil)).Admit(t.Context(), &controlplanev1.AdmitRequest{Account: key}); err != nil {
 		t.Fatal(err)
@@ -163,6 +164,7 @@ func TestAuthMatrix(t *testing.T) {
 // The scheme is case-insensitive, and a raw token without "Bearer " is refused.
 func TestAuthHeaderForms(t *testing.T) {
 	srv := controlplanetest.Start(t, nil)
+	srv.Register(key)
 	cc := srv.Dial(bearer.Token{}, nil)
 	client := controlplanev1.NewAdmissionServiceClient(cc)
 	tests := []struct {
@@ -188,6 +190,7 @@ func TestAuthHeaderForms(t *testing.T) {
 func TestAdmitDecisionsAndVersion(t *testing.T) {
 	clk := newClock()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
+	srv.Register(key)
 	admission := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
 	admin := controlplanev1.NewAdminServiceClient(srv.Dial(srv.AdminToken, nil))
 	ctx := t.Context()
@@ -233,6 +236,7 @@ func TestAdmitDecisionsAndVersion(t *testing.T) {
 func TestCancelRefundsOnce(t *testing.T) {
 	clk := newClock()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
+	srv.Register(key)
 	admission := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
 	admin := controlplanev1.NewAdminServiceClient(srv.Dial(srv.AdminToken, nil))
 	ctx := t.Context()
@@ -419,6 +423,7 @@ func TestConcurrentAdmit(t *testing.T) {
 	for i := range keys {
 		keys[i] = account.Key(fmt.Sprintf("account-%d", i))
 	}
+	srv.Register(keys...)
 	var (
 		mu      sync.Mutex
 		debited = map[string]int{}
@@ -468,6 +473,7 @@ func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	clk := newClock()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now, Registerer: reg})
+	srv.Register(key)
 	admission := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
 	for range 15 {
 		if _, err := admission.Admit(t.Context(), &controlplanev1.AdmitRequest{Account: key}); err != nil {
@@ -537,6 +543,11 @@ func TestMetricsAccountBound(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Registerer: reg})
 	admission := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
+	keys := make([]string, 150)
+	for i := range keys {
+		keys[i] = account.Key(fmt.Sprint(i))
+	}
+	srv.Register(keys...)
 	for i := range 150 {
 		if _, err := admission.Admit(t.Context(), &controlplanev1.AdmitRequest{Account: account.Key(fmt.Sprint(i))}); err != nil {
 			t.Fatal(err)

@@ -29,7 +29,7 @@ func TestMutualTLS(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
-		_, err = controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, cfg)).Admit(ctx, &controlplanev1.AdmitRequest{Account: key})
+		_, err = controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AdminToken, cfg)).Admit(ctx, &controlplanev1.AdmitRequest{Account: key})
 		return err
 	}
 	t.Run("client certificate", func(t *testing.T) {
@@ -50,7 +50,7 @@ func TestMutualTLS(t *testing.T) {
 	t.Run("plaintext client", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
-		_, err := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil)).Admit(ctx, &controlplanev1.AdmitRequest{Account: key})
+		_, err := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AdminToken, nil)).Admit(ctx, &controlplanev1.AdmitRequest{Account: key})
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("plaintext Admit to a TLS server: %v, want Unavailable", err)
 		}
@@ -68,7 +68,7 @@ func TestServerTLSWithoutClientCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, cfg)).Admit(t.Context(), &controlplanev1.AdmitRequest{Account: key}); err != nil {
+	if _, err := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AdminToken, cfg)).Admit(t.Context(), &controlplanev1.AdmitRequest{Account: key}); err != nil {
 		t.Errorf("Admit over TLS: %v", err)
 	}
 	// The token is still required over TLS.

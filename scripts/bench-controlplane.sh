@@ -73,7 +73,7 @@ addr="127.0.0.1:$(freeport)"
 
 "$work/clodex-controlplane" --listen "$addr" --data-dir "$work/data" \
 	--admin-token-file "$work/admin.token" --agent-token-file "$work/agent.token" \
-	--bench-service --default-rate 600 --default-burst 1000 --log-level warn \
+	--bench-service --max-agent-accounts 100000 --default-rate 600 --default-burst 1000 --log-level warn \
 	2>"$work/server.log" &
 server_pid=$!
 
@@ -96,7 +96,7 @@ if [[ ",$MODES," == *",redis,"* ]]; then
 		raddr="127.0.0.1:$(freeport)"
 		CLODEX_REDIS_URL="redis://$redis_addr" "$work/clodex-controlplane" --listen "$raddr" \
 			--admin-token-file "$work/admin.token" --agent-token-file "$work/agent.token" \
-			--bench-service --default-rate 600 --default-burst 1000 --log-level warn \
+			--bench-service --max-agent-accounts 100000 --default-rate 600 --default-burst 1000 --log-level warn \
 			2>"$work/redis-server.log" &
 		redis_server_pid=$!
 		redis_args=(--redis-addr "$raddr")

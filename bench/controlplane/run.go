@@ -307,7 +307,7 @@ func measure(ctx context.Context, conns []*grpc.ClientConn, mode string, keys []
 				var d controlplanev1.Decision
 				if mode != "noop" {
 					var resp *controlplanev1.AdmitResponse
-					resp, err = admit.Admit(ctx, &controlplanev1.AdmitRequest{Account: key})
+					resp, err = admit.Admit(ctx, &controlplanev1.AdmitRequest{Account: key, AgentId: "bench"}) // registers key, as a data plane does
 					d = resp.GetDecision()
 				} else {
 					_, err = bench.Noop(ctx, &controlplanev1.NoopRequest{Account: key})

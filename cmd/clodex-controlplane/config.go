@@ -100,6 +100,9 @@ type config struct {
 	// DrainDelay is the wait between health NOT_SERVING and stopping.
 	// (Optional; default 0)
 	DrainDelay time.Duration
+	// MaxAgentAccounts bounds the accounts one agent credential may
+	// register. (Optional; default 1000)
+	MaxAgentAccounts int
 	// BenchService registers the benchmark's no-op service. (Optional;
 	// default false)
 	BenchService bool
@@ -157,6 +160,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 5*time.Second, "bound on graceful stop before connections are closed")
 	fs.DurationVar(&c.ColdStart, "cold-start", 0, "memory store: after start, new buckets start empty for this long, an explicit stand-in for grants made while this control plane was down (0..10m; default 0: full buckets, grants are handed over)")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "wait after marking health NOT_SERVING before stopping")
+	fs.IntVar(&c.MaxAgentAccounts, "max-agent-accounts", 1000, "most accounts one agent credential may register (1..1000000); Admit refuses an account no operator configured and no registered data plane serves")
 	fs.BoolVar(&c.BenchService, "bench-service", false, "register the benchmark's no-op BenchService")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text, json")
@@ -254,6 +258,9 @@ func (c *config) Validate() error {
 		if err := pacing.ValidateBurst(c.DefaultBurst); err != nil {
 			errs = append(errs, fmt.Errorf("--default-burst: %w", err))
 		}
+	}
+	if c.MaxAgentAccounts < 1 || c.MaxAgentAccounts > 1000000 {
+		errs = append(errs, fmt.Errorf("--max-agent-accounts %d is out of range; allowed 1..1000000", c.MaxAgentAccounts))
 	}
 	if c.ShutdownGrace <= 0 || c.ShutdownGrace > time.Minute {
 		errs = append(errs, fmt.Errorf("--shutdown-grace %v is out of range; allowed 1ms..1m", c.ShutdownGrace))

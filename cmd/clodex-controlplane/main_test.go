@@ -234,6 +234,19 @@ func TestRunTokensFromEnv(t *testing.T) {
 	admin := controlplanev1.NewAdminServiceClient(dial(t, r.grpcAddr, "env-admin"))
 	admission := controlplanev1.NewAdmissionServiceClient(dial(t, r.grpcAddr, "env-agent"))
 	key := "acct_00000000000000aa"
+	// A data plane registers the account on its agent stream (agent token).
+	stream, err := controlplanev1.NewAgentServiceClient(dial(t, r.grpcAddr, "env-agent")).Connect(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_Hello{Hello: &controlplanev1.AgentHello{
+		AgentId: "dp-1", CapabilityVersion: 1, Accounts: []string{key},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("agent stream with the agent token from the environment: %v", err)
+	}
 	if _, err := admission.Admit(t.Context(), &controlplanev1.AdmitRequest{Account: key}); err != nil {
 		t.Fatal(err)
 	}

@@ -144,7 +144,9 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		Registerer:    reg,
 		EnableBench:   cfg.BenchService,
 		ShutdownGrace: cfg.ShutdownGrace,
-		DrainDelay:    cfg.DrainDelay,
+
+		MaxAccountsPerCredential: cfg.MaxAgentAccounts,
+		DrainDelay:               cfg.DrainDelay,
 	})
 	if err != nil {
 		return err

@@ -48,9 +48,11 @@ func startServer(t *testing.T) *controlplanetest.Server {
 	return controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
 }
 
+// admitN admits n times for account id with the admin token: an
+// operator's Admit needs no data plane to have registered the account.
 func admitN(t *testing.T, srv *controlplanetest.Server, id string, n int) {
 	t.Helper()
-	client := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
+	client := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AdminToken, nil))
 	for range n {
 		if _, err := client.Admit(t.Context(), &controlplanev1.AdmitRequest{Account: account.Key(id)}); err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/internal/pacing"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
 // Options configures Start. A nil *Options uses every default.
@@ -96,11 +98,14 @@ type Server struct {
 	t    testing.TB
 	opts Options
 
-	mu     sync.Mutex // guards the following fields
-	store  store.Store
-	srv    *controlplane.Server
-	cancel context.CancelFunc
-	done   chan error
+	mu    sync.Mutex // guards the following fields
+	store store.Store
+	srv   *controlplane.Server
+	// registered are the key lists Register registered, again after a
+	// Restart.
+	registered [][]string
+	cancel     context.CancelFunc
+	done       chan error
 }
 
 // Start starts a server and stops it when the test ends.
@@ -307,6 +312,13 @@ func (s *Server) Restart() {
 	addr := s.Addr
 	s.Stop()
 	s.start(addr)
+	// The registering data planes reconnect, as real ones do.
+	s.mu.Lock()
+	registered := slices.Clone(s.registered)
+	s.mu.Unlock()
+	for _, keys := range registered {
+		s.register(s.Dial(s.AgentToken, nil), keys)
+	}
 }
 
 // Dial returns a client connection sending tok (none when tok is zero),
@@ -327,4 +339,53 @@ func (s *Server) Dial(tok bearer.Token, tlsCfg *tls.Config) *grpc.ClientConn {
 	}
 	s.t.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// Register registers keys as served by a data plane, the way a data
+// plane does: an agent stream with the agent token whose hello lists
+// them, held open until the test ends. It returns once the server has
+// pushed the first policy (the agent is registered then). Admit refuses
+// an account that no operator configured and no registered data plane
+// serves.
+func (s *Server) Register(keys ...string) {
+	s.t.Helper()
+	s.RegisterOver(s.Dial(s.AgentToken, nil), keys...)
+}
+
+// RegisterOver is Register over cc (for a server with TLS). Restart
+// registers the keys again (over a plaintext connection).
+func (s *Server) RegisterOver(cc *grpc.ClientConn, keys ...string) {
+	s.t.Helper()
+	s.mu.Lock()
+	s.registered = append(s.registered, slices.Clone(keys))
+	s.mu.Unlock()
+	s.register(cc, keys)
+}
+
+func (s *Server) register(cc *grpc.ClientConn, keys []string) {
+	s.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s.t.Cleanup(cancel)
+	id := "controlplanetest-" + hex.EncodeToString(randBytes(4))
+	stream, err := controlplanev1.NewAgentServiceClient(cc).Connect(ctx)
+	if err != nil {
+		s.t.Fatalf("controlplanetest: register: %v", err)
+	}
+	hello := &controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_Hello{Hello: &controlplanev1.AgentHello{
+		AgentId: id, Host: "controlplanetest", Version: "test", CapabilityVersion: int32(controlplane.CapabilityVersion), Accounts: keys,
+	}}}
+	if err := stream.Send(hello); err != nil {
+		s.t.Fatalf("controlplanetest: register: send hello: %v", err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		s.t.Fatalf("controlplanetest: register %d accounts: %v", len(keys), err)
+	}
+	// Drain the pushes so the server never blocks on this stream.
+	go func() {
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return
+			}
+		}
+	}()
 }

@@ -56,6 +56,7 @@ const sec = time.Second
 func TestCentralDecisions(t *testing.T) {
 	clk := newFakeClock()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
+	srv.Register(keyA, keyB)
 	admin := controlplanev1.NewAdminServiceClient(dial(t, srv.Addr, srv.AdminToken.Reveal()))
 	var notes noticeLog
 	c := newClient(t, admission.Config{Conn: dial(t, srv.Addr, srv.AgentToken.Reveal()), AgentID: "host-1"}, clk, &notes)
@@ -109,6 +110,7 @@ func TestRefusedErrorMessage(t *testing.T) {
 func TestCancelDuringCentralWaitRefunds(t *testing.T) {
 	clk := newFakeClock()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
+	srv.Register(keyA, keyB)
 	admin := controlplanev1.NewAdminServiceClient(dial(t, srv.Addr, srv.AdminToken.Reveal()))
 	c := newClient(t, admission.Config{Conn: dial(t, srv.Addr, srv.AgentToken.Reveal())}, clk, &noticeLog{})
 	setRate(t, admin, keyA, 60, 1)
@@ -147,6 +149,7 @@ func TestCancelDuringCentralWaitRefunds(t *testing.T) {
 func TestFallbackAndRecovery(t *testing.T) {
 	clk := newFakeClock()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
+	srv.Register(keyA, keyB)
 	conn := dial(t, srv.Addr, srv.AgentToken.Reveal())
 	var notes noticeLog
 	c := newClient(t, admission.Config{Conn: conn, LiveAgents: func(string) int { return 2 }}, clk, &notes)
@@ -421,6 +424,7 @@ func TestCancelDuringRPCReturnsCtxErr(t *testing.T) {
 
 func TestRejectedAdmitDecidesLocallyAndStaysCentral(t *testing.T) {
 	srv := controlplanetest.Start(t, nil)
+	srv.Register(keyA, keyB)
 	clk := newFakeClock()
 	var notes noticeLog
 	c := newClient(t, admission.Config{Conn: dial(t, srv.Addr, "not-the-agent-token")}, clk, &notes)
@@ -703,6 +707,7 @@ func ExampleRefusedError() {
 func TestPauseDuringCentralWaitGivesTheSlotBack(t *testing.T) {
 	clk := newFakeClock()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
+	srv.Register(keyA, keyB)
 	admin := controlplanev1.NewAdminServiceClient(dial(t, srv.Addr, srv.AdminToken.Reveal()))
 	c := newClient(t, admission.Config{Conn: dial(t, srv.Addr, srv.AgentToken.Reveal())}, clk, &noticeLog{})
 	setRate(t, admin, keyA, 60, 1)

@@ -38,6 +38,7 @@ func outage(t *testing.T, c *admission.Client, clk *fakeClock, key string, n int
 func TestProbeHandsGrantsOver(t *testing.T) {
 	clk := newFakeClock()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
+	srv.Register(keyA, keyB)
 	conn := dial(t, srv.Addr, srv.AgentToken.Reveal())
 	admin := controlplanev1.NewAdminServiceClient(dial(t, srv.Addr, srv.AdminToken.Reveal()))
 	var notes noticeLog
@@ -73,6 +74,7 @@ func TestProbeHandsGrantsOver(t *testing.T) {
 func TestUnconfirmedReportIsSentAgain(t *testing.T) {
 	clk := newFakeClock()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
+	srv.Register(keyA, keyB)
 	conn := dial(t, srv.Addr, srv.AgentToken.Reveal())
 	admin := controlplanev1.NewAdminServiceClient(dial(t, srv.Addr, srv.AdminToken.Reveal()))
 	var notes noticeLog
@@ -116,6 +118,7 @@ func TestUnconfirmedReportIsSentAgain(t *testing.T) {
 func TestRefundedLocalGrantIsNotHandedOver(t *testing.T) {
 	clk := newFakeClock()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
+	srv.Register(keyA, keyB)
 	conn := dial(t, srv.Addr, srv.AgentToken.Reveal())
 	admin := controlplanev1.NewAdminServiceClient(dial(t, srv.Addr, srv.AdminToken.Reveal()))
 	var notes noticeLog

@@ -17,6 +17,7 @@ import (
 func TestCentralMaybeBack(t *testing.T) {
 	clk := newFakeClock()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
+	srv.Register(keyA, keyB)
 	conn := dial(t, srv.Addr, srv.AgentToken.Reveal())
 	var notes noticeLog
 	c := newClient(t, admission.Config{Conn: conn}, clk, &notes)
@@ -94,6 +95,7 @@ func TestCentralMaybeBack(t *testing.T) {
 func TestEachOutageStartsEmpty(t *testing.T) {
 	clk := newFakeClock()
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now})
+	srv.Register(keyA, keyB)
 	conn := dial(t, srv.Addr, srv.AgentToken.Reveal())
 	var notes noticeLog
 	liveAgents := func(key string) int {

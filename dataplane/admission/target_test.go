@@ -103,6 +103,18 @@ func TestFailoverAcrossReplicas(t *testing.T) {
 	off.RatePerMinute = 0 // every central decision admits: the test is about routing
 	a := controlplanetest.Start(t, &controlplanetest.Options{Defaults: &off})
 	b := controlplanetest.Start(t, &controlplanetest.Options{Defaults: &off, Tokens: a})
+	// A data plane registers the accounts it serves: these 982.
+	keys := []string{keyA, keyB}
+	for i := range 20 {
+		keys = append(keys, account.Key(fmt.Sprint("warm-", i)))
+	}
+	for w := range 32 {
+		for i := range 30 {
+			keys = append(keys, account.Key(fmt.Sprint("load-", w, "-", i)))
+		}
+	}
+	a.Register(keys...)
+	b.Register(keys...)
 	conn := dialReplicas(t, a.AgentToken.Reveal(), a, b)
 	var notes noticeLog
 	// A generous timeout: a loaded machine must not turn a slow answer
@@ -179,6 +191,8 @@ func TestFailoverAcrossReplicas(t *testing.T) {
 func TestAllReplicasDownIsLocal(t *testing.T) {
 	a := controlplanetest.Start(t, nil)
 	b := controlplanetest.Start(t, &controlplanetest.Options{Tokens: a})
+	a.Register(keyA, keyB)
+	b.Register(keyA, keyB)
 	conn := dialReplicas(t, a.AgentToken.Reveal(), a, b)
 	var notes noticeLog
 	c := newClient(t, admission.Config{Conn: conn, Timeout: 10 * time.Second}, newFakeClock(), &notes)

@@ -37,6 +37,7 @@ func TestAdmitTraceContinuesInControlPlane(t *testing.T) {
 	})
 
 	srv := controlplanetest.Start(t, nil)
+	srv.Register(keyA, keyB)
 	conn := dial(t, srv.Addr, srv.AgentToken.Reveal(),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(prop))))
 	c := newClient(t, admission.Config{Conn: conn}, newFakeClock(), &noticeLog{})

@@ -24,6 +24,7 @@ func TestFreedHeadRefundsTheAdmittedSlot(t *testing.T) {
 	clk := newFakeClock()
 	oneAtATime := pacing.Policy{RatePerMinute: 60, Burst: 1, Budget: pacing.DefaultBudget()}
 	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now, Defaults: &oneAtATime})
+	srv.Register(account.Key("acct-1"))
 	dial := func(tok bearer.Token) *grpc.ClientConn {
 		conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithPerRPCCredentials(bearer.Credentials(tok)))

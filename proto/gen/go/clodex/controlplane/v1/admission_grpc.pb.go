@@ -43,7 +43,10 @@ const (
 // (or the admin token).
 type AdmissionServiceClient interface {
 	// Admit runs the account's token bucket once. A bucket is created with
-	// the default policy on first use.
+	// the default policy on first use. The account must be one an operator
+	// configured or a data plane registered (its agent stream, or this
+	// request's agent_id, which registers it within the agent credential's
+	// cap: ResourceExhausted past it); any other is PermissionDenied.
 	Admit(ctx context.Context, in *AdmitRequest, opts ...grpc.CallOption) (*AdmitResponse, error)
 	// Cancel refunds a still-pending debited reservation (one whose wait has
 	// not elapsed) exactly once. Cancelling an unknown, departed or already
@@ -108,7 +111,10 @@ func (c *admissionServiceClient) ReportGrants(ctx context.Context, in *ReportGra
 // (or the admin token).
 type AdmissionServiceServer interface {
 	// Admit runs the account's token bucket once. A bucket is created with
-	// the default policy on first use.
+	// the default policy on first use. The account must be one an operator
+	// configured or a data plane registered (its agent stream, or this
+	// request's agent_id, which registers it within the agent credential's
+	// cap: ResourceExhausted past it); any other is PermissionDenied.
 	Admit(context.Context, *AdmitRequest) (*AdmitResponse, error)
 	// Cancel refunds a still-pending debited reservation (one whose wait has
 	// not elapsed) exactly once. Cancelling an unknown, departed or already
