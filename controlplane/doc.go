@@ -120,6 +120,8 @@
 //	clodex_controlplane_upstream_403_total           403s reported by agents
 //	clodex_controlplane_agents                       registered agents
 //	clodex_controlplane_handover_debits_total        tokens debited by ReportGrants
+//	clodex_controlplane_account_quota_used_percent{account,window}   plan usage agents reported
+//	clodex_controlplane_account_quota_resets_at_seconds{account,window} its reset, Unix seconds
 //	clodex_controlplane_store_degraded               1 while the store is unreachable
 //	clodex_controlplane_denied_total{reason,peer}    refused calls; peer is the caller's IP, first MaxDeniedPeers
 //

@@ -53,6 +53,13 @@ var flagNames = strings.NewReplacer(
 	"Faults.FailResponses", "--fail-responses",
 	"Faults.UsageLimitResetsIn", "--usage-limit-resets-in",
 	"Faults.UsageLimitPlan", "--usage-limit-plan",
+	"Quota.PrimaryWindow", "--quota-primary-window",
+	"Quota.SecondaryWindow", "--quota-secondary-window",
+	"Quota.PrimaryStart", "--quota-primary-start",
+	"Quota.SecondaryStart", "--quota-secondary-start",
+	"Quota.PrimaryPerResponse", "--quota-primary-per-response",
+	"Quota.SecondaryPerResponse", "--quota-secondary-per-response",
+	"Quota.Plan", "--quota-plan",
 	"UpgradeLimit", "--upgrade-limit",
 	"UpgradeWindow", "--upgrade-window",
 	"InstantLimit", "--instant-limit",
@@ -102,6 +109,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Faults.FailResponses, "fail-responses", "", "fault: every generating response fails with this error code (server_error, server_is_overloaded, rate_limit_exceeded, ...)")
 	fs.DurationVar(&cfg.Faults.UsageLimitResetsIn, "usage-limit-resets-in", 0, "fault: the plan's usage limit is reached and resets this long after start-up (0 = off)")
 	fs.StringVar(&cfg.Faults.UsageLimitPlan, "usage-limit-plan", codexsim.DefaultUsageLimitPlan, "plan_type of usage-limit errors")
+	fs.DurationVar(&cfg.Quota.PrimaryWindow, "quota-primary-window", codexsim.DefaultPrimaryWindow, "codex.rate_limits: the primary usage window's length")
+	fs.DurationVar(&cfg.Quota.SecondaryWindow, "quota-secondary-window", codexsim.DefaultSecondaryWindow, "codex.rate_limits: the secondary (weekly) usage window's length")
+	fs.Float64Var(&cfg.Quota.PrimaryStart, "quota-primary-start", codexsim.DefaultPrimaryStart, "codex.rate_limits: each account's used percent of the primary window at its first response (-1 for 0)")
+	fs.Float64Var(&cfg.Quota.SecondaryStart, "quota-secondary-start", codexsim.DefaultSecondaryStart, "codex.rate_limits: each account's used percent of the secondary window at its first response (-1 for 0)")
+	fs.Float64Var(&cfg.Quota.PrimaryPerResponse, "quota-primary-per-response", 0, "percent of the primary window each generating response uses; at 100 the account gets usage_limit_reached until the window resets")
+	fs.Float64Var(&cfg.Quota.SecondaryPerResponse, "quota-secondary-per-response", 0, "percent of the secondary window each generating response uses")
+	fs.StringVar(&cfg.Quota.Plan, "quota-plan", codexsim.DefaultQuotaPlan, "codex.rate_limits: the plan_type reported")
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/controlplanetest"
+	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/dataplane/agent"
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/pacing"
@@ -120,5 +123,65 @@ func TestGetShowsEffectiveRate(t *testing.T) {
 	}
 	if m["rate_per_minute"] != 60.0 || m["effective_rate_per_minute"] != 30.0 || m["adaptive"] != true {
 		t.Errorf("get -o json = rate %v effective %v adaptive %v, want 60, 30, true", m["rate_per_minute"], m["effective_rate_per_minute"], m["adaptive"])
+	}
+}
+
+// quota prints the latest plan usage the data planes reported, per
+// account and window, as a table and as JSON.
+func TestQuota(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	srv := controlplanetest.Start(t, &controlplanetest.Options{Now: clk.Now, FleetTick: time.Hour})
+	out, _, err := ctl(t, srv, "quota")
+	if err != nil || !strings.Contains(out, "no plan usage reported yet") {
+		t.Fatalf("quota with none = %q, %v; want a line saying none was reported", out, err)
+	}
+	const acct2 = "chatgpt-account-2"
+	qs, ok := srv.Store().(controlplane.QuotaStore)
+	if !ok {
+		t.Fatalf("the test control plane's store %T keeps no quotas", srv.Store())
+	}
+	resets := time.Now().Add(3*time.Hour + 30*time.Second).Truncate(time.Second).UTC()
+	for i, acct := range []string{acct1, acct2} {
+		_, _, err := qs.PutQuota(t.Context(), store.Quota{Key: account.Key(acct), PlanType: "pro", AgentID: "dp-1",
+			ReportedAt: clk.Now(), Windows: []store.QuotaWindow{
+				{Name: "primary", UsedPercent: 7 + float64(i), Window: 5 * time.Hour, ResetsAt: resets},
+				{Name: "secondary", UsedPercent: 29.5, Window: 7 * 24 * time.Hour},
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, _, err = ctl(t, srv, "quota")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "ACCOUNT") {
+		t.Fatalf("quota = %q; want a header and two rows per account", out)
+	}
+	want := []string{account.Key(acct1), "pro", "primary", "7%", "5h", resets.Format(time.RFC3339), "3h0m0s", "-", "2026-11-30T12:00:00Z"}
+	if got := strings.Fields(lines[1]); !slices.Equal(got, want) && !slices.Equal(got[:6], want[:6]) {
+		t.Errorf("first row = %v, want %v", got, want)
+	}
+	if got := strings.Fields(lines[2]); got[2] != "secondary" || got[3] != "29.5%" || got[4] != "7d" || got[5] != "-" {
+		t.Errorf("second row = %v, want the secondary window, 29.5%% of 7d, reset unknown", got)
+	}
+	out, _, err = ctl(t, srv, "quota", acct2, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v []map[string]any
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("quota -o json = %q: %v", out, err)
+	}
+	if len(v) != 1 || v[0]["account"] != acct2 || v[0]["key"] != account.Key(acct2) || v[0]["plan_type"] != "pro" {
+		t.Fatalf("quota ACCOUNT -o json = %v; want the one account", v)
+	}
+	w := v[0]["windows"].([]any)[0].(map[string]any)
+	if w["name"] != "primary" || w["used_percent"] != 8.0 || w["window_minutes"] != 300.0 || w["resets_at"] != resets.Format(time.RFC3339) {
+		t.Errorf("windows[0] = %v; want primary, 8%%, 300 minutes, resetting at %s", w, resets.Format(time.RFC3339))
+	}
+	if _, _, err := ctl(t, srv, "quota", "--key", "nope"); err == nil || !strings.Contains(err.Error(), "is not an account key") {
+		t.Errorf("quota --key nope = %v, want a usage error naming the key", err)
 	}
 }

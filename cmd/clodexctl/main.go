@@ -7,6 +7,7 @@
 //	set-adaptive ACCOUNT on|off
 //	get ACCOUNT
 //	accounts
+//	quota [ACCOUNT]
 //	agents
 //	top [--interval D] [--once]
 //	health [URL]

@@ -38,6 +38,7 @@ type topSample struct {
 	at       time.Time
 	accounts []*controlplanev1.Account
 	agents   []*controlplanev1.Agent
+	quotas   map[string]*controlplanev1.AccountQuota // nil from a control plane without quotas
 	store    *storeView
 }
 
@@ -53,6 +54,9 @@ type topRow struct {
 	ForbiddenTotal            int64
 	Counted                   bool
 	LiveAgents, AgentsServing int
+	// Quota is the tightest window of the account's plan, "29% 7d", or
+	// "-" when none was reported.
+	Quota string
 }
 
 func runTop(ctx context.Context, e *env, args []string) error {
@@ -156,7 +160,35 @@ func (e *env) topPoll(ctx context.Context, c *client) (*topSample, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &topSample{at: time.Now(), accounts: accts, agents: agents, store: storeOf(info)}, nil
+	smp := &topSample{at: time.Now(), accounts: accts, agents: agents, store: storeOf(info)}
+	if q, err := c.admin.ListQuotas(cctx, &controlplanev1.ListQuotasRequest{}); err == nil {
+		smp.quotas = map[string]*controlplanev1.AccountQuota{}
+		for _, aq := range q.GetQuotas() {
+			smp.quotas[aq.GetKey()] = aq
+		}
+	}
+	return smp, nil
+}
+
+// tightest prints the window of q with the highest used percent: "29% 7d"
+// ("LIMIT" when the backend says the limit is reached), "-" for none.
+func tightest(q *controlplanev1.AccountQuota) string {
+	if q == nil {
+		return "-"
+	}
+	if q.GetLimitReached() {
+		return "LIMIT"
+	}
+	var best *controlplanev1.QuotaWindow
+	for _, w := range q.GetWindows() {
+		if best == nil || w.GetUsedPercent() > best.GetUsedPercent() {
+			best = w
+		}
+	}
+	if best == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(best.GetUsedPercent(), 'f', 0, 64) + "% " + windowLength(best.GetWindowMinutes())
 }
 
 // topRows builds the rows of cur; per-minute rates come from the counter
@@ -176,6 +208,7 @@ func topRows(prev, cur *topSample) []topRow {
 		r := topRow{
 			Key: a.GetKey(), Rate: a.GetRatePerMinute(), Effective: a.GetEffectiveRatePerMinute(), Adaptive: a.GetAdaptive(),
 			Tokens: a.GetTokens(), ForbiddenTotal: a.GetForbiddenUpgrades(), Counted: a.GetCounted(),
+			Quota: tightest(cur.quotas[a.GetKey()]),
 		}
 		for _, ag := range cur.agents {
 			if slices.Contains(ag.GetAccounts(), r.Key) {
@@ -245,7 +278,7 @@ func writeTop(w io.Writer, addr string, interval time.Duration, now time.Time, r
 			total = "n/c"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", r.Key, r.Rate, eff, tokens(r.Tokens),
-			perMin(r.Admits), perMin(r.Waits), perMin(r.Refusals), perMin(r.Forbidden), total, r.LiveAgents, r.AgentsServing, "-")
+			perMin(r.Admits), perMin(r.Waits), perMin(r.Refusals), perMin(r.Forbidden), total, r.LiveAgents, r.AgentsServing, r.Quota)
 	}
 	_ = tw.Flush()
 	if len(rows) == 0 {

@@ -72,6 +72,10 @@ type Config struct {
 	WriteTimeout time.Duration
 	// Faults injects failures on demand. (Optional) Default none.
 	Faults Faults
+	// Quota is the plan usage reported in codex.rate_limits, per account,
+	// and the usage limit it reaches. (Optional) Default: 7 % of 5 hours
+	// and 29 % of a week, never used up.
+	Quota Quota
 	// Auth, when set, is the OAuth emulator: its signed tokens are accepted
 	// and its HTTP endpoints are mounted on Handler. (Optional)
 	Auth *simauth.Authority
@@ -161,6 +165,7 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("WriteTimeout %v is invalid; want 0 (default %v) or a positive duration", c.WriteTimeout, DefaultWriteTimeout))
 	}
 	errs = append(errs, c.Faults.validate()...)
+	errs = append(errs, c.Quota.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -219,6 +224,7 @@ func (c Config) withDefaults() Config {
 	if c.Faults.UsageLimitPlan == "" {
 		c.Faults.UsageLimitPlan = DefaultUsageLimitPlan
 	}
+	c.Quota = c.Quota.withDefaults()
 	accept := make(map[string]string, len(c.AcceptTokens))
 	for k, v := range c.AcceptTokens {
 		accept[k] = v

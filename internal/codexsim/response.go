@@ -88,20 +88,24 @@ func (r *response) object(status string) obj {
 	}
 }
 
-// rateLimits is the informational codex.rate_limits event.
+// rateLimits is the informational codex.rate_limits event: the account's
+// windows now (Config.Quota).
 func (r *response) rateLimits() obj {
-	now := r.ss.s.clock().Unix()
-	window := func(used, minutes, resetAfter int64) obj {
-		return obj{{"used_percent", used}, {"window_minutes", minutes}, {"reset_after_seconds", resetAfter}, {"reset_at", now + resetAfter}}
+	now := r.ss.s.clock()
+	v := r.ss.s.usage.view(r.ss.account, r.cfg.Quota, now)
+	window := func(w windowView) obj {
+		resetAfter := int64(max(w.resetAt.Sub(now), 0) / time.Second)
+		return obj{{"used_percent", w.used}, {"window_minutes", w.minutes}, {"reset_after_seconds", resetAfter}, {"reset_at", w.resetAt.Unix()}}
 	}
+	reached := v[0].used >= 100 || v[1].used >= 100
 	return obj{
 		{"type", "codex.rate_limits"},
-		{"plan_type", "pro"},
+		{"plan_type", r.cfg.Quota.Plan},
 		{"rate_limits", obj{
-			{"allowed", true},
-			{"limit_reached", false},
-			{"primary", window(7, 300, 13168)},
-			{"secondary", window(29, 10080, 434962)},
+			{"allowed", !reached},
+			{"limit_reached", reached},
+			{"primary", window(v[0])},
+			{"secondary", window(v[1])},
 		}},
 		{"code_review_rate_limits", nil},
 		{"additional_rate_limits", nil},
@@ -182,6 +186,9 @@ func (r *response) run(ctx context.Context) {
 	}
 	r.createdAt = r.ss.s.clock().Unix()
 	prewarm := !r.req.Generate
+	if !prewarm {
+		r.ss.s.usage.use(r.ss.account, r.cfg.Quota, r.ss.s.clock())
+	}
 	r.ss.s.count(func(st *Stats) {
 		st.Responses++
 		if prewarm {

@@ -50,6 +50,8 @@ type Server struct {
 	// resets; zero when none was set.
 	usageReset time.Time
 
+	usage planUsage // plan usage per account (Config.Quota)
+
 	statsMu sync.Mutex // guards stats
 	stats   Stats
 

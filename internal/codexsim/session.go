@@ -149,6 +149,11 @@ func (ss *session) handleFrame(ctx context.Context, data []byte) {
 		ss.sendError(ctx, usageLimitError(cfg.Faults.UsageLimitPlan, reset.Sub(now), now))
 		return
 	}
+	if reset, ok := ss.s.usage.limit(ss.account, cfg.Quota, now); ok && req.Generate {
+		ss.s.count(func(st *Stats) { st.Errors["usage_limit_reached"]++ })
+		ss.sendError(ctx, usageLimitError(cfg.Quota.Plan, reset.Sub(now), now))
+		return
+	}
 
 	ss.mu.Lock()
 	if ss.inFlight {

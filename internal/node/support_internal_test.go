@@ -1,0 +1,42 @@
+package node
+
+import (
+	"testing"
+	"time"
+
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
+)
+
+// The data plane reports an account's codex.rate_limits to the control
+// plane: a changed report at once, the same one at most once a second;
+// other frames are not reports.
+func TestRateLimitsSink(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	var sent []*controlplanev1.RateLimits
+	s := &rateLimitsSink{now: func() time.Time { return now }, report: func(rl *controlplanev1.RateLimits) { sent = append(sent, rl) }}
+	const key = "acct_0123456789abcdef"
+	frame := func(used int) []byte {
+		return []byte(`{"type":"codex.rate_limits","plan_type":"pro","rate_limits":{"allowed":true,"limit_reached":false,` +
+			`"primary":{"used_percent":` + string(rune('0'+used)) + `,"window_minutes":300,"reset_after_seconds":60,"reset_at":1796140860},` +
+			`"secondary":null}}`)
+	}
+	s.frame(key, []byte(`{"type":"response.created","response":{"id":"r"}}`))
+	s.frame(key, frame(7))
+	s.frame(key, frame(7))
+	if len(sent) != 1 {
+		t.Fatalf("reports = %d, want 1 (the same figures within a second are sent once)", len(sent))
+	}
+	r := sent[0]
+	if r.GetAccount() != key || r.GetPlanType() != "pro" || r.GetAtUnixMs() != now.UnixMilli() || len(r.GetWindows()) != 1 {
+		t.Fatalf("report = %v; want %s's pro plan, one window, read now", r, key)
+	}
+	if w := r.GetWindows()[0]; w.GetName() != "primary" || w.GetUsedPercent() != 7 || w.GetWindowMinutes() != 300 || w.GetResetsAtUnixMs() != 1796140860000 {
+		t.Errorf("window = %v; want primary, 7%% of 300 min, resetting at 1796140860 s", w)
+	}
+	s.frame(key, frame(8))
+	now = now.Add(2 * time.Second)
+	s.frame(key, frame(8))
+	if len(sent) != 3 || sent[1].GetWindows()[0].GetUsedPercent() != 8 {
+		t.Errorf("reports = %d, want 3: a change at once, the same figures again after a second", len(sent))
+	}
+}
