@@ -212,8 +212,13 @@ func (m *Memory) Report403(_ context.Context, key string, now time.Time, retryAf
 		return Account{}, false, ErrNotFound
 	}
 	changed = e.advanceLocked(now)
+	rate := e.adapt.rate(e.policy.RatePerMinute)
 	if e.adapt.on403(e.policy.RatePerMinute, now, retryAfter) {
-		e.bucket.SetPolicy(now, e.bucketPolicy())
+		// Only a new rate touches the bucket (a pause alone does not), as
+		// report403.lua's sync does.
+		if e.adapt.rate(e.policy.RatePerMinute) != rate {
+			e.bucket.SetPolicy(now, e.bucketPolicy())
+		}
 		changed = true
 	}
 	return e.snapshotLocked(key, now), changed, nil
