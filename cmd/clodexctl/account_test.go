@@ -2,12 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/clodex/clodex/controlplane/controlplanetest"
 	"github.com/clodex/clodex/internal/account"
@@ -98,3 +101,46 @@ func TestAgentCreate(t *testing.T) {
 }
 
 func sorted(s ...string) []string { slices.Sort(s); return s }
+
+// A sign-in the identity provider refused for good shows as needs-login,
+// with the reason and what to run.
+func TestAccountListNeedsLogin(t *testing.T) {
+	a, err := simauth.New(simauth.Config{TokenTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idp := httptest.NewServer(a.Handler())
+	t.Cleanup(idp.Close)
+	srv := controlplanetest.Start(t, &controlplanetest.Options{Broker: true, TokenEndpoint: idp.URL + "/oauth/token"})
+	auth := filepath.Join(t.TempDir(), "auth.json")
+	if err := a.WriteAuthFile(auth, "acct-a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ctl(t, srv, "account", "import", "--codex-auth", auth); err != nil {
+		t.Fatal(err)
+	}
+	// Another program redeems the file's refresh token first.
+	var f struct {
+		Tokens struct {
+			RefreshToken string `json:"refresh_token"`
+		}
+	}
+	b, _ := os.ReadFile(auth)
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.PostForm(idp.URL+"/oauth/token", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {f.Tokens.RefreshToken}, "client_id": {"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var out string
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if out, _, err = ctl(t, srv, "account", "list"); err == nil && strings.Contains(out, "needs-login") {
+			break
+		}
+	}
+	if !strings.Contains(out, "needs-login (refresh_token_reused)") || !strings.Contains(out, "run `clodexctl account login`") {
+		t.Errorf("account list = %v\n%s\nwant acct-a in state needs-login (refresh_token_reused) and the command to run", err, out)
+	}
+}
