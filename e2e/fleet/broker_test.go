@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -85,6 +87,7 @@ func TestBroker(t *testing.T) {
 		UpgradeLimit:      100000,
 		UpgradeWindow:     10 * time.Second,
 		ControlPlaneAdmin: true,
+		DataPlaneArgs:     []string{"--admin-listen", "127.0.0.1:0"},
 		Broker:            true,
 		TokenTTL:          brokerTTL,
 		Replicas:          2,
@@ -370,12 +373,24 @@ func (s *secretSet) checkAbsent(t *testing.T, f *cluster.Fleet) {
 		}
 		places[filepath.Base(l)] = string(b)
 	}
-	if resp, err := http.Get("http://" + f.ControlPlane.AdminAddr + "/metrics"); err != nil {
-		t.Errorf("GET control plane /metrics: %v", err)
-	} else {
+	metrics := map[string]string{"control plane": f.ControlPlane.AdminAddr}
+	for i, dp := range f.DataPlanes {
+		b, _ := os.ReadFile(dp.Log)
+		if m := adminAddr.FindStringSubmatch(string(b)); m != nil {
+			metrics[fmt.Sprintf("data plane %d", i)] = m[1]
+		} else {
+			t.Errorf("data plane %d logged no admin listener address", i)
+		}
+	}
+	for who, addr := range metrics {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Errorf("GET %s /metrics: %v", who, err)
+			continue
+		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		places["control plane /metrics"] = string(b)
+		places[who+" /metrics"] = string(b)
 	}
 	if url := f.RedisURL(); url != "" {
 		for k, v := range redisDump(t, url) {
@@ -393,7 +408,7 @@ func (s *secretSet) checkAbsent(t *testing.T, f *cluster.Fleet) {
 		})
 		root.Close()
 	}
-	if len(places) < len(f.DataPlanes)+3 {
+	if len(places) < 2*len(f.DataPlanes)+3 {
 		t.Errorf("searched only %d places (%v); want every log, /metrics and the data dir", len(places), keys(places))
 	}
 	s.mu.Lock()
@@ -444,6 +459,9 @@ func redisDump(t *testing.T, url string) map[string]string {
 	}
 	return out
 }
+
+// adminAddr finds a data plane's admin listener in its log.
+var adminAddr = regexp.MustCompile(`msg="admin listener" addr=(127\.0\.0\.1:[0-9]+)`)
 
 func keys(m map[string]string) []string {
 	out := make([]string, 0, len(m))
