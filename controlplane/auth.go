@@ -58,8 +58,9 @@ func (a *authenticator) isFleetToken(sum [sha256.Size]byte) bool {
 // role returns the role of the bearer token in ctx's metadata, and for a
 // scoped agent credential the credential.
 func (a *authenticator) role(ctx context.Context) (role, *scopedCred) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md["authorization"]
+	// ValueFromIncomingContext reads the one header; FromIncomingContext
+	// would copy the whole metadata map on every RPC.
+	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
 	if len(vals) != 1 {
 		return roleNone, nil
 	}

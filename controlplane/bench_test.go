@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/controlplanetest"
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/pacing"
@@ -23,7 +24,8 @@ func BenchmarkRPC(b *testing.B) {
 	cc := srv.Dial(srv.AgentToken, nil)
 	admission := controlplanev1.NewAdmissionServiceClient(cc)
 	noop := controlplanev1.NewBenchServiceClient(cc)
-	for _, accounts := range []int{1, 10000} {
+	// At most the agent credential's cap of registered accounts.
+	for _, accounts := range []int{1, controlplane.DefaultMaxAccountsPerCredential} {
 		keys := make([]string, accounts)
 		for i := range keys {
 			keys[i] = account.Key(fmt.Sprint("bench-", i))
@@ -45,7 +47,7 @@ func BenchmarkRPC(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					if _, err := admission.Admit(b.Context(), &controlplanev1.AdmitRequest{Account: key()}); err != nil {
+					if _, err := admission.Admit(b.Context(), &controlplanev1.AdmitRequest{Account: key(), AgentId: "bench"}); err != nil {
 						b.Error(err)
 						return
 					}

@@ -20,6 +20,7 @@ func testServer(t *testing.T, log *slog.Logger) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Stop) // never served: Stop releases its stream workers
 	return s
 }
 

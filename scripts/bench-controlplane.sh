@@ -19,7 +19,12 @@
 #
 # Environment: BENCH_DURATION (default 2s), BENCH_ROUNDS (3), BENCH_INFLIGHT (1,16,64),
 # BENCH_ACCOUNTS (1,10000), BENCH_CONNS (1), BENCH_MODES (noop,admit,redis;
-# without redis-server the redis mode is left out with a notice).
+# without redis-server the redis mode is left out with a notice),
+# BENCH_PROFILE (a directory: both control planes serve --pprof and a CPU
+# profile of each is taken over the first BENCH_PROFILE_SECONDS (10) of the
+# load into memory.cpu.pprof and redis.cpu.pprof, the load generator's
+# into client.cpu.pprof; run with one BENCH_MODES to profile that mode).
+# At the end the CPU seconds each process used are printed.
 # Whole run: about three minutes.
 set -euo pipefail
 
@@ -31,6 +36,8 @@ INFLIGHT=${BENCH_INFLIGHT:-1,16,64}
 ACCOUNTS=${BENCH_ACCOUNTS:-1,10000}
 CONNS=${BENCH_CONNS:-1}
 MODES=${BENCH_MODES:-noop,admit,redis}
+PROFILE=${BENCH_PROFILE:-}
+PROFILE_SECONDS=${BENCH_PROFILE_SECONDS:-10}
 
 work=$(mktemp -d)
 server_pid=""
@@ -71,7 +78,23 @@ freeport() {
 }
 addr="127.0.0.1:$(freeport)"
 
-"$work/clodex-controlplane" --listen "$addr" --data-dir "$work/data" \
+# With BENCH_PROFILE, each control plane serves pprof on a loopback port.
+pprof_args() {
+	if [[ -n "$PROFILE" ]]; then
+		local p
+		p="127.0.0.1:$(freeport)"
+		echo "$1=$p" >>"$work/pprof.addrs"
+		echo "--admin-listen $p --pprof"
+	fi
+}
+client_profile=()
+if [[ -n "$PROFILE" ]]; then
+	mkdir -p "$PROFILE"
+	client_profile=(--cpuprofile "$PROFILE/client.cpu.pprof")
+fi
+
+# shellcheck disable=SC2046 # pprof_args is empty or whole flags
+"$work/clodex-controlplane" --listen "$addr" --data-dir "$work/data" $(pprof_args memory) \
 	--admin-token-file "$work/admin.token" --agent-token-file "$work/agent.token" \
 	--bench-service --max-agent-accounts 100000 --default-rate 600 --default-burst 1000 --log-level warn \
 	2>"$work/server.log" &
@@ -94,7 +117,8 @@ if [[ ",$MODES," == *",redis,"* ]]; then
 			sleep 0.05
 		done
 		raddr="127.0.0.1:$(freeport)"
-		CLODEX_REDIS_URL="redis://$redis_addr" "$work/clodex-controlplane" --listen "$raddr" \
+		# shellcheck disable=SC2046 # pprof_args is empty or whole flags
+		CLODEX_REDIS_URL="redis://$redis_addr" "$work/clodex-controlplane" --listen "$raddr" $(pprof_args redis) \
 			--admin-token-file "$work/admin.token" --agent-token-file "$work/agent.token" \
 			--bench-service --max-agent-accounts 100000 --default-rate 600 --default-burst 1000 --log-level warn \
 			2>"$work/redis-server.log" &
@@ -104,19 +128,40 @@ if [[ ",$MODES," == *",redis,"* ]]; then
 	fi
 fi
 
+# cpu_seconds PID: user+system CPU seconds the process used so far.
+cpu_seconds() {
+	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.1f", ($12 + $13) / hz }' "/proc/$1/stat" 2>/dev/null || echo "?"
+}
+
+profile_pids=()
+if [[ -n "$PROFILE" ]]; then
+	while IFS='=' read -r name paddr; do
+		curl -sf -o "$PROFILE/$name.cpu.pprof" "http://$paddr/debug/pprof/profile?seconds=$PROFILE_SECONDS" &
+		profile_pids+=($!)
+	done <"$work/pprof.addrs"
+fi
+
 echo "$(nproc) CPUs shared by the servers, redis-server and the load generator" >&2
 if ! "$work/controlplane-bench" --addr "$addr" --token-file "$work/agent.token" "${redis_args[@]}" --modes "$MODES" \
-	--inflight "$INFLIGHT" --accounts "$ACCOUNTS" --duration "$DURATION" --rounds "$ROUNDS" --conns "$CONNS"; then
+	--inflight "$INFLIGHT" --accounts "$ACCOUNTS" --duration "$DURATION" --rounds "$ROUNDS" --conns "$CONNS" \
+	"${client_profile[@]}"; then
 	echo "bench-controlplane: load generator failed; server logs:" >&2
 	cat "$work/server.log" >&2
 	[[ -f "$work/redis-server.log" ]] && cat "$work/redis-server.log" >&2
 	exit 1
 fi
 
+echo
+echo "CPU seconds used: control plane (memory store) $(cpu_seconds "$server_pid")" \
+	"${redis_server_pid:+, control plane (Redis store) $(cpu_seconds "$redis_server_pid"), redis-server $(cpu_seconds "$redis_pid")}"
+for p in "${profile_pids[@]}"; do
+	wait "$p" || echo "bench-controlplane: a CPU profile failed (the run may be shorter than BENCH_PROFILE_SECONDS)" >&2
+done
 stop "$server_pid"
 server_pid=""
 stop "$redis_server_pid"
 redis_server_pid=""
+[[ -n "$PROFILE" ]] && echo "profiles in $PROFILE (go tool pprof -top FILE)"
 
 echo
 echo "store Admit in process (bucket + shard lock, no RPC):"

@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +42,7 @@ type options struct {
 	ready      time.Duration
 	jsonOut    bool
 	rounds     int
+	cpuprofile string
 }
 
 // result is one measured run.
@@ -86,6 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.conns, "conns", 1, "client connections (HTTP/2 multiplexes in-flight calls over them)")
 	fs.DurationVar(&o.ready, "wait-ready", 15*time.Second, "wait this long for the server's health to be SERVING")
 	fs.BoolVar(&o.jsonOut, "json", false, "print JSON lines instead of the table")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write the load generator's CPU profile to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -117,6 +121,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tok, _, err := bearer.ReadFile(o.tokenFile)
 	if err != nil {
 		return err
+	}
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	dialAll := func(addr string, tok bearer.Token) ([]*grpc.ClientConn, error) {

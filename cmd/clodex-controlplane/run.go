@@ -151,6 +151,7 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 	if err != nil {
 		return err
 	}
+	defer srv.Stop() // ends its stream workers when it is not served (a listen failure); no-op after Serve
 
 	var lc net.ListenConfig
 	lis, err := lc.Listen(ctx, "tcp", cfg.Listen)

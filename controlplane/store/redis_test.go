@@ -157,3 +157,31 @@ func TestRedisConcurrentAdmitsShareBatches(t *testing.T) {
 		t.Error("the breaker opened; want every Admit decided by Redis")
 	}
 }
+
+// BenchmarkRedisAdmitParallel runs Admit on a real redis-server with 64
+// callers in flight, as the control plane does under bench-controlplane's
+// load; allocs/op are the store's per-Admit allocations (client side).
+func BenchmarkRedisAdmitParallel(b *testing.B) {
+	rs := redistest.Start(b)
+	r, err := OpenRedis(b.Context(), RedisOptions{URL: rs.URL, Defaults: &pacing.Policy{RatePerMinute: 600, Burst: 1000, Budget: pacing.DefaultBudget()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("acct_%016x", i)
+	}
+	b.SetParallelism(32) // 64 callers on 2 CPUs
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if _, err := r.Admit(b.Context(), keys[i%len(keys)], r.Now()); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}

@@ -137,6 +137,7 @@ func startEmbedded(ctx context.Context, cfg *Config, logger *slog.Logger, reg pr
 	conn, err := grpc.NewClient(embeddedTarget, opts...)
 	if err != nil {
 		lis.Close()
+		srv.Stop() // never served: ends its stream workers
 		return nil, fmt.Errorf("dial the embedded control plane: %w", err)
 	}
 
