@@ -484,11 +484,27 @@ func (c *Client) failed(ctx context.Context, key string, err error, probe bool) 
 				slog.String("code", code.String()), slog.String("err", status.Convert(err).Message()))
 		})
 		c.notices.Emit(pacing.Notice{
-			Key: "admission.rejected:" + code.String(),
-			Message: fmt.Sprintf("control plane rejected an admission request (%v): admitting new upstream connections locally; "+
-				"check the data plane's control-plane token and address", code),
+			Key:     "admission.rejected:" + code.String(),
+			Message: rejectedNotice(err),
 		}, c.notify)
 	}
+}
+
+// rejectedNotice says why the control plane refused an admission request
+// and what to check: the server's own message (it names the account or
+// the credential's scope) and, for a token the control plane does not
+// know, the data plane's token and address.
+func rejectedNotice(err error) string {
+	st := status.Convert(err)
+	hint := ""
+	switch st.Code() {
+	case codes.Unauthenticated:
+		hint = "; check the data plane's --agent-token-file and --control-plane address"
+	case codes.PermissionDenied:
+		hint = "; an operator must grant this data plane's credential the account (see the control plane's message)"
+	}
+	return fmt.Sprintf("control plane rejected an admission request (%v: %s): admitting new upstream connections locally%s",
+		st.Code(), st.Message(), hint)
 }
 
 // scheduleProbeLocked doubles the backoff (from MinBackoff, up to

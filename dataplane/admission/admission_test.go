@@ -451,6 +451,30 @@ func TestRejectedAdmitDecidesLocallyAndStaysCentral(t *testing.T) {
 	if strings.Contains(msgs[0], "not-the-agent-token") {
 		t.Errorf("notice %q contains the token", msgs[0])
 	}
+	if !strings.Contains(msgs[0], "--agent-token-file") {
+		t.Errorf("notice %q does not say to check the agent token file", msgs[0])
+	}
+}
+
+// An account the control plane does not know (no operator configured it,
+// no registered data plane serves it) is refused; the notice carries the
+// control plane's reason instead of blaming the token.
+func TestUnknownAccountNoticeSaysWhy(t *testing.T) {
+	srv := controlplanetest.Start(t, nil)
+	clk := newFakeClock()
+	var notes noticeLog
+	c := newClient(t, admission.Config{Conn: dial(t, srv.Addr, srv.AgentToken.Reveal())}, clk, &notes)
+
+	if err := c.Admit(t.Context(), keyA); err != nil {
+		t.Fatalf("Admit = %v, want nil (admitted locally)", err)
+	}
+	msgs := notes.Msgs()
+	if len(msgs) != 1 || !strings.Contains(msgs[0], "PermissionDenied") || !strings.Contains(msgs[0], keyA) {
+		t.Fatalf("notices = %q, want one naming PermissionDenied and the account %s", msgs, keyA)
+	}
+	if strings.Contains(msgs[0], "token") {
+		t.Errorf("notice %q blames the token for an unknown account", msgs[0])
+	}
 }
 
 // localClient returns a client whose control plane is never reachable.
