@@ -103,7 +103,7 @@ func TestFailoverAcrossReplicas(t *testing.T) {
 	off.RatePerMinute = 0 // every central decision admits: the test is about routing
 	a := controlplanetest.Start(t, &controlplanetest.Options{Defaults: &off})
 	b := controlplanetest.Start(t, &controlplanetest.Options{Defaults: &off, Tokens: a})
-	// A data plane registers the accounts it serves: these 982.
+	// A data plane registers the accounts it serves: these 1000.
 	keys := []string{keyA, keyB}
 	for i := range 20 {
 		keys = append(keys, account.Key(fmt.Sprint("warm-", i)))
@@ -113,6 +113,10 @@ func TestFailoverAcrossReplicas(t *testing.T) {
 			keys = append(keys, account.Key(fmt.Sprint("load-", w, "-", i)))
 		}
 	}
+	const probes = 18 // the hello takes at most 1000 accounts
+	for i := range probes {
+		keys = append(keys, account.Key(fmt.Sprint("probe-", i)))
+	}
 	a.Register(keys...)
 	b.Register(keys...)
 	conn := dialReplicas(t, a.AgentToken.Reveal(), a, b)
@@ -121,6 +125,35 @@ func TestFailoverAcrossReplicas(t *testing.T) {
 	// into a local decision; the test is about a dead replica's errors.
 	c := newClient(t, admission.Config{Conn: conn, Timeout: 10 * time.Second}, newFakeClock(), &notes)
 	ctx := t.Context()
+
+	// Round robin picks among the replicas that are READY and whose store
+	// health says SERVING; the connection is READY with the first. Probe
+	// until both have decided one (each probe account once), so the warm
+	// round below starts with both in the balancer.
+	probed := 0
+	for ready := false; !ready; probed++ {
+		i := probed
+		if i == probes {
+			t.Fatalf("after %d admissions one replica still decided none: the balancer never used both", probes)
+		}
+		k := account.Key(fmt.Sprint("probe-", i))
+		if err := c.Admit(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		decided := func(s *controlplanetest.Server) bool {
+			for j := range i + 1 {
+				if _, err := s.Store().Account(ctx, account.Key(fmt.Sprint("probe-", j)), time.Now()); err == nil {
+					return true
+				}
+			}
+			return false
+		}
+		if decided(a) && decided(b) {
+			ready = true
+		} else {
+			time.Sleep(250 * time.Millisecond) // let the second replica's health check report
+		}
+	}
 
 	// Round robin: distinct accounts land on both replicas (each has its
 	// own memory store, so an account's presence says who decided it).
@@ -171,7 +204,7 @@ func TestFailoverAcrossReplicas(t *testing.T) {
 	if st.Local != (admission.Counts{}) || st.Fallbacks != 0 || st.Errors != 0 {
 		t.Errorf("stats after killing one of two replicas = %+v; want every decision central (no local decision, fallback or error)", st)
 	}
-	if got, want := st.Central.Admits, int64(warm+callers*each); got != want {
+	if got, want := st.Central.Admits, int64(probed+warm+callers*each); got != want {
 		t.Errorf("central admits = %d, want %d", got, want)
 	}
 	// After the kill every caller's next request went to the survivor.
