@@ -24,10 +24,11 @@ import (
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
-// CapabilityVersion is the protocol version this package implements; it is
+// CapabilityVersion is the protocol version the data plane implements (this
+// package, admission and the broker client, dataplane/brokered); it is
 // sent in every hello. The numbers and their history are
 // controlplanev1.CapabilityVersion (proto/clodex/controlplane/v1/agent.proto).
-const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_LIMITS)
+const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_BROKER)
 
 const (
 	// DefaultHeartbeat is the default interval between heartbeats.
