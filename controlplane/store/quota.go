@@ -44,6 +44,9 @@ func merge(cur, q Quota) Quota {
 	if cur.Key == "" || !q.ReportedAt.Before(cur.ReportedAt) {
 		out := q
 		out.Windows = nil
+		if out.PlanType == "" {
+			out.PlanType = cur.PlanType // a usage-limit report may not name the plan
+		}
 		for _, w := range cur.Windows {
 			if !slices.ContainsFunc(q.Windows, func(n QuotaWindow) bool { return n.Name == w.Name }) {
 				out.Windows = append(out.Windows, w)

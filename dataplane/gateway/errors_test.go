@@ -246,7 +246,7 @@ func TestUsageLimitReset(t *testing.T) {
 		wantRetryAfter  string // rand 0.5: h + floor(0.5 × (ceil(1.25 h) − h + 1))
 		wantMsg         string
 	}{
-		{"resets in 4 h", 4 * 3600, "false", "", "The ChatGPT plan's usage limit was reached (usage_limit_reached, plus plan); it resets in 4h0m; retrying before then will not help"},
+		{"resets in 4 h", 4 * 3600, "false", "14400", "The ChatGPT plan's usage limit was reached (usage_limit_reached, plus plan); it resets in 4h0m; retrying before then will not help"},
 		{"resets in 30 s", 30, "true", "34", "The ChatGPT plan's usage limit was reached (usage_limit_reached, plus plan); it resets in 30s; retry after 34s"},
 	}
 	for _, tt := range tests {

@@ -278,14 +278,15 @@ func TestUpgrade5xxNamesTheUpstream(t *testing.T) {
 	}
 }
 
-// Usage limits from the emulator: a far reset is final and says when; a
+// Usage limits from the emulator: a far reset is final and says when (in
+// its message and its retry-after); a
 // near one is a 429 whose retry-after is the reset. Neither is retried
 // inside the data plane.
 func TestUsageLimitFromTheEmulator(t *testing.T) {
 	e := newEnv(t, envOptions{mutate: func(c *node.Config) { c.RetryRand = func() float64 { return 0 } }})
 	resp := e.post(t, "/v1/messages", gateway.MessagesBody(true, "#sim usage-limit 9000 pro"), nil)
-	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("X-Should-Retry") != "false" || resp.Header.Get("Retry-After") != "" {
-		t.Fatalf("far reset: status %d x-should-retry %q retry-after %q, want 429, false, none", resp.StatusCode,
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("X-Should-Retry") != "false" || resp.Header.Get("Retry-After") != "9000" {
+		t.Fatalf("far reset: status %d x-should-retry %q retry-after %q, want 429, false, 9000 (the reset)", resp.StatusCode,
 			resp.Header.Get("X-Should-Retry"), resp.Header.Get("Retry-After"))
 	}
 	const far = "The ChatGPT plan's usage limit was reached (usage_limit_reached, pro plan); it resets in 2h30m (at "

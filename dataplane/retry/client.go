@@ -72,7 +72,8 @@ func retryHint(e *translate.UpstreamError, f Facts) time.Duration {
 // drawn by RetryAfterHeader from its own hint (a usage limit's reset, a 429's retry-after)
 // or else f.Wait (when the upstream is due to be tried again), and its message ends with
 // "; retry after Ns" unless it already says when to retry. A failure no retry can fix gets
-// "x-should-retry: false" where ShouldRetry says so, and no retry-after.
+// "x-should-retry: false" where ShouldRetry says so, and no retry-after, except a usage limit
+// with a known reset: its retry-after is the reset, in whole seconds.
 func Answer(h http.Header, e *translate.UpstreamError, f Facts, rnd func() float64) *translate.UpstreamError {
 	if e == nil {
 		return nil
@@ -82,6 +83,12 @@ func Answer(h http.Header, e *translate.UpstreamError, f Facts, rnd func() float
 		h.Set("X-Should-Retry", v)
 	}
 	if v != "true" {
+		// A usage limit that resets later still says when: retry-after is
+		// the reset itself (whole seconds, not capped), so a client or an
+		// operator can schedule the next try; x-should-retry stays false.
+		if e.UsageLimit && e.ResetsIn > 0 {
+			h.Set("Retry-After", strconv.FormatInt(int64((e.ResetsIn+time.Second-1)/time.Second), 10))
+		}
 		return e
 	}
 	secs := RetryAfterHeader(retryHint(e, f), rnd)

@@ -141,7 +141,7 @@ func TestAnswer(t *testing.T) {
 		{"usage limit 30 s away: 30..38", &translate.UpstreamError{Status: 429, UsageLimit: true, ResetsIn: 30 * time.Second, Message: "limit; it resets in 30s"},
 			Facts{Wait: time.Second}, "34", "true", "limit; it resets in 30s; retry after 34s"},
 		{"usage limit hours away", &translate.UpstreamError{Status: 429, UsageLimit: true, ResetsIn: 3 * time.Hour, Message: "limit; retrying before then will not help"},
-			Facts{}, "", "false", "limit; retrying before then will not help"},
+			Facts{}, "10800", "false", "limit; retrying before then will not help"},
 		{"overflow", &translate.UpstreamError{Status: 400, ContextOverflow: true, Message: "prompt is too long"}, Facts{}, "", "false", "prompt is too long"},
 		{"plain 400", &translate.UpstreamError{Status: 400, Message: "bad"}, Facts{}, "", "", "bad"},
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -186,7 +187,15 @@ func (s *rateLimitsSink) frame(accountKey string, frame []byte) {
 	now := s.now()
 	rl, ok := translate.ParseRateLimits(frame, now)
 	if !ok {
-		return
+		// A usage-limit error says the account is at its limit; the
+		// windows last reported stay as they were.
+		if !bytes.Contains(frame, []byte("usage_limit_reached")) {
+			return
+		}
+		if e := translate.ClassifyFrame(frame); e == nil || !e.UsageLimit {
+			return
+		}
+		rl = translate.RateLimits{LimitReached: true}
 	}
 	if s.seen != nil {
 		s.seen(accountKey, rl)

@@ -37,6 +37,11 @@ func TestRateLimitsSink(t *testing.T) {
 	now = now.Add(2 * time.Second)
 	s.frame(key, frame(8))
 	if len(sent) != 3 || sent[1].GetWindows()[0].GetUsedPercent() != 8 {
-		t.Errorf("reports = %d, want 3: a change at once, the same figures again after a second", len(sent))
+		t.Fatalf("reports = %d, want 3: a change at once, the same figures again after a second", len(sent))
+	}
+	// A usage-limit error reports the limit reached (no windows).
+	s.frame(key, []byte(`{"type":"error","status":429,"error":{"type":"usage_limit_reached","code":"usage_limit_reached","message":"The usage limit has been reached","plan_type":"pro","resets_in_seconds":600}}`))
+	if len(sent) != 4 || !sent[3].GetLimitReached() || len(sent[3].GetWindows()) != 0 {
+		t.Errorf("reports = %d, last %v; want a fourth saying the limit is reached", len(sent), sent[len(sent)-1])
 	}
 }
