@@ -131,6 +131,9 @@ type Redis struct {
 	channel  string
 	defaults pacing.Policy
 	defRec   string // the default record, version 0
+	// admitConst are Admit's script arguments that never change, boxed
+	// once: the policies key, the default record, the idle time (ms).
+	admitPolicies, admitDefRec, admitIdle any
 	now      func() time.Time
 	clock    *redisClock // nil when Options.Now is set
 	timeout  time.Duration
@@ -214,6 +217,7 @@ func OpenRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		}
 	}
 	r.admits = newBatcher(client, scriptAdmit, r.timeout)
+	r.admitPolicies, r.admitDefRec, r.admitIdle = r.policiesKey(), r.defRec, r.idleMs
 	if opts.Now != nil {
 		r.now = opts.Now
 	} else {
@@ -446,7 +450,7 @@ func ints(v []any) ([]int64, error) {
 func (r *Redis) Admit(ctx context.Context, key string, now time.Time) (Admission, error) {
 	var v []any
 	err := r.call(ctx, "admit", func(ctx context.Context) error {
-		reply, err := r.admits.run(ctx, []string{r.acctKey(key), r.policiesKey()}, key, micros(now), r.defRec, r.idleMs)
+		reply, err := r.admits.run(ctx, r.admits.evalArgs(r.acctKey(key), r.admitPolicies, key, micros(now), r.admitDefRec, r.admitIdle))
 		if err != nil {
 			return err
 		}
@@ -468,9 +472,15 @@ func (r *Redis) Admit(ctx context.Context, key string, now time.Time) (Admission
 		}
 		return a, nil
 	}
-	n, err := ints(v)
-	if err != nil || len(n) != 9 {
-		return Admission{}, fmt.Errorf("admit: malformed script reply %v: %w", v, err)
+	var n [9]int64
+	if len(v) != len(n) {
+		return Admission{}, fmt.Errorf("admit: malformed script reply %v: %d elements; want %d", v, len(v), len(n))
+	}
+	for i, x := range v {
+		var ok bool
+		if n[i], ok = x.(int64); !ok {
+			return Admission{}, fmt.Errorf("admit: malformed script reply %v: element %d is %T; want an integer", v, i, x)
+		}
 	}
 	d := pacing.Decision{
 		Kind:         pacing.Kind(n[0]),

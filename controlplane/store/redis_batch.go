@@ -31,6 +31,7 @@ const (
 type batcher struct {
 	client  redis.UniversalClient
 	script  *redis.Script
+	sha     any           // the script's SHA-1, boxed once
 	timeout time.Duration // each pipeline's deadline
 
 	reqs chan *batchCall // unbuffered: a call waits until a dispatcher takes it
@@ -39,12 +40,14 @@ type batcher struct {
 	wg   sync.WaitGroup
 }
 
-// batchCall is one call: its keys and arguments, and where its result goes.
+// batchCall is one call: its command's arguments, and where its result
+// goes. Calls are pooled: one whose caller received its result is reused.
 type batchCall struct {
-	keys []string
 	args []any
 	done chan batchResult // size 1: the dispatcher never blocks on a caller that left
 }
+
+var callPool = sync.Pool{New: func() any { return &batchCall{done: make(chan batchResult, 1)} }}
 
 type batchResult struct {
 	v   any
@@ -52,7 +55,7 @@ type batchResult struct {
 }
 
 func newBatcher(client redis.UniversalClient, script *redis.Script, timeout time.Duration) *batcher {
-	b := &batcher{client: client, script: script, timeout: timeout, reqs: make(chan *batchCall), quit: make(chan struct{})}
+	b := &batcher{client: client, script: script, sha: script.Hash(), timeout: timeout, reqs: make(chan *batchCall), quit: make(chan struct{})}
 	for range batchPipelines {
 		b.wg.Go(b.dispatchLoop)
 	}
@@ -68,22 +71,37 @@ func (b *batcher) close() {
 
 var errBatcherClosed = errors.New("redis store closed")
 
-// run runs the script with keys and args in the next pipeline and returns
-// its reply, or ctx's error when ctx ends first (the call may still run).
-func (b *batcher) run(ctx context.Context, keys []string, args ...any) (any, error) {
-	c := &batchCall{keys: keys, args: args, done: make(chan batchResult, 1)}
+// evalArgs returns the EVALSHA arguments of the script with two keys and
+// four arguments, with room for nothing else: one allocation, where
+// Script.EvalSha would copy the keys and arguments into a new slice.
+func (b *batcher) evalArgs(key1, key2, arg1, arg2, arg3, arg4 any) []any {
+	return []any{"evalsha", b.sha, 2, key1, key2, arg1, arg2, arg3, arg4}
+}
+
+// run runs one EVALSHA of the script (args from evalArgs) in the next
+// pipeline and returns its reply, or ctx's error when ctx ends first (the
+// call may still run).
+func (b *batcher) run(ctx context.Context, args []any) (any, error) {
+	c := callPool.Get().(*batchCall)
+	c.args = args
 	select {
 	case b.reqs <- c:
 	case <-ctx.Done():
+		c.args = nil
+		callPool.Put(c)
 		return nil, ctx.Err()
 	case <-b.quit:
+		c.args = nil
+		callPool.Put(c)
 		return nil, errBatcherClosed
 	}
 	select {
 	case r := <-c.done:
+		c.args = nil
+		callPool.Put(c) // the dispatcher is done with it
 		return r.v, r.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, ctx.Err() // c stays with the dispatcher's late result
 	}
 }
 
@@ -140,7 +158,10 @@ func (b *batcher) exec(ctx context.Context, batch []*batchCall) []*redis.Cmd {
 	pipe := b.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, c := range batch {
-		cmds[i] = b.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		cmd := redis.NewCmd(ctx, c.args...)
+		cmd.SetFirstKeyPos(3) // as Script.EvalSha: the keys follow the script and their count
+		_ = pipe.Process(ctx, cmd)
+		cmds[i] = cmd
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	return cmds
