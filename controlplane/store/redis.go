@@ -131,9 +131,6 @@ type Redis struct {
 	channel  string
 	defaults pacing.Policy
 	defRec   string // the default record, version 0
-	// admitConst are Admit's script arguments that never change, boxed
-	// once: the policies key, the default record, the idle time (ms).
-	admitPolicies, admitDefRec, admitIdle any
 	now      func() time.Time
 	clock    *redisClock // nil when Options.Now is set
 	timeout  time.Duration
@@ -143,6 +140,10 @@ type Redis struct {
 	replica  string
 	log      *slog.Logger
 	metrics  *redisMetrics
+
+	// Admit's script arguments that never change, boxed once: the
+	// policies key, the default record, the idle time (ms).
+	admitPolicies, admitDefRec, admitIdle any
 
 	breaker breaker
 	local   *fallback
