@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/clodex/clodex/controlplane/bearer"
@@ -42,6 +43,12 @@ const DefaultShutdownGrace = 5 * time.Second
 // before a message is read (see Server's InTapHandle), so a caller
 // without one costs no message buffer at all.
 const MaxRecvMsgSize = 256 << 10
+
+// KeepaliveEnforcement lets data planes ping every 5 s or more, with or
+// without an open stream: they ping a quiet connection every 10 s to
+// notice a hung replica (admission.Keepalive). gRPC's default (5 min)
+// would answer those pings with GOAWAY too_many_pings.
+var KeepaliveEnforcement = keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}
 
 // MaxHeaderListSize bounds a request's header list (metadata). Requests
 // carry a bearer token, a user agent and trace context: well under 1 KB.
@@ -289,6 +296,7 @@ func New(opts Options) (*Server, error) {
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.MaxHeaderListSize(MaxHeaderListSize),
+		grpc.KeepaliveEnforcementPolicy(KeepaliveEnforcement),
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelOpts...)),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.streamInterceptor),

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	_ "google.golang.org/grpc/health" // client-side health checking for the service config's healthCheckConfig
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 )
@@ -49,6 +51,31 @@ const serviceConfig = `{
     }
   }]
 }`
+
+// Keepalive pings each control-plane replica's connection after
+// KeepaliveTime without activity and drops it when no answer comes within
+// KeepaliveTimeout. A replica that hangs (stopped, or cut off by a network
+// that drops packets instead of refusing them) keeps its TCP connection
+// open and its health stream silent, so without pings round robin would
+// keep sending it every other RPC, each costing the Admit deadline; with
+// them its connection fails within KeepaliveTime + KeepaliveTimeout and
+// the balancer stops using it. 10 s is the shortest interval gRPC allows a
+// client; the control plane permits pings every 5 s
+// (controlplane.KeepaliveEnforcement).
+var Keepalive = keepalive.ClientParameters{
+	Time:                KeepaliveTime,
+	Timeout:             KeepaliveTimeout,
+	PermitWithoutStream: true,
+}
+
+const (
+	// KeepaliveTime is how long a control-plane connection may be quiet
+	// before the data plane pings it.
+	KeepaliveTime = 10 * time.Second
+	// KeepaliveTimeout is how long the data plane waits for a ping's
+	// answer before it drops the connection.
+	KeepaliveTimeout = 3 * time.Second
+)
 
 // ControlPlanes is a parsed --control-plane value: the replicas a data
 // plane balances its RPCs over.
@@ -138,6 +165,7 @@ func (c ControlPlanes) DialOptions() []grpc.DialOption {
 		grpc.WithDefaultServiceConfig(serviceConfig),
 		grpc.WithDisableServiceConfig(),
 		DialOption(),
+		grpc.WithKeepaliveParams(Keepalive),
 	}
 	if len(c.Addrs) > 0 {
 		r := manual.NewBuilderWithScheme(listScheme)
