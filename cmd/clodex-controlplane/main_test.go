@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -409,5 +410,20 @@ func TestRunRedisReplicas(t *testing.T) {
 		if !strings.Contains(out, "store=redis") {
 			t.Errorf("the log does not name the store:\n%s", out)
 		}
+	}
+}
+
+// Without GOGC in the environment the control plane collects at
+// defaultGOGC; a GOGC the operator set is left alone.
+func TestTuneGC(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	tuneGC(func(string) (string, bool) { return "", false })
+	if got := debug.SetGCPercent(100); got != 400 {
+		t.Errorf("GC percent without GOGC = %d, want 400", got)
+	}
+	tuneGC(func(k string) (string, bool) { return "50", k == "GOGC" })
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GC percent with GOGC=50 in the environment = %d, want it left at 100 (the runtime applied GOGC itself)", got)
 	}
 }
