@@ -403,10 +403,12 @@ func (a *agentService) Connect(stream agentStream) error {
 	if reason := s.agents.add(c); reason != "" {
 		_ = stream.Send(&controlplanev1.ConnectResponse{Msg: &controlplanev1.ConnectResponse_Close{Close: &controlplanev1.AgentClose{Reason: reason}}})
 		s.dropAgent(ctx, c, accts)
+		s.leaveRoster(ctx, c)
 		return status.Error(codes.Unavailable, reason)
 	}
 	defer func() {
 		s.dropAgent(ctx, c, c.accountsNow(s.agents))
+		s.leaveRoster(ctx, c)
 		s.agents.remove(c)
 	}()
 	s.log.InfoContext(ctx, "agent connected", "agent_id", c.id, "host", c.host, "version", c.version,
@@ -779,6 +781,7 @@ const agentDirTimeout = time.Second
 // (the shared store is unreachable) is logged at debug level: the next
 // heartbeat touches again, and pushes fall back to the last counts.
 func (s *Server) touchAgent(ctx context.Context, c *agentConn, keys []string, now time.Time) {
+	s.putRoster(ctx, c, keys, now)
 	if s.dir == nil || len(keys) == 0 {
 		return
 	}
@@ -786,6 +789,70 @@ func (s *Server) touchAgent(ctx context.Context, c *agentConn, keys []string, no
 	if err != nil {
 		s.log.DebugContext(ctx, "register agent in the store", "agent_id", c.id, "err", err)
 	}
+}
+
+// putRoster records c in the fleet's roster, for every replica to list.
+// A failure is logged at debug level: the next heartbeat writes again.
+func (s *Server) putRoster(ctx context.Context, c *agentConn, keys []string, now time.Time) {
+	if s.roster == nil {
+		return
+	}
+	err := s.roster.PutAgent(ctx, store.AgentStream{Agent: c.id, Stream: c.stream}, store.AgentInfo{
+		ID: c.id, Host: c.host, Version: c.version, CapabilityVersion: c.capability,
+		Accounts: slices.Clone(keys), ConnectedUnixMs: c.connected.UnixMilli(),
+		LastSeenUnixMs: now.UnixMilli(), UntilUnixMs: now.Add(AgentLiveWindow).UnixMilli(),
+	})
+	if err != nil {
+		s.log.DebugContext(ctx, "record agent in the roster", "agent_id", c.id, "err", err)
+	}
+}
+
+// leaveRoster removes c's stream from the fleet's roster (its stream
+// ended), unless a newer stream of the agent has written it since.
+func (s *Server) leaveRoster(ctx context.Context, c *agentConn) {
+	if s.roster == nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), agentDirTimeout)
+	defer cancel()
+	if err := s.roster.RemoveAgent(dctx, store.AgentStream{Agent: c.id, Stream: c.stream}); err != nil {
+		s.log.DebugContext(ctx, "remove agent from the roster", "agent_id", c.id, "err", err)
+	}
+}
+
+// fleetAgents is every agent of the fleet, ordered by id: this replica's
+// own (whose state it knows first-hand) and the ones the roster holds for
+// other replicas. When the roster cannot be read, this replica's own.
+func (s *Server) fleetAgents(ctx context.Context) []*controlplanev1.Agent {
+	own := s.agents.list()
+	if s.roster == nil {
+		return own
+	}
+	now := s.now()
+	infos, err := s.roster.Agents(ctx, now)
+	if err != nil {
+		s.log.DebugContext(ctx, "list the fleet's agents", "err", err)
+		return own
+	}
+	seen := make(map[string]bool, len(own))
+	for _, a := range own {
+		seen[a.GetId()] = true
+	}
+	out := own
+	for _, in := range infos {
+		if seen[in.ID] {
+			continue
+		}
+		accts := slices.Clone(in.Accounts)
+		slices.Sort(accts)
+		out = append(out, &controlplanev1.Agent{
+			Id: in.ID, Host: in.Host, Version: in.Version, CapabilityVersion: int32(in.CapabilityVersion),
+			Accounts: accts, LastSeenUnixMs: in.LastSeenUnixMs, ConnectedUnixMs: in.ConnectedUnixMs,
+			Live: now.Before(time.UnixMilli(in.UntilUnixMs)),
+		})
+	}
+	slices.SortFunc(out, func(a, b *controlplanev1.Agent) int { return cmp.Compare(a.GetId(), b.GetId()) })
+	return out
 }
 
 // dropAgent removes c's stream from the directory for keys (after its

@@ -483,3 +483,55 @@ func TestLiveAgentsCountEveryReplica(t *testing.T) {
 	b.Stop() // B's streams end: it deregisters its agents
 	waitPush(t, pushesA, func(p *controlplanev1.PolicyPush) bool { return p.GetLiveAgents() == 1 })
 }
+
+// Two replicas over one Redis, an agent on each: either replica lists
+// both (clodexctl agents shows the fleet whichever replica the Service
+// picked), and an agent that says goodbye leaves both lists.
+func TestAnyReplicaListsTheFleet(t *testing.T) {
+	rs := redistest.Start(t)
+	base := controlplanetest.Options{RedisURL: rs.URL, RedisPrefix: "roster:", RedisTimeout: 5 * time.Second}
+	optsA, optsB := base, base
+	optsA.Replica, optsB.Replica = "cp-a", "cp-b"
+	a := controlplanetest.Start(t, &optsA)
+	b := controlplanetest.Start(t, &optsB)
+
+	stA := connect(t, a, hello("agent-a", key))
+	recvPolicy(t, stA)
+	stB := connect(t, b, hello("agent-b", key))
+	recvPolicy(t, stB)
+
+	list := func(srv *controlplanetest.Server) []*controlplanev1.Agent {
+		t.Helper()
+		resp, err := controlplanev1.NewAdminServiceClient(srv.Dial(srv.AdminToken, nil)).ListAgents(t.Context(), &controlplanev1.ListAgentsRequest{})
+		if err != nil {
+			t.Fatalf("ListAgents: %v", err)
+		}
+		return resp.GetAgents()
+	}
+	for name, srv := range map[string]*controlplanetest.Server{"A": a, "B": b} {
+		got := list(srv)
+		if len(got) != 2 || got[0].GetId() != "agent-a" || got[1].GetId() != "agent-b" {
+			t.Fatalf("replica %s lists %v; want agent-a and agent-b", name, got)
+		}
+		for _, g := range got {
+			if !g.GetLive() || g.GetHost() != "h" || g.GetVersion() != "v" || len(g.GetAccounts()) != 1 || g.GetAccounts()[0] != key {
+				t.Errorf("replica %s lists %v; want live, host h, version v, accounts [%s]", name, g, key)
+			}
+		}
+	}
+
+	if err := stB.Send(&controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_Goodbye{Goodbye: &controlplanev1.AgentGoodbye{}}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second) // a bound, not a speed assertion
+	for {
+		got := list(a)
+		if len(got) == 1 && got[0].GetId() == "agent-a" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica A still lists %v after agent-b said goodbye to replica B", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

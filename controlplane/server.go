@@ -114,6 +114,16 @@ type AgentDirectory interface {
 	LiveAgents(ctx context.Context, keys []string, now time.Time) ([]int, error)
 }
 
+// AgentRoster holds every agent of a fleet of replicas sharing a store,
+// with what ListAgents shows of it, so that any replica lists the whole
+// fleet and not only the agents whose streams it holds. *store.Redis
+// implements it; without it (one control plane) a server lists its own.
+type AgentRoster interface {
+	PutAgent(ctx context.Context, s store.AgentStream, info store.AgentInfo) error
+	RemoveAgent(ctx context.Context, s store.AgentStream) error
+	Agents(ctx context.Context, now time.Time) ([]store.AgentInfo, error)
+}
+
 // QuotaStore keeps the latest plan usage data planes report per account
 // and window (codex.rate_limits), for every replica sharing a store.
 // *store.Memory and *store.Redis implement it; with a PolicyStore that
@@ -202,6 +212,7 @@ type Server struct {
 	agents        *registry
 	scopes        *scopeSet      // scoped agent credentials (Options.AgentCreds)
 	dir           AgentDirectory // nil: count this server's agents only
+	roster        AgentRoster    // nil: list this server's agents only
 	streams       sync.WaitGroup // agent streams' receive loops
 
 	liveMu   sync.Mutex     // guards lastLive
@@ -277,6 +288,9 @@ func New(opts Options) (*Server, error) {
 	s.accounts = newAccountRegistry(opts.MaxAccountsPerCredential)
 	if d, ok := opts.Policies.(AgentDirectory); ok {
 		s.dir = d
+	}
+	if r, ok := opts.Policies.(AgentRoster); ok {
+		s.roster = r
 	}
 	s.OnShutdown(s.agents.closeAll)
 	s.metrics = newMetrics(opts.Policies, opts.Now, s.agents)

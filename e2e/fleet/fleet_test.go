@@ -343,22 +343,14 @@ func (h *harness) waitAgents(ctx context.Context, n int) {
 	deadline := time.Now().Add(30 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
-		// Each replica lists the agents whose streams it holds, so the
-		// fleet's agents are the union over every replica.
+		// Any replica lists the whole fleet (replicas share a roster in
+		// Redis), so asking the first is enough, whichever replica holds
+		// each agent's stream.
 		live := map[string]bool{}
-		var err error
-		var all []cluster.AgentView
-		for _, cp := range h.f.ControlPlanes {
-			agents, aerr := cp.Agents(ctx)
-			if aerr != nil {
-				err = aerr
-				break
-			}
-			all = append(all, agents...)
-			for _, a := range agents {
-				if (a.Live == nil || *a.Live) && contains(a.Accounts, key, cluster.Account) {
-					live[a.ID] = true
-				}
+		all, err := h.f.ControlPlane.Agents(ctx)
+		for _, a := range all {
+			if (a.Live == nil || *a.Live) && contains(a.Accounts, key, cluster.Account) {
+				live[a.ID] = true
 			}
 		}
 		if err == nil {

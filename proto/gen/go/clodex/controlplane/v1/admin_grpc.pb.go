@@ -60,7 +60,9 @@ type AdminServiceClient interface {
 	// read the next page; an empty next_page_token means the last page.
 	ListAccounts(ctx context.Context, in *ListAccountsRequest, opts ...grpc.CallOption) (*ListAccountsResponse, error)
 	// ListAgents returns the registered agents (live, or expired and not yet
-	// dropped), ordered by id, one page at a time as ListAccounts.
+	// dropped), ordered by id, one page at a time as ListAccounts. Replicas
+	// over one Redis share a roster: any replica lists every agent of the
+	// fleet, whichever replica holds its stream.
 	ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error)
 	// SetAdaptive turns adaptive mode (the learned upgrade throttle) on or
 	// off for one account; it is on by default. In adaptive mode an upstream
@@ -275,7 +277,9 @@ type AdminServiceServer interface {
 	// read the next page; an empty next_page_token means the last page.
 	ListAccounts(context.Context, *ListAccountsRequest) (*ListAccountsResponse, error)
 	// ListAgents returns the registered agents (live, or expired and not yet
-	// dropped), ordered by id, one page at a time as ListAccounts.
+	// dropped), ordered by id, one page at a time as ListAccounts. Replicas
+	// over one Redis share a roster: any replica lists every agent of the
+	// fleet, whichever replica holds its stream.
 	ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error)
 	// SetAdaptive turns adaptive mode (the learned upgrade throttle) on or
 	// off for one account; it is on by default. In adaptive mode an upstream
