@@ -171,7 +171,33 @@ const (
 	MaxAccountsPage     = 1000
 	DefaultAgentsPage   = 20
 	MaxAgentsPage       = 100
+	// Sign-ins are small (ListLogins); a scoped agent credential names up
+	// to 1000 accounts, as an agent does (ListAgentCredentials).
+	DefaultLoginsPage     = 500
+	MaxLoginsPage         = 1000
+	DefaultAgentCredsPage = 20
+	MaxAgentCredsPage     = 100
 )
+
+// maxPageToken bounds a page token: the key or name of the last item of
+// the previous page.
+const maxPageToken = 256
+
+// pageOf sorts items by keyOf and returns the page a request asked for
+// (page_size and page_token, as ListAccounts takes them) and the next page
+// token.
+func pageOf[T any](items []T, keyOf func(T) string, pageSizeReq int32, token string, def, limit int) ([]T, string, error) {
+	size, err := pageSize(pageSizeReq, def, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(token) > maxPageToken {
+		return nil, "", invalidf("page_token is not one this server returned; want empty or a previous answer's next_page_token")
+	}
+	slices.SortFunc(items, func(a, b T) int { return strings.Compare(keyOf(a), keyOf(b)) })
+	pg, next := page(items, keyOf, token, size)
+	return pg, next, nil
+}
 
 // pageSize resolves a request's page size: 0 is def, 1..limit as given.
 func pageSize(n int32, def, limit int) (int, error) {

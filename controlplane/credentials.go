@@ -62,7 +62,7 @@ func (a *adminService) ImportLogin(ctx context.Context, req *controlplanev1.Impo
 	return &controlplanev1.ImportLoginResponse{Login: loginProto(st)}, nil
 }
 
-func (a *adminService) ListLogins(ctx context.Context, _ *controlplanev1.ListLoginsRequest) (*controlplanev1.ListLoginsResponse, error) {
+func (a *adminService) ListLogins(ctx context.Context, req *controlplanev1.ListLoginsRequest) (*controlplanev1.ListLoginsResponse, error) {
 	s := a.s
 	if s.opts.Broker == nil {
 		return nil, errNoBroker
@@ -75,7 +75,11 @@ func (a *adminService) ListLogins(ctx context.Context, _ *controlplanev1.ListLog
 	for i, st := range sts {
 		out[i] = loginProto(st)
 	}
-	return &controlplanev1.ListLoginsResponse{Logins: out}, nil
+	pg, next, err := pageOf(out, (*controlplanev1.Login).GetKey, req.GetPageSize(), req.GetPageToken(), DefaultLoginsPage, MaxLoginsPage)
+	if err != nil {
+		return nil, s.toStatus(ctx, "ListLogins", err)
+	}
+	return &controlplanev1.ListLoginsResponse{Logins: pg, NextPageToken: next}, nil
 }
 
 func (a *adminService) GetLogin(ctx context.Context, req *controlplanev1.GetLoginRequest) (*controlplanev1.GetLoginResponse, error) {

@@ -167,7 +167,7 @@ func agentCredProto(c store.AgentCred) *controlplanev1.AgentCredential {
 	return &controlplanev1.AgentCredential{Name: c.Name, Accounts: slices.Clone(c.Accounts), CreatedUnixMs: c.Created.UnixMilli()}
 }
 
-func (a *adminService) ListAgentCredentials(ctx context.Context, _ *controlplanev1.ListAgentCredentialsRequest) (*controlplanev1.ListAgentCredentialsResponse, error) {
+func (a *adminService) ListAgentCredentials(ctx context.Context, req *controlplanev1.ListAgentCredentialsRequest) (*controlplanev1.ListAgentCredentialsResponse, error) {
 	s := a.s
 	if s.opts.AgentCreds == nil {
 		return nil, errNoAgentCreds
@@ -180,7 +180,11 @@ func (a *adminService) ListAgentCredentials(ctx context.Context, _ *controlplane
 	for i, c := range cs {
 		out[i] = agentCredProto(c)
 	}
-	return &controlplanev1.ListAgentCredentialsResponse{Credentials: out}, nil
+	pg, next, err := pageOf(out, (*controlplanev1.AgentCredential).GetName, req.GetPageSize(), req.GetPageToken(), DefaultAgentCredsPage, MaxAgentCredsPage)
+	if err != nil {
+		return nil, s.toStatus(ctx, "ListAgentCredentials", err)
+	}
+	return &controlplanev1.ListAgentCredentialsResponse{Credentials: pg, NextPageToken: next}, nil
 }
 
 func (a *adminService) RemoveAgentCredential(ctx context.Context, req *controlplanev1.RemoveAgentCredentialRequest) (*controlplanev1.RemoveAgentCredentialResponse, error) {

@@ -199,16 +199,28 @@ func (e *env) importLogin(ctx context.Context, req *controlplanev1.ImportLoginRe
 }
 
 func (e *env) accountList(ctx context.Context) error {
-	var resp *controlplanev1.ListLoginsResponse
-	err := e.withAdmin(ctx, func(ctx context.Context, c *client) (err error) {
-		resp, err = c.admin.ListLogins(ctx, &controlplanev1.ListLoginsRequest{})
-		return c.loginError(err, "", "")
+	var logins []*controlplanev1.Login
+	err := e.withAdmin(ctx, func(ctx context.Context, c *client) error {
+		logins = nil
+		req := &controlplanev1.ListLoginsRequest{}
+		for {
+			resp, err := c.admin.ListLogins(ctx, req)
+			if err != nil {
+				return c.loginError(err, "", "")
+			}
+			logins = append(logins, resp.GetLogins()...)
+			next := resp.GetNextPageToken()
+			if next == "" || next == req.GetPageToken() {
+				return nil
+			}
+			req.PageToken = next
+		}
 	})
 	if err != nil {
 		return err
 	}
-	views := make([]loginView, 0, len(resp.GetLogins()))
-	for _, l := range resp.GetLogins() {
+	views := make([]loginView, 0, len(logins))
+	for _, l := range logins {
 		views = append(views, loginViewOf(l))
 	}
 	if e.g.output == "json" {

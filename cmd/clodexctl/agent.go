@@ -150,16 +150,28 @@ func (e *env) agentCreate(ctx context.Context, name, accounts, out string) error
 }
 
 func (e *env) agentList(ctx context.Context) error {
-	var resp *controlplanev1.ListAgentCredentialsResponse
-	err := e.withAdmin(ctx, func(ctx context.Context, c *client) (err error) {
-		resp, err = c.admin.ListAgentCredentials(ctx, &controlplanev1.ListAgentCredentialsRequest{})
-		return c.loginError(err, "", "")
+	var creds []*controlplanev1.AgentCredential
+	err := e.withAdmin(ctx, func(ctx context.Context, c *client) error {
+		creds = nil
+		req := &controlplanev1.ListAgentCredentialsRequest{}
+		for {
+			resp, err := c.admin.ListAgentCredentials(ctx, req)
+			if err != nil {
+				return c.loginError(err, "", "")
+			}
+			creds = append(creds, resp.GetCredentials()...)
+			next := resp.GetNextPageToken()
+			if next == "" || next == req.GetPageToken() {
+				return nil
+			}
+			req.PageToken = next
+		}
 	})
 	if err != nil {
 		return err
 	}
-	views := make([]agentCredView, 0, len(resp.GetCredentials()))
-	for _, cr := range resp.GetCredentials() {
+	views := make([]agentCredView, 0, len(creds))
+	for _, cr := range creds {
 		views = append(views, agentCredViewOf(cr))
 	}
 	if e.g.output == "json" {

@@ -1463,7 +1463,12 @@ func (x *Login) GetNeedsLogin() string {
 }
 
 type ListLoginsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size is the most sign-ins to return: 1..1000; 0 means 500.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous answer's next_page_token; empty for the first
+	// page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1498,9 +1503,25 @@ func (*ListLoginsRequest) Descriptor() ([]byte, []int) {
 	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
+func (x *ListLoginsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListLoginsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListLoginsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Logins        []*Login               `protobuf:"bytes,1,rep,name=logins,proto3" json:"logins,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Logins []*Login               `protobuf:"bytes,1,rep,name=logins,proto3" json:"logins,omitempty"`
+	// next_page_token reads the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1540,6 +1561,13 @@ func (x *ListLoginsResponse) GetLogins() []*Login {
 		return x.Logins
 	}
 	return nil
+}
+
+func (x *ListLoginsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GetLoginRequest struct {
@@ -1881,7 +1909,13 @@ func (x *CreateAgentCredentialResponse) GetCredential() *AgentCredential {
 }
 
 type ListAgentCredentialsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size is the most credentials to return: 1..100; 0 means 20 (a
+	// credential names up to 1000 accounts).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous answer's next_page_token; empty for the first
+	// page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1916,9 +1950,25 @@ func (*ListAgentCredentialsRequest) Descriptor() ([]byte, []int) {
 	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
+func (x *ListAgentCredentialsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAgentCredentialsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListAgentCredentialsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Credentials   []*AgentCredential     `protobuf:"bytes,1,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Credentials []*AgentCredential     `protobuf:"bytes,1,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	// next_page_token reads the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1958,6 +2008,13 @@ func (x *ListAgentCredentialsResponse) GetCredentials() []*AgentCredential {
 		return x.Credentials
 	}
 	return nil
+}
+
+func (x *ListAgentCredentialsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type RemoveAgentCredentialRequest struct {
@@ -2155,10 +2212,14 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\x14refreshed_at_unix_ms\x18\x04 \x01(\x03R\x11refreshedAtUnixMs\x12\x1c\n" +
 	"\trefreshes\x18\x05 \x01(\x03R\trefreshes\x12\x1f\n" +
 	"\vneeds_login\x18\x06 \x01(\tR\n" +
-	"needsLogin\"\x13\n" +
-	"\x11ListLoginsRequest\"K\n" +
+	"needsLogin\"O\n" +
+	"\x11ListLoginsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"s\n" +
 	"\x12ListLoginsResponse\x125\n" +
-	"\x06logins\x18\x01 \x03(\v2\x1d.clodex.controlplane.v1.LoginR\x06logins\"#\n" +
+	"\x06logins\x18\x01 \x03(\v2\x1d.clodex.controlplane.v1.LoginR\x06logins\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"#\n" +
 	"\x0fGetLoginRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"G\n" +
 	"\x10GetLoginResponse\x123\n" +
@@ -2177,10 +2238,14 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\x1dCreateAgentCredentialResponse\x12G\n" +
 	"\n" +
 	"credential\x18\x01 \x01(\v2'.clodex.controlplane.v1.AgentCredentialR\n" +
-	"credential\"\x1d\n" +
-	"\x1bListAgentCredentialsRequest\"i\n" +
+	"credential\"Y\n" +
+	"\x1bListAgentCredentialsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x91\x01\n" +
 	"\x1cListAgentCredentialsResponse\x12I\n" +
-	"\vcredentials\x18\x01 \x03(\v2'.clodex.controlplane.v1.AgentCredentialR\vcredentials\"2\n" +
+	"\vcredentials\x18\x01 \x03(\v2'.clodex.controlplane.v1.AgentCredentialR\vcredentials\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"2\n" +
 	"\x1cRemoveAgentCredentialRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x1f\n" +
 	"\x1dRemoveAgentCredentialResponse2\xf4\v\n" +

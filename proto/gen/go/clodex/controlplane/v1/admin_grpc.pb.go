@@ -84,7 +84,8 @@ type AdminServiceClient interface {
 	// account's previous sign-in. FailedPrecondition when the control plane
 	// runs without --credential-key-file.
 	ImportLogin(ctx context.Context, in *ImportLoginRequest, opts ...grpc.CallOption) (*ImportLoginResponse, error)
-	// ListLogins returns every sign-in the broker holds, ordered by key.
+	// ListLogins returns every sign-in the broker holds, ordered by key, one
+	// page at a time as ListAccounts.
 	ListLogins(ctx context.Context, in *ListLoginsRequest, opts ...grpc.CallOption) (*ListLoginsResponse, error)
 	// GetLogin returns one account's sign-in; NotFound when there is none.
 	GetLogin(ctx context.Context, in *GetLoginRequest, opts ...grpc.CallOption) (*GetLoginResponse, error)
@@ -97,7 +98,8 @@ type AdminServiceClient interface {
 	// is PermissionDenied). clodexctl agent create draws the token and
 	// writes it to a file; the control plane keeps only its digest.
 	CreateAgentCredential(ctx context.Context, in *CreateAgentCredentialRequest, opts ...grpc.CallOption) (*CreateAgentCredentialResponse, error)
-	// ListAgentCredentials returns the scoped agent credentials, by name.
+	// ListAgentCredentials returns the scoped agent credentials, ordered by
+	// name, one page at a time as ListAccounts.
 	ListAgentCredentials(ctx context.Context, in *ListAgentCredentialsRequest, opts ...grpc.CallOption) (*ListAgentCredentialsResponse, error)
 	// RemoveAgentCredential revokes one scoped agent credential by name;
 	// NotFound when there is none.
@@ -301,7 +303,8 @@ type AdminServiceServer interface {
 	// account's previous sign-in. FailedPrecondition when the control plane
 	// runs without --credential-key-file.
 	ImportLogin(context.Context, *ImportLoginRequest) (*ImportLoginResponse, error)
-	// ListLogins returns every sign-in the broker holds, ordered by key.
+	// ListLogins returns every sign-in the broker holds, ordered by key, one
+	// page at a time as ListAccounts.
 	ListLogins(context.Context, *ListLoginsRequest) (*ListLoginsResponse, error)
 	// GetLogin returns one account's sign-in; NotFound when there is none.
 	GetLogin(context.Context, *GetLoginRequest) (*GetLoginResponse, error)
@@ -314,7 +317,8 @@ type AdminServiceServer interface {
 	// is PermissionDenied). clodexctl agent create draws the token and
 	// writes it to a file; the control plane keeps only its digest.
 	CreateAgentCredential(context.Context, *CreateAgentCredentialRequest) (*CreateAgentCredentialResponse, error)
-	// ListAgentCredentials returns the scoped agent credentials, by name.
+	// ListAgentCredentials returns the scoped agent credentials, ordered by
+	// name, one page at a time as ListAccounts.
 	ListAgentCredentials(context.Context, *ListAgentCredentialsRequest) (*ListAgentCredentialsResponse, error)
 	// RemoveAgentCredential revokes one scoped agent credential by name;
 	// NotFound when there is none.
