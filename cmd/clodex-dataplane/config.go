@@ -55,7 +55,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "`address` of the Anthropic API listener (non-loopback needs --api-key-file)")
 	fs.StringVar(&c.UpstreamURL, "upstream-url", upstream.DefaultURL, "Codex Responses WebSocket `URL` (ws:// or wss://)")
-	fs.StringVar(&c.CodexAuth, "codex-auth", "", "Codex CLI auth.json `file` with the ChatGPT sign-in (default $CODEX_HOME/auth.json or ~/.codex/auth.json; with --control-plane, none: access tokens come from the control plane's credential broker)")
+	fs.Var(&codexAuthFlag{c: &c.Config}, "codex-auth", "Codex CLI auth.json `file` with the ChatGPT sign-in; repeat it to serve several accounts, new conversations going to the one with the most headroom (default $CODEX_HOME/auth.json or ~/.codex/auth.json; with --control-plane, none: access tokens come from the control plane's credential broker)")
 	fs.StringVar(&c.TokenEndpoint, "token-endpoint", credentials.DefaultTokenEndpoint, "OAuth token endpoint `URL` used to refresh --codex-auth")
 	fs.StringVar(&c.Refresh, "refresh", "", "refresh --codex-auth before it expires: `auto` or never (default auto; never with --control-plane)")
 	fs.StringVar(&c.AdminListen, "admin-listen", "", "`address` for /metrics, /debug/ and, with --pprof, /debug/pprof (default off; non-loopback needs --metrics-token-file)")
@@ -138,4 +138,24 @@ func defaultCodexAuth(lookupEnv func(string) (string, bool)) string {
 		return filepath.Join(h, ".codex", "auth.json")
 	}
 	return filepath.Join(".codex", "auth.json")
+}
+
+// codexAuthFlag is --codex-auth, which may be repeated: the first file is
+// Config.CodexAuth, the others Config.ExtraCodexAuth.
+type codexAuthFlag struct{ c *node.Config }
+
+func (f *codexAuthFlag) String() string {
+	if f == nil || f.c == nil {
+		return ""
+	}
+	return strings.Join(append([]string{f.c.CodexAuth}, f.c.ExtraCodexAuth...), ",")
+}
+
+func (f *codexAuthFlag) Set(v string) error {
+	if f.c.CodexAuth == "" {
+		f.c.CodexAuth = v
+		return nil
+	}
+	f.c.ExtraCodexAuth = append(f.c.ExtraCodexAuth, v)
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/clodex/clodex/dataplane/accounts"
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/retry"
@@ -28,6 +29,17 @@ type CredentialsSource interface {
 	// error (wrapping credentials.ErrLoginRequired when the user must sign
 	// in again).
 	Rejected(ctx context.Context, token credentials.Secret) (credentials.Credential, error)
+}
+
+// AccountCredentials is a CredentialsSource that serves several accounts:
+// the credential of a named account (a ChatGPT account id, the pool's
+// Partition.Account) and one refresh of its rejected token. With
+// Config.Accounts holding more than one account, the gateway gives each
+// new conversation an account and PoolDialer dials with that account's
+// credential.
+type AccountCredentials interface {
+	CredentialFor(ctx context.Context, accountID string) (credentials.Credential, error)
+	RejectedFor(ctx context.Context, accountID string, token credentials.Secret) (credentials.Credential, error)
 }
 
 // errNoRefresh is returned by NoRefresh's Rejected.
@@ -72,6 +84,15 @@ type Config struct {
 	// implements it; wrap a plain credentials.Source (credentials.Static)
 	// with NoRefresh.
 	Credentials CredentialsSource
+	// Accounts are the upstream accounts served, with what is known of
+	// their limits (Optional). When it holds more than one account and
+	// Credentials is an AccountCredentials, each new conversation gets
+	// the account Accounts.Pick chooses and keeps it while its head lives
+	// (Pool.Holder); a conversation whose account is at its usage limit
+	// moves to another at its next turn with one full resend. When every
+	// account is at its limit the turn is answered 429 with retry-after
+	// the first reset. Otherwise every turn takes Credentials.Credential.
+	Accounts *accounts.Set
 	// Pool hands out upstream sockets (continuation heads) and paces new
 	// ones through its Admitter (Required). Build its Dialer with
 	// PoolDialer. The gateway does not close it: its owner closes it after

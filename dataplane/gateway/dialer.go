@@ -25,7 +25,8 @@ import (
 // PoolDialer returns the pool.Dialer the data plane gives its pool: each
 // new socket is an upstream.Conn dialled with base and the credential
 // creds holds at dial time (so a refreshed token is used for new sockets
-// while existing heads keep theirs). The pool's Close on it is a hard
+// while existing heads keep theirs). When creds is an AccountCredentials,
+// the credential is that of the socket's Partition.Account. The pool's Close on it is a hard
 // close that releases the file descriptor at once, except on Pool.Close,
 // which closes idle sockets with 1001 (see GoingAwayTimeout).
 //
@@ -38,8 +39,15 @@ import (
 // the cause; any other answer as Reached. A nil health gates nothing.
 func PoolDialer(base upstream.DialOptions, creds CredentialsSource, health *retry.Health) pool.Dialer {
 	key := UpstreamKey(base.URL)
-	return pool.DialerFunc(func(ctx context.Context, _ pool.Partition) (pool.Conn, error) {
-		cred, err := creds.Credential(ctx)
+	multi, _ := creds.(AccountCredentials)
+	return pool.DialerFunc(func(ctx context.Context, part pool.Partition) (pool.Conn, error) {
+		var cred credentials.Credential
+		var err error
+		if multi != nil && part.Account != "" {
+			cred, err = multi.CredentialFor(ctx, part.Account)
+		} else {
+			cred, err = creds.Credential(ctx)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("dial upstream: get credential: %w", err)
 		}

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/clodex/clodex/dataplane/accounts"
 	"github.com/clodex/clodex/dataplane/admission"
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
@@ -155,12 +156,27 @@ const loginRequiredMessage = "The ChatGPT sign-in can no longer be refreshed; ru
 func (t *turnRun) run(ctx context.Context) string {
 	s := t.s
 	defer s.bg.Done()
-	cred, err := s.cfg.Credentials.Credential(ctx)
+	t.items = make([][]byte, len(t.turn.Input))
+	for i, it := range t.turn.Input {
+		c, err := translate.CanonicalItem(it)
+		if err != nil {
+			t.w.err = fmt.Errorf("canonicalize input item %d: %w", i, err)
+			writeError(t.w, http.StatusInternalServerError, "api_error", "Could not prepare the upstream request")
+			return outcomeFailed
+		}
+		t.items[i] = c
+	}
+	cred, err := t.credential(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return t.ctxEnded(ctx)
 		}
 		t.w.err = fmt.Errorf("get credential: %w", err)
+		var all *accounts.AllLimitedError
+		if errors.As(err, &all) {
+			t.writeUpstreamError(allLimited(all, s.now()))
+			return outcomeFailed
+		}
 		if errors.Is(err, credentials.ErrLoginRequired) {
 			t.refreshed = true
 			t.writeUpstreamError(loginRequiredFor(err))
@@ -179,16 +195,6 @@ func (t *turnRun) run(ctx context.Context) string {
 	t.part = pool.Partition{Account: cred.AccountID, Model: t.turn.Model, Effort: t.turn.Effort, PromptCacheKey: t.turn.PromptCacheKey}
 	if cred.AccountID != "" && t.span.IsRecording() {
 		t.span.SetAttributes(attribute.String("clodex.account.key", account.Key(cred.AccountID)))
-	}
-	t.items = make([][]byte, len(t.turn.Input))
-	for i, it := range t.turn.Input {
-		c, err := translate.CanonicalItem(it)
-		if err != nil {
-			t.w.err = fmt.Errorf("canonicalize input item %d: %w", i, err)
-			writeError(t.w, http.StatusInternalServerError, "api_error", "Could not prepare the upstream request")
-			return outcomeFailed
-		}
-		t.items[i] = c
 	}
 	if t.turn.Stream {
 		t.sse = newSSEWriter(t.w)
@@ -380,7 +386,7 @@ func (t *turnRun) refresh(ctx context.Context, token credentials.Secret) error {
 	t.refreshed = true
 	t.s.pool.DropAccount(t.part.Account)
 	t.span.AddEvent("credential rejected; refreshing")
-	cred, err := t.s.cfg.Credentials.Rejected(ctx, token)
+	cred, err := t.rejected(ctx, token)
 	if err != nil {
 		if ctx.Err() != nil {
 			return err

@@ -882,3 +882,53 @@ func (p *Pool) Close() error {
 	}
 	return nil
 }
+
+// EvictMoved is the eviction reason of a head dropped by [Pool.Forget]:
+// its conversation moved to another account.
+const EvictMoved = "moved_account"
+
+// Holder returns the account, among accounts, of the idle head that items
+// continue in part's model, effort and prompt cache key (part.Account is
+// ignored): the account a continuing conversation lives on. It reports
+// false when no idle head matches (a new conversation, or one whose head
+// expired or is in flight). It takes nothing and dials nothing.
+func (p *Pool) Holder(part Partition, items [][]byte, accounts []string) (string, bool) {
+	if !part.keyed() || len(items) == 0 {
+		return "", false
+	}
+	full := digestAll(items)
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	best, found := match{}, ""
+	for _, a := range accounts {
+		part.Account = a
+		m := p.bestMatchLocked(p.parts[part], full, items, nil, now)
+		if m.h != nil && (best.h == nil || m.matched > best.matched) {
+			best, found = m, a
+		}
+	}
+	return found, best.h != nil
+}
+
+// Forget drops the idle head that items continue in part, for a
+// conversation that moved to another account. It reports whether a head
+// was dropped.
+func (p *Pool) Forget(part Partition, items [][]byte) bool {
+	if !part.keyed() || len(items) == 0 {
+		return false
+	}
+	full := digestAll(items)
+	now := p.now()
+	p.mu.Lock()
+	m := p.bestMatchLocked(p.parts[part], full, items, nil, now)
+	if m.h == nil {
+		p.mu.Unlock()
+		return false
+	}
+	p.removeLocked(m.h)
+	p.countEvictionLocked(EvictMoved, m.h, nil)
+	p.mu.Unlock()
+	closeHeads([]*head{m.h})
+	return true
+}

@@ -54,6 +54,11 @@ type Config struct {
 	// and no CodexAuth, the data plane takes short-lived access tokens
 	// for its accounts from the control plane's credential broker.)
 	CodexAuth string
+	// ExtraCodexAuth are further auth.json files (--codex-auth repeated),
+	// each a different ChatGPT account refreshed under its own file lock;
+	// new conversations are spread over all of them by headroom.
+	// (Optional; not with a brokered fleet member)
+	ExtraCodexAuth []string
 	// TokenEndpoint is the OAuth token endpoint used to refresh CodexAuth.
 	// (Optional; default https://auth.openai.com/oauth/token)
 	TokenEndpoint string
@@ -206,6 +211,14 @@ func (c Config) Validate() error {
 	if strings.TrimSpace(c.CodexAuth) == "" && !c.fleet() {
 		errs = append(errs, errors.New("--codex-auth is empty; want the Codex auth.json (default ~/.codex/auth.json), or --control-plane ADDR to take tokens from its credential broker"))
 	}
+	for i, f := range c.ExtraCodexAuth {
+		if strings.TrimSpace(f) == "" {
+			errs = append(errs, fmt.Errorf("--codex-auth #%d is empty; want a Codex auth.json file", i+2))
+		}
+	}
+	if len(c.ExtraCodexAuth) > 0 && strings.TrimSpace(c.CodexAuth) == "" {
+		errs = append(errs, errors.New("--codex-auth: the first file is empty while more are given; want one auth.json per --codex-auth"))
+	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("--listen %q is not host:port (e.g. 127.0.0.1:17645)", c.Listen))
 	}
@@ -292,4 +305,10 @@ func parseLevel(s string) (slog.Level, error) {
 		return slog.LevelError, nil
 	}
 	return 0, fmt.Errorf("--log-level %q is invalid; choices are debug, info, warn, error", s)
+}
+
+// codexAuthFiles are the auth.json files served: CodexAuth, then
+// ExtraCodexAuth (--codex-auth repeated).
+func (c *Config) codexAuthFiles() []string {
+	return append([]string{c.CodexAuth}, c.ExtraCodexAuth...)
 }

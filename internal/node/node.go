@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/clodex/clodex/controlplane/bearer"
+	"github.com/clodex/clodex/dataplane/accounts"
 	"github.com/clodex/clodex/dataplane/admission"
 	"github.com/clodex/clodex/dataplane/agent"
 	"github.com/clodex/clodex/dataplane/brokered"
@@ -107,20 +108,26 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	// The credential: the auth.json, or (a fleet without one) the control
 	// plane's credential broker, built once the control plane is dialed.
 	var creds gateway.CredentialsSource
-	var fileCreds *credentials.RefreshingFile
+	var fileCreds []*credentials.RefreshingFile // one per --codex-auth, each its own account
 	if !cfg.brokered() {
-		fileCreds, err = credentials.NewFileSource(credentials.FileConfig{
-			Path:          cfg.CodexAuth,
-			TokenEndpoint: cfg.TokenEndpoint,
-			Mode:          cfg.refreshMode(),
-			Logger:        logger,
-			Notify:        n.notify,
-		})
-		if err != nil {
-			return nil, err
+		for _, path := range cfg.codexAuthFiles() {
+			f, err := credentials.NewFileSource(credentials.FileConfig{
+				Path:          path,
+				TokenEndpoint: cfg.TokenEndpoint,
+				Mode:          cfg.refreshMode(),
+				Logger:        logger,
+				Notify:        n.notify,
+			})
+			if err != nil {
+				return nil, err
+			}
+			fileCreds = append(fileCreds, f)
 		}
-		creds = fileCreds
+		creds = fileCreds[0]
 	}
+	// The accounts served and what is known of their limits: each new
+	// conversation goes to the one with the most headroom.
+	served := accounts.New(time.Now)
 	models, err := translate.ParseModelAliases(cfg.ModelAliases)
 	if err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("--model-aliases: %w", err)}
@@ -188,7 +195,18 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	// The turn budget per account, updated by the control plane's pushes.
 	turnBudgets := newBudgets(cfg.Policy.Budget)
 	if fileCreds != nil {
-		if cred, err := fileCreds.Credential(ctx); err == nil && cred.AccountID != "" {
+		if len(fileCreds) > 1 {
+			multi, err := newFileAccounts(ctx, cfg.codexAuthFiles(), fileCreds)
+			if err != nil {
+				return nil, &ConfigError{Err: err}
+			}
+			creds = multi
+			for _, id := range multi.order {
+				served.Add(id)
+				accts.add(account.Key(id))
+			}
+			logger.Info("serving several accounts", "accounts", len(multi.order))
+		} else if cred, err := fileCreds[0].Credential(ctx); err == nil && cred.AccountID != "" {
 			accts.add(account.Key(cred.AccountID))
 		}
 	} else {
@@ -266,13 +284,13 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 
 	// Every response's codex.rate_limits goes to the control plane (the
 	// fleet's quota view).
-	limits := &rateLimitsSink{now: time.Now, report: n.ag.ReportRateLimits}
+	limits := &rateLimitsSink{now: time.Now, report: n.ag.ReportRateLimits, served: served}
 	n.pool, err = pool.New(pool.Config{
 		Dialer: watchingRateLimits(reporting403(gateway.PoolDialer(upstream.DialOptions{
 			URL:     cfg.UpstreamURL,
 			Version: cfg.Version,
 			Logger:  logger.With("component", "dataplane/upstream"),
-		}, creds, health), n.ag.Report403), limits.frame),
+		}, creds, health), n.ag.Report403), limits.accountFrame),
 		Admitter: pool.AdmitterFunc(func(ctx context.Context, accountID string) error {
 			// An upstream known to be unreachable refuses the dial at once
 			// (retry.Health); ask it before admission so that such a
@@ -296,6 +314,7 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	}
 	n.gw, err = gateway.New(gateway.Config{
 		Credentials:    creds,
+		Accounts:       served,
 		Pool:           n.pool,
 		Budget:         cfg.Policy.Budget,
 		BudgetFor:      turnBudgets.forAccount,

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/clodex/clodex/dataplane/accounts"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/dataplane/upstream"
@@ -122,10 +123,10 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // watchingRateLimits wraps the pool's dialer so that every frame a socket
-// reads is offered to onFrame with the socket's account key (codex side
+// reads is offered to onFrame with the socket's account id (codex side
 // events such as codex.rate_limits arrive on every response). onFrame
 // runs synchronously on the reader and must not block.
-func watchingRateLimits(d pool.Dialer, onFrame func(accountKey string, frame []byte)) pool.Dialer {
+func watchingRateLimits(d pool.Dialer, onFrame func(accountID string, frame []byte)) pool.Dialer {
 	return pool.DialerFunc(func(ctx context.Context, p pool.Partition) (pool.Conn, error) {
 		c, err := d.Dial(ctx, p)
 		if err != nil {
@@ -134,7 +135,7 @@ func watchingRateLimits(d pool.Dialer, onFrame func(accountKey string, frame []b
 		if p.Account == "" {
 			return c, nil
 		}
-		w := watchedConn{Conn: c, key: account.Key(p.Account), onFrame: onFrame}
+		w := watchedConn{Conn: c, id: p.Account, onFrame: onFrame}
 		if pc, ok := c.(pool.Pinger); ok {
 			return &watchedPinger{watchedConn: w, pinger: pc}, nil
 		}
@@ -145,14 +146,14 @@ func watchingRateLimits(d pool.Dialer, onFrame func(accountKey string, frame []b
 // watchedConn is a pool.Conn whose frames go to onFrame.
 type watchedConn struct {
 	pool.Conn
-	key     string
-	onFrame func(accountKey string, frame []byte)
+	id      string
+	onFrame func(accountID string, frame []byte)
 }
 
 func (w *watchedConn) Next(ctx context.Context) ([]byte, error) {
 	b, err := w.Conn.Next(ctx)
 	if err == nil {
-		w.onFrame(w.key, b)
+		w.onFrame(w.id, b)
 	}
 	return b, err
 }
@@ -172,6 +173,9 @@ type rateLimitsSink struct {
 	now    func() time.Time
 	report func(*controlplanev1.RateLimits)
 	seen   func(accountKey string, rl translate.RateLimits)
+	// served learns each account's limits, for the choice of a new
+	// conversation's account. (Optional)
+	served *accounts.Set
 
 	mu   sync.Mutex // guards last
 	last map[string]sentLimits
@@ -182,8 +186,15 @@ type sentLimits struct {
 	rl translate.RateLimits
 }
 
+// accountFrame handles one upstream frame of accountID's socket.
+func (s *rateLimitsSink) accountFrame(accountID string, frame []byte) {
+	s.handle(account.Key(accountID), accountID, frame)
+}
+
 // frame handles one upstream frame of accountKey's socket.
-func (s *rateLimitsSink) frame(accountKey string, frame []byte) {
+func (s *rateLimitsSink) frame(accountKey string, frame []byte) { s.handle(accountKey, "", frame) }
+
+func (s *rateLimitsSink) handle(accountKey, accountID string, frame []byte) {
 	now := s.now()
 	rl, ok := translate.ParseRateLimits(frame, now)
 	if !ok {
@@ -192,10 +203,23 @@ func (s *rateLimitsSink) frame(accountKey string, frame []byte) {
 		if !bytes.Contains(frame, []byte("usage_limit_reached")) {
 			return
 		}
-		if e := translate.ClassifyFrame(frame); e == nil || !e.UsageLimit {
+		e := translate.ClassifyFrame(frame)
+		if e == nil || !e.UsageLimit {
 			return
 		}
 		rl = translate.RateLimits{LimitReached: true}
+		if s.served != nil && accountID != "" {
+			resets := e.ResetsAt
+			if resets.IsZero() && e.ResetsIn > 0 {
+				resets = now.Add(e.ResetsIn)
+			}
+			if resets.IsZero() {
+				resets = now.Add(unknownResetWait)
+			}
+			s.served.Limited(accountID, resets)
+		}
+	} else if s.served != nil && accountID != "" {
+		s.served.ObserveRateLimits(accountID, rl)
 	}
 	if s.seen != nil {
 		s.seen(accountKey, rl)
@@ -221,6 +245,10 @@ func (s *rateLimitsSink) frame(accountKey string, frame []byte) {
 	}
 	s.report(msg)
 }
+
+// unknownResetWait is how long an account at its usage limit takes no new
+// conversations when the backend did not say when the limit resets.
+const unknownResetWait = 5 * time.Minute
 
 // sameLimits reports whether two reports say the same thing (a reset
 // computed from reset_after_seconds may move by a second).
