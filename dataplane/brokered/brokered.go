@@ -9,8 +9,10 @@
 //	cred, err = src.Rejected(ctx, tok)  // after an upstream 401: one forced refresh, by the broker
 //
 // The accounts served are the agent token's scope, or every account the
-// broker holds (ServedAccounts), unless Config.Accounts names them. A
-// turn uses the first account whose sign-in is usable. A token is fetched
+// broker holds (ServedAccounts), unless Config.Accounts names them.
+// Credential returns the first account whose sign-in is usable;
+// CredentialFor a named one (the data plane spreads new conversations
+// over every account it has a token of, Config.OnAccountID). A token is fetched
 // again when its expiry is within the data plane's skew rule
 // (credentials.SkewFor), the moment the broker refreshes it, so the
 // broker's lease makes one refresh per expiry for the whole fleet.
@@ -41,6 +43,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/internal/account"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
@@ -76,6 +79,10 @@ type Config struct {
 	// OnAccounts is called with the served accounts whenever they are
 	// learned or change, synchronously. (Optional)
 	OnAccounts func(keys []string)
+	// OnAccountID is called with an account's ChatGPT account id the
+	// first time a token of it is fetched, synchronously: the data plane
+	// spreads new conversations over these accounts. (Optional)
+	OnAccountID func(accountID string)
 }
 
 // entry is one account's last answer.
@@ -214,30 +221,15 @@ func (s *Source) Credential(ctx context.Context) (credentials.Credential, error)
 		return credentials.Credential{}, &credentials.LoginRequiredError{Message: fmt.Sprintf(
 			"The control plane at %s holds no ChatGPT sign-in this data plane may use; an operator must log an account in with `clodexctl account login` (or `clodexctl account import --codex-auth FILE`)", s.cfg.Target)}
 	}
-	now := s.cfg.Clock()
 	var dead, lastErr error
 	for _, k := range keys {
-		s.mu.Lock()
-		e, ok := s.tokens[k]
-		s.mu.Unlock()
-		if ok && e.dead != nil {
-			dead = e.dead
-			continue
-		}
-		if ok && credentials.Fresh(e.cred.Expiry, e.lifetime, s.cfg.Skew, now) {
-			return e.cred, nil
-		}
-		ne, err := s.fetch(ctx, k, nil)
+		cred, err := s.credentialOf(ctx, k)
 		if err == nil {
-			return ne.cred, nil
+			return cred, nil
 		}
 		if errors.Is(err, credentials.ErrLoginRequired) {
 			dead = err
 			continue
-		}
-		if ok && now.Before(e.cred.Expiry) { // still valid: serve it while the broker is away
-			s.log.WarnContext(ctx, "fetch a fresh access token; using the current one until it expires", "account", k, "err", reason(err))
-			return e.cred, nil
 		}
 		lastErr = err
 	}
@@ -245,6 +237,53 @@ func (s *Source) Credential(ctx context.Context) (credentials.Credential, error)
 		return credentials.Credential{}, s.unavailable(lastErr)
 	}
 	return credentials.Credential{}, dead
+}
+
+// credentialOf returns key's usable credential, fetching a fresh token
+// when the current one is due; a dead sign-in is its
+// *credentials.LoginRequiredError, an unreachable broker the RPC error.
+func (s *Source) credentialOf(ctx context.Context, k string) (credentials.Credential, error) {
+	now := s.cfg.Clock()
+	s.mu.Lock()
+	e, ok := s.tokens[k]
+	s.mu.Unlock()
+	if ok && e.dead != nil {
+		return credentials.Credential{}, e.dead
+	}
+	if ok && credentials.Fresh(e.cred.Expiry, e.lifetime, s.cfg.Skew, now) {
+		return e.cred, nil
+	}
+	ne, err := s.fetch(ctx, k, nil)
+	if err == nil {
+		return ne.cred, nil
+	}
+	if errors.Is(err, credentials.ErrLoginRequired) {
+		return credentials.Credential{}, err
+	}
+	if ok && now.Before(e.cred.Expiry) { // still valid: serve it while the broker is away
+		s.log.WarnContext(ctx, "fetch a fresh access token; using the current one until it expires", "account", k, "err", reason(err))
+		return e.cred, nil
+	}
+	return credentials.Credential{}, err
+}
+
+// CredentialFor returns the credential of the account whose ChatGPT
+// account id is accountID (the pool's Partition.Account): the
+// gateway.AccountCredentials of a data plane serving several accounts.
+func (s *Source) CredentialFor(ctx context.Context, accountID string) (credentials.Credential, error) {
+	if err := ctx.Err(); err != nil {
+		return credentials.Credential{}, err
+	}
+	cred, err := s.credentialOf(ctx, account.Key(accountID))
+	if err != nil && !errors.Is(err, credentials.ErrLoginRequired) {
+		return credentials.Credential{}, s.unavailable(err)
+	}
+	return cred, err
+}
+
+// RejectedFor is Rejected for a token of accountID.
+func (s *Source) RejectedFor(ctx context.Context, _ string, token credentials.Secret) (credentials.Credential, error) {
+	return s.Rejected(ctx, token)
 }
 
 // Rejected reports a token the upstream answered 401: the broker replaces
@@ -308,12 +347,17 @@ func (s *Source) fetch(ctx context.Context, key string, rejected []byte) (entry,
 		}
 		e := entry{cred: c, lifetime: credentials.TokenLifetime(tok)}
 		s.mu.Lock()
+		_, known := s.tokens[key]
+		known = known && s.tokens[key].dead == nil
 		s.tokens[key] = e
 		wasWaiting := s.waiting
 		s.waiting = false
 		s.mu.Unlock()
 		if wasWaiting {
 			s.log.InfoContext(ctx, "the control plane's credential broker answers again", "target", s.cfg.Target)
+		}
+		if !known && c.AccountID != "" && s.cfg.OnAccountID != nil {
+			s.cfg.OnAccountID(c.AccountID)
 		}
 		s.log.DebugContext(ctx, "access token from the broker", "account", key, "expires_at", c.Expiry)
 		return e, nil

@@ -74,3 +74,48 @@ func TestSourceRejected(t *testing.T) {
 		t.Errorf("Rejected with the control plane stopped = %v; want an UnavailableError with a retry hint", err)
 	}
 }
+
+// A source serving two accounts hands out each account's own token by its
+// account id, and names each account id once as its first token arrives.
+func TestSourceSeveralAccounts(t *testing.T) {
+	a, err := simauth.New(simauth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idp := httptest.NewServer(a.Handler())
+	t.Cleanup(idp.Close)
+	cp := controlplanetest.Start(t, &controlplanetest.Options{Broker: true, TokenEndpoint: idp.URL + "/oauth/token"})
+	admin := controlplanev1.NewAdminServiceClient(cp.Dial(cp.AdminToken, nil))
+	tokens := map[string]string{}
+	for _, id := range []string{"acct-a", "acct-b"} {
+		issued, err := a.Issue(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[id] = issued.AccessToken
+		if _, err := admin.ImportLogin(t.Context(), &controlplanev1.ImportLoginRequest{AccessToken: issued.AccessToken, RefreshToken: issued.RefreshToken}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	src, err := brokered.New(brokered.Config{Conn: cp.Dial(cp.AgentToken, nil), OnAccountID: func(id string) { ids = append(ids, id) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Credential(t.Context()); err != nil { // learns the accounts
+		t.Fatal(err)
+	}
+	for _, id := range []string{"acct-b", "acct-a", "acct-b"} {
+		c, err := src.CredentialFor(t.Context(), id)
+		if err != nil || c.AccountID != id || c.AccessToken.Reveal() != tokens[id] {
+			t.Fatalf("CredentialFor(%s) = account %q, %v (right token: %v); want %s's imported token", id, c.AccountID, err, c.AccessToken.Reveal() == tokens[id], id)
+		}
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"acct-a", "acct-b"}) {
+		t.Fatalf("OnAccountID got %v; want acct-a and acct-b once each", ids)
+	}
+	if _, err := src.CredentialFor(t.Context(), "acct-unknown"); err == nil {
+		t.Fatal("CredentialFor an account the broker does not hold succeeded; want an error")
+	}
+}

@@ -219,6 +219,7 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 					accts.add(k)
 				}
 			},
+			OnAccountID: served.Add,
 		})
 		if err != nil {
 			return nil, err
