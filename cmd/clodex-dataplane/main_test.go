@@ -820,3 +820,15 @@ func TestDependencies(t *testing.T) {
 		}
 	}
 }
+
+// --codex-auth may be repeated: the first file is CodexAuth, the others
+// ExtraCodexAuth, in order.
+func TestRepeatedCodexAuth(t *testing.T) {
+	cfg, err := loadConfig([]string{"--codex-auth", "/a/auth.json", "--codex-auth", "/b/auth.json", "--codex-auth", "/c/auth.json"}, envMap(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CodexAuth != "/a/auth.json" || len(cfg.ExtraCodexAuth) != 2 || cfg.ExtraCodexAuth[0] != "/b/auth.json" || cfg.ExtraCodexAuth[1] != "/c/auth.json" {
+		t.Fatalf("CodexAuth %q, ExtraCodexAuth %q; want /a/auth.json then [/b/auth.json /c/auth.json]", cfg.CodexAuth, cfg.ExtraCodexAuth)
+	}
+}

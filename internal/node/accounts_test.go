@@ -3,6 +3,7 @@ package node_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/codexsim"
+	"github.com/clodex/clodex/internal/node"
 	"github.com/clodex/clodex/internal/node/nodetest"
 )
 
@@ -175,4 +177,19 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Two --codex-auth files of the same account are refused at start, naming
+// both files.
+func TestSeveralAccountsSameAccountRefused(t *testing.T) {
+	sim := nodetest.StartSim(t, codexsim.Config{AcceptTokens: map[string]string{"tok-a": "acct-a", "tok-a2": "acct-a"}})
+	first := nodetest.WriteAuth(t, "tok-a", "acct-a", "")
+	second := nodetest.WriteAuth(t, "tok-a2", "acct-a", "")
+	cfg := sim.Config(first)
+	cfg.ExtraCodexAuth = []string{second}
+	_, err := node.Start(t.Context(), cfg, io.Discard, io.Discard)
+	var ce *node.ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), first) || !strings.Contains(err.Error(), second) || !strings.Contains(err.Error(), "same account") {
+		t.Fatalf("Start with two files of one account = %v; want a *ConfigError naming both files", err)
+	}
 }
