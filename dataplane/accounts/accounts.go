@@ -32,11 +32,17 @@ import (
 // ErrNone is returned by Pick on a Set without accounts.
 var ErrNone = errors.New("no upstream account is known yet")
 
+// ErrAllDown is returned by Pick when no account is at its usage limit
+// but every one is marked Down: none has a usable sign-in.
+var ErrAllDown = errors.New("no upstream account has a usable sign-in")
+
 // AllLimitedError is Pick's answer when every account is at its usage
 // limit: Account (a raw id) resets first, at ResetsAt.
 type AllLimitedError struct {
 	Account  string
 	ResetsAt time.Time
+	// ResetsIn is ResetsAt less the Set's clock at the Pick.
+	ResetsIn time.Duration
 }
 
 func (e *AllLimitedError) Error() string {
@@ -48,6 +54,7 @@ func (e *AllLimitedError) Error() string {
 type state struct {
 	limits       translate.RateLimits
 	limitedUntil time.Time // at its usage limit until then; zero: not known limited
+	downUntil    time.Time // its sign-in is unusable until then (Down)
 }
 
 // Set is the accounts a data plane serves and what it knows of their
@@ -136,6 +143,22 @@ func (s *Set) Limited(id string, resetsAt time.Time) {
 	}
 }
 
+// Down marks id's sign-in unusable for d (a credential that needs an
+// operator's login): Pick skips it meanwhile, without counting it as
+// limited.
+func (s *Set) Down(id string, d time.Duration) {
+	if id == "" {
+		return
+	}
+	until := s.now().Add(d)
+	s.Add(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.state[id]; until.After(st.downUntil) {
+		st.downUntil = until
+	}
+}
+
 // LimitedUntil reports whether id is known to be at its usage limit now,
 // and until when.
 func (s *Set) LimitedUntil(id string) (time.Time, bool) {
@@ -151,8 +174,9 @@ func (s *Set) LimitedUntil(id string) (time.Time, bool) {
 
 // Pick returns the account for a new conversation: among the accounts not
 // at their usage limit, one with the most headroom; ties are broken round
-// robin. It returns ErrNone without accounts and an *AllLimitedError when
-// all are limited.
+// robin; accounts marked Down are skipped. It returns ErrNone without
+// accounts, an *AllLimitedError when none is usable and some are at their
+// limit, else ErrAllDown.
 func (s *Set) Pick() (string, error) {
 	now := s.now()
 	s.mu.Lock()
@@ -169,8 +193,11 @@ func (s *Set) Pick() (string, error) {
 		st := s.state[id]
 		if now.Before(st.limitedUntil) {
 			if first == nil || st.limitedUntil.Before(first.ResetsAt) {
-				first = &AllLimitedError{Account: id, ResetsAt: st.limitedUntil}
+				first = &AllLimitedError{Account: id, ResetsAt: st.limitedUntil, ResetsIn: st.limitedUntil.Sub(now)}
 			}
+			continue
+		}
+		if now.Before(st.downUntil) {
 			continue
 		}
 		if h := st.limits.Headroom(now); h > bestHead {
@@ -178,6 +205,9 @@ func (s *Set) Pick() (string, error) {
 		}
 	}
 	if best < 0 {
+		if first == nil {
+			return "", ErrAllDown
+		}
 		return "", first
 	}
 	s.next = (best + 1) % n

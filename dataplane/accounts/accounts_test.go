@@ -112,7 +112,7 @@ func TestAllLimitedNamesFirstReset(t *testing.T) {
 	if !errors.As(err, &all) {
 		t.Fatalf("Pick = %v; want *AllLimitedError", err)
 	}
-	if all.Account != "b" || !all.ResetsAt.Equal(c.t.Add(5*time.Minute)) {
+	if all.Account != "b" || !all.ResetsAt.Equal(c.t.Add(5*time.Minute)) || all.ResetsIn != 5*time.Minute {
 		t.Fatalf("AllLimitedError = %s at %v; want b at %v", all.Account, all.ResetsAt, c.t.Add(5*time.Minute))
 	}
 	c.t = c.t.Add(5 * time.Minute)
@@ -125,5 +125,26 @@ func TestAddIgnoresEmptyAndDuplicates(t *testing.T) {
 	s, _ := newSet(t, "a", "", "a", "b")
 	if got := s.Accounts(); len(got) != 2 || got[0] != "a" || got[1] != "b" {
 		t.Fatalf("Accounts = %v; want [a b]", got)
+	}
+}
+
+func TestDownSkipped(t *testing.T) {
+	s, c := newSet(t, "a", "b")
+	s.Down("a", time.Minute)
+	if got := picks(t, s, 3); got["b"] != 3 {
+		t.Fatalf("picks = %v; want all on b while a's sign-in is down", got)
+	}
+	s.Down("b", time.Minute)
+	if _, err := s.Pick(); !errors.Is(err, accounts.ErrAllDown) {
+		t.Fatalf("Pick with every sign-in down = %v; want ErrAllDown", err)
+	}
+	s.Limited("b", c.t.Add(time.Hour))
+	var all *accounts.AllLimitedError
+	if _, err := s.Pick(); !errors.As(err, &all) || all.Account != "b" {
+		t.Fatalf("Pick with a down and b limited = %v; want b's usage limit", err)
+	}
+	c.t = c.t.Add(time.Minute)
+	if id, err := s.Pick(); err != nil || id != "a" {
+		t.Fatalf("Pick once a is back = %q, %v; want a", id, err)
 	}
 }

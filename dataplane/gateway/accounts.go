@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -45,9 +46,32 @@ func (t *turnRun) credential(ctx context.Context) (credentials.Credential, error
 			return ac.CredentialFor(ctx, holder)
 		}
 	}
-	id, err := set.Pick()
-	if err != nil {
-		return credentials.Credential{}, fmt.Errorf("choose an upstream account: %w", err)
+	var id string
+	var cred credentials.Credential
+	found := false
+	for range set.Len() + 1 { // the last Pick finds every account down
+		var err error
+		id, err = set.Pick()
+		if errors.Is(err, accounts.ErrAllDown) {
+			return s.cfg.Credentials.Credential(ctx) // says why the sign-in is unusable
+		}
+		if err != nil {
+			return credentials.Credential{}, fmt.Errorf("choose an upstream account: %w", err)
+		}
+		cred, err = ac.CredentialFor(ctx, id)
+		if err == nil {
+			found = true
+			break
+		}
+		if !errors.Is(err, credentials.ErrLoginRequired) {
+			return credentials.Credential{}, err
+		}
+		// A sign-in that needs an operator: try the next account.
+		set.Down(id, downWait)
+		s.cfg.Logger.Warn("account skipped for new conversations: its sign-in needs a login", "account", account.Key(id), "for", downWait)
+	}
+	if !found {
+		return s.cfg.Credentials.Credential(ctx)
 	}
 	if held {
 		old := part
@@ -57,8 +81,12 @@ func (t *turnRun) credential(ctx context.Context) (credentials.Credential, error
 		s.cfg.Logger.Info("conversation moves to another account: its account is at its usage limit; the whole conversation is resent",
 			"from", account.Key(holder), "to", account.Key(id), "limited_until", until.UTC().Format(time.RFC3339), "items", len(t.items))
 	}
-	return ac.CredentialFor(ctx, id)
+	return cred, nil
 }
+
+// downWait is how long an account whose sign-in needs a login takes no new
+// conversation before it is tried again.
+const downWait = time.Minute
 
 // rejected asks for one refresh of the turn's rejected token, on the
 // turn's account when the source serves several.
@@ -72,8 +100,8 @@ func (t *turnRun) rejected(ctx context.Context, token credentials.Secret) (crede
 // allLimited is the client's answer when every account is at its usage
 // limit: 429 naming the account whose reset comes first, retry-after that
 // reset.
-func allLimited(e *accounts.AllLimitedError, now time.Time) *translate.UpstreamError {
-	in := max(e.ResetsAt.Sub(now), time.Second)
+func allLimited(e *accounts.AllLimitedError) *translate.UpstreamError {
+	in := max(e.ResetsIn, time.Second)
 	return &translate.UpstreamError{
 		Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: translate.CodeUsageLimitReached,
 		Message: fmt.Sprintf("Every ChatGPT account this data plane serves is at its usage limit; the first to reset is %s, at %s (in %s)",

@@ -174,7 +174,7 @@ func (t *turnRun) run(ctx context.Context) string {
 		t.w.err = fmt.Errorf("get credential: %w", err)
 		var all *accounts.AllLimitedError
 		if errors.As(err, &all) {
-			t.writeUpstreamError(allLimited(all, s.now()))
+			t.writeUpstreamError(allLimited(all))
 			return outcomeFailed
 		}
 		if errors.Is(err, credentials.ErrLoginRequired) {
