@@ -200,21 +200,12 @@ func (e *env) importLogin(ctx context.Context, req *controlplanev1.ImportLoginRe
 
 func (e *env) accountList(ctx context.Context) error {
 	var logins []*controlplanev1.Login
-	err := e.withAdmin(ctx, func(ctx context.Context, c *client) error {
-		logins = nil
-		req := &controlplanev1.ListLoginsRequest{}
-		for {
-			resp, err := c.admin.ListLogins(ctx, req)
-			if err != nil {
-				return c.loginError(err, "", "")
-			}
-			logins = append(logins, resp.GetLogins()...)
-			next := resp.GetNextPageToken()
-			if next == "" || next == req.GetPageToken() {
-				return nil
-			}
-			req.PageToken = next
-		}
+	err := e.withAdmin(ctx, func(ctx context.Context, c *client) (err error) {
+		logins, err = readPages(func(token string) ([]*controlplanev1.Login, string, error) {
+			resp, err := c.admin.ListLogins(ctx, &controlplanev1.ListLoginsRequest{PageToken: token})
+			return resp.GetLogins(), resp.GetNextPageToken(), err
+		})
+		return c.loginError(err, "", "")
 	})
 	if err != nil {
 		return err

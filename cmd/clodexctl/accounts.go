@@ -62,18 +62,14 @@ func runAccounts(ctx context.Context, e *env, args []string) error {
 // listAccounts reads every page of ListAccounts; the store is the one
 // that served the last page.
 func listAccounts(ctx context.Context, c *client) ([]*controlplanev1.Account, *controlplanev1.StoreInfo, error) {
-	var out []*controlplanev1.Account
-	req := &controlplanev1.ListAccountsRequest{}
-	for {
-		resp, err := c.admin.ListAccounts(ctx, req)
-		if err != nil {
-			return nil, nil, err
-		}
-		out = append(out, resp.GetAccounts()...)
-		next := resp.GetNextPageToken()
-		if next == "" || next == req.GetPageToken() {
-			return out, resp.GetStore(), nil
-		}
-		req.PageToken = next
+	var st *controlplanev1.StoreInfo
+	out, err := readPages(func(token string) ([]*controlplanev1.Account, string, error) {
+		resp, err := c.admin.ListAccounts(ctx, &controlplanev1.ListAccountsRequest{PageToken: token})
+		st = resp.GetStore()
+		return resp.GetAccounts(), resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return nil, nil, err
 	}
+	return out, st, nil
 }

@@ -151,21 +151,12 @@ func (e *env) agentCreate(ctx context.Context, name, accounts, out string) error
 
 func (e *env) agentList(ctx context.Context) error {
 	var creds []*controlplanev1.AgentCredential
-	err := e.withAdmin(ctx, func(ctx context.Context, c *client) error {
-		creds = nil
-		req := &controlplanev1.ListAgentCredentialsRequest{}
-		for {
-			resp, err := c.admin.ListAgentCredentials(ctx, req)
-			if err != nil {
-				return c.loginError(err, "", "")
-			}
-			creds = append(creds, resp.GetCredentials()...)
-			next := resp.GetNextPageToken()
-			if next == "" || next == req.GetPageToken() {
-				return nil
-			}
-			req.PageToken = next
-		}
+	err := e.withAdmin(ctx, func(ctx context.Context, c *client) (err error) {
+		creds, err = readPages(func(token string) ([]*controlplanev1.AgentCredential, string, error) {
+			resp, err := c.admin.ListAgentCredentials(ctx, &controlplanev1.ListAgentCredentialsRequest{PageToken: token})
+			return resp.GetCredentials(), resp.GetNextPageToken(), err
+		})
+		return c.loginError(err, "", "")
 	})
 	if err != nil {
 		return err

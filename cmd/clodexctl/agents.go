@@ -126,18 +126,8 @@ func yesNo(b bool) string {
 
 // listAgents reads every page of ListAgents.
 func listAgents(ctx context.Context, c *client) ([]*controlplanev1.Agent, error) {
-	var out []*controlplanev1.Agent
-	req := &controlplanev1.ListAgentsRequest{}
-	for {
-		resp, err := c.admin.ListAgents(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, resp.GetAgents()...)
-		next := resp.GetNextPageToken()
-		if next == "" || next == req.GetPageToken() {
-			return out, nil
-		}
-		req.PageToken = next
-	}
+	return readPages(func(token string) ([]*controlplanev1.Agent, string, error) {
+		resp, err := c.admin.ListAgents(ctx, &controlplanev1.ListAgentsRequest{PageToken: token})
+		return resp.GetAgents(), resp.GetNextPageToken(), err
+	})
 }

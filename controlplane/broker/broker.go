@@ -210,6 +210,27 @@ func (b *Broker) seal(key string, t sealedTokens) []byte {
 	return b.key.seal(key, plain)
 }
 
+// load reads account key's sign-in and opens its sealed tokens. Errors:
+// ErrUnknownAccount (wrapped), *UnavailableError (the store failed),
+// *NeedsLoginError, or the unsealing's.
+func (b *Broker) load(ctx context.Context, key string) (store.Login, sealedTokens, error) {
+	l, err := b.logins.Login(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Login{}, sealedTokens{}, fmt.Errorf("account %s: %w", key, ErrUnknownAccount)
+	}
+	if err != nil {
+		return store.Login{}, sealedTokens{}, &UnavailableError{Key: key, Err: err}
+	}
+	if l.NeedsLogin != "" {
+		return store.Login{}, sealedTokens{}, &NeedsLoginError{Key: key, Reason: l.NeedsLogin}
+	}
+	t, err := b.open(l)
+	if err != nil {
+		return store.Login{}, sealedTokens{}, err
+	}
+	return l, t, nil
+}
+
 func (b *Broker) open(l store.Login) (sealedTokens, error) {
 	plain, err := b.key.open(l.Key, l.Sealed)
 	if err != nil {
@@ -378,17 +399,7 @@ func (b *Broker) Remove(ctx context.Context, key string) error {
 // a forced refresh if needed. Errors: *NeedsLoginError, ErrUnknownAccount,
 // *UnavailableError.
 func (b *Broker) Token(ctx context.Context, key string, rejected credentials.Secret) (Token, error) {
-	l, err := b.logins.Login(ctx, key)
-	if errors.Is(err, store.ErrNotFound) {
-		return Token{}, fmt.Errorf("account %s: %w", key, ErrUnknownAccount)
-	}
-	if err != nil {
-		return Token{}, &UnavailableError{Key: key, Err: err}
-	}
-	if l.NeedsLogin != "" {
-		return Token{}, &NeedsLoginError{Key: key, Reason: l.NeedsLogin}
-	}
-	t, err := b.open(l)
+	l, t, err := b.load(ctx, key)
 	if err != nil {
 		return Token{}, err
 	}
@@ -449,17 +460,7 @@ func (b *Broker) refresh(ctx context.Context, key string, rejected credentials.S
 		return Token{}, &UnavailableError{Key: key, Err: err}
 	}
 	defer b.release(ctx, lease)
-	l, err := b.logins.Login(ctx, key)
-	if errors.Is(err, store.ErrNotFound) {
-		return Token{}, fmt.Errorf("account %s: %w", key, ErrUnknownAccount)
-	}
-	if err != nil {
-		return Token{}, &UnavailableError{Key: key, Err: err}
-	}
-	if l.NeedsLogin != "" {
-		return Token{}, &NeedsLoginError{Key: key, Reason: l.NeedsLogin}
-	}
-	t, err := b.open(l)
+	l, t, err := b.load(ctx, key)
 	if err != nil {
 		return Token{}, err
 	}
