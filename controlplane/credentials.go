@@ -12,7 +12,7 @@ import (
 
 	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
-	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/internal/codexauth"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
@@ -54,8 +54,8 @@ func (a *adminService) ImportLogin(ctx context.Context, req *controlplanev1.Impo
 	if s.opts.Broker == nil {
 		return nil, errNoBroker
 	}
-	st, err := s.opts.Broker.Import(ctx, credentials.Secret(req.GetAccessToken()), credentials.Secret(req.GetRefreshToken()),
-		credentials.Secret(req.GetIdToken()), req.GetAccountId())
+	st, err := s.opts.Broker.Import(ctx, codexauth.Secret(req.GetAccessToken()), codexauth.Secret(req.GetRefreshToken()),
+		codexauth.Secret(req.GetIdToken()), req.GetAccountId())
 	if err != nil {
 		return nil, s.brokerStatus(ctx, "ImportLogin", err)
 	}
@@ -134,7 +134,7 @@ func (c *credentialService) GetToken(ctx context.Context, req *controlplanev1.Ge
 	if len(rej) != 0 && len(rej) != sha256.Size {
 		return nil, s.toStatus(ctx, "GetToken", invalidf("rejected_sha256 is %d bytes; want 0 or %d (the SHA-256 of the rejected token)", len(rej), sha256.Size))
 	}
-	var rejected credentials.Secret
+	var rejected codexauth.Secret
 	if len(rej) != 0 {
 		// The broker compares tokens, so find the current one first: a
 		// digest that matches it names it as the rejected one.

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/clodex/clodex/controlplane"
-	"github.com/clodex/clodex/controlplane/bearer"
 	"github.com/clodex/clodex/controlplane/controlplanetest"
+	"github.com/clodex/clodex/internal/bearer"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 

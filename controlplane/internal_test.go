@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/clodex/clodex/controlplane/bearer"
 	"github.com/clodex/clodex/controlplane/store"
+	"github.com/clodex/clodex/internal/bearer"
 )
 
 func testServer(t *testing.T, log *slog.Logger) *Server {

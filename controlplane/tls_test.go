@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/clodex/clodex/controlplane/controlplanetest"
-	"github.com/clodex/clodex/controlplane/tlsconfig"
+	"github.com/clodex/clodex/internal/tlsconfig"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 

@@ -54,7 +54,7 @@ for target in \
 	./dataplane/gateway:FuzzMessages \
 	./controlplane:FuzzRPCRequests \
 	./controlplane/store:FuzzLoadPolicyFile \
-	./dataplane/credentials:FuzzParseAuthFile \
+	./internal/codexauth:FuzzParseAuthFile \
 	./internal/codexsim:FuzzDecodeFrame; do
 	pkg=${target%%:*} name=${target##*:}
 	if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "${CLODEX_FUZZTIME:-10s}" "$pkg"; then

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/clodex/clodex/controlplane/bearer"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/bearer"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 

@@ -23,9 +23,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/codexauth"
 )
 
 // targetPerConv is the most an idle pooled conversation may add to the heap
@@ -187,7 +187,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer tr.CloseIdleConnections()
 	b := &bench{opts: o, tp: tp, out: stdout, logw: stderr, http: &http.Client{Transport: tr},
 		stats: (&url.URL{Scheme: "http", Host: u.Host, Path: "/sim/stats"}).String()}
-	cred := credentials.Credential{AccessToken: credentials.Secret(o.token), AccountID: o.account}
+	cred := codexauth.Credential{AccessToken: codexauth.Secret(o.token), AccountID: o.account}
 	b.dialer = pool.DialerFunc(func(ctx context.Context, _ pool.Partition) (pool.Conn, error) {
 		c, err := upstream.Dial(ctx, upstream.DialOptions{URL: o.url, Credential: cred, Version: "poolbench"})
 		if err != nil {

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/clodex/clodex/controlplane/bearer"
 	"github.com/clodex/clodex/controlplane/broker"
-	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/internal/bearer"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/pacing"
 	"github.com/clodex/clodex/internal/telemetry"
 )
@@ -148,7 +148,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env(envAdminTokenFile), "`file` holding the admin token (or env "+envAdminToken+")")
 	fs.StringVar(&c.AgentTokenFile, "agent-token-file", env(envAgentTokenFile), "`file` holding the agent token (or env "+envAgentToken+")")
 	fs.StringVar(&c.CredentialKeyFile, "credential-key-file", env(envCredentialKey), "run the credential broker with the key in this `file`: 32 random bytes in base64 (head -c 32 /dev/urandom | base64), mode 0600; logins are sealed with it (env "+envCredentialKey+")")
-	fs.StringVar(&c.TokenEndpoint, "token-endpoint", or(env(envTokenEndpoint), credentials.DefaultTokenEndpoint), "OAuth token `URL` the credential broker refreshes at (env "+envTokenEndpoint+")")
+	fs.StringVar(&c.TokenEndpoint, "token-endpoint", or(env(envTokenEndpoint), codexauth.DefaultTokenEndpoint), "OAuth token `URL` the credential broker refreshes at (env "+envTokenEndpoint+")")
 	fs.StringVar(&c.AdminListen, "admin-listen", env(envAdminListen), "serve /metrics, /debug/ and, with --pprof, /debug/pprof on this `address` (default off; non-loopback needs --metrics-token-file)")
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", env(envMetricsToken), "`file` holding the bearer token every --admin-listen request must carry (required off loopback; env "+envMetricsToken+")")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on --admin-listen")

@@ -22,9 +22,9 @@ import (
 	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
-	"github.com/clodex/clodex/controlplane/tlsconfig"
 	"github.com/clodex/clodex/internal/pacing"
 	"github.com/clodex/clodex/internal/telemetry"
+	"github.com/clodex/clodex/internal/tlsconfig"
 )
 
 // defaultGOGC is the control plane's GOGC unless the environment sets one.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/clodex/clodex/controlplane/controlplanetest"
-	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/codexsim"
 	"github.com/clodex/clodex/internal/codexsim/simauth"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
@@ -80,7 +80,7 @@ func TestBrokerNeedsLogin(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A stray copy redeems the refresh token first.
-	resp, err := http.PostForm(idp.URL+"/oauth/token", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {issued.RefreshToken}, "client_id": {credentials.DefaultClientID}})
+	resp, err := http.PostForm(idp.URL+"/oauth/token", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {issued.RefreshToken}, "client_id": {codexauth.DefaultClientID}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/node"
 	"github.com/clodex/clodex/internal/pacing"
 )
@@ -56,7 +56,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "`address` of the Anthropic API listener (non-loopback needs --api-key-file)")
 	fs.StringVar(&c.UpstreamURL, "upstream-url", upstream.DefaultURL, "Codex Responses WebSocket `URL` (ws:// or wss://)")
 	fs.Var(&codexAuthFlag{c: &c.Config}, "codex-auth", "Codex CLI auth.json `file` with the ChatGPT sign-in; repeat it to serve several accounts, new conversations going to the one with the most headroom (default $CODEX_HOME/auth.json or ~/.codex/auth.json; with --control-plane, none: access tokens come from the control plane's credential broker)")
-	fs.StringVar(&c.TokenEndpoint, "token-endpoint", credentials.DefaultTokenEndpoint, "OAuth token endpoint `URL` used to refresh --codex-auth")
+	fs.StringVar(&c.TokenEndpoint, "token-endpoint", codexauth.DefaultTokenEndpoint, "OAuth token endpoint `URL` used to refresh --codex-auth")
 	fs.StringVar(&c.Refresh, "refresh", "", "refresh --codex-auth before it expires: `auto` or never (default auto; never with --control-plane)")
 	fs.StringVar(&c.AdminListen, "admin-listen", "", "`address` for /metrics, /debug/ and, with --pprof, /debug/pprof (default off; non-loopback needs --metrics-token-file)")
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", "", "`file` holding the bearer token every --admin-listen request must carry (required off loopback; mode 0600)")

@@ -23,11 +23,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/clodex/clodex/controlplane/controlplanetest"
-	"github.com/clodex/clodex/controlplane/tlsconfig"
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/clienttest"
 	"github.com/clodex/clodex/internal/codexsim"
+	"github.com/clodex/clodex/internal/tlsconfig"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 

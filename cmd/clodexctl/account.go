@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/internal/codexauth"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
@@ -64,7 +64,7 @@ func loginViewOf(l *controlplanev1.Login) loginView {
 // register adds the account command's own flags to fs.
 func (a *accountArgs) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.codexAuth, "codex-auth", "", "account import: the Codex auth.json `file` to import")
-	fs.StringVar(&a.issuer, "issuer", credentials.DefaultIssuer, "account login: the identity provider's `URL`")
+	fs.StringVar(&a.issuer, "issuer", codexauth.DefaultIssuer, "account login: the identity provider's `URL`")
 	fs.StringVar(&a.tokenEndpoint, "token-endpoint", "", "account login: the OAuth token `URL` (default ISSUER/oauth/token)")
 	a.target.register(fs)
 }
@@ -128,7 +128,7 @@ func (e *env) accountImport(ctx context.Context, path string) error {
 	if err != nil {
 		return fmt.Errorf("read --codex-auth: %w", err)
 	}
-	f, err := credentials.ParseAuthFile(path, data)
+	f, err := codexauth.ParseAuthFile(path, data)
 	if err != nil {
 		return err
 	}
@@ -151,7 +151,7 @@ func (e *env) accountLogin(ctx context.Context, issuer, tokenEndpoint string) er
 		tokenEndpoint = strings.TrimRight(issuer, "/") + "/oauth/token"
 	}
 	hc := &http.Client{Timeout: 30 * time.Second}
-	dc, err := credentials.StartDeviceLogin(ctx, hc, issuer, credentials.DefaultClientID, time.Now())
+	dc, err := codexauth.StartDeviceLogin(ctx, hc, issuer, codexauth.DefaultClientID, time.Now())
 	if err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func (e *env) accountLogin(ctx context.Context, issuer, tokenEndpoint string) er
 		dc.VerificationURL, dc.UserCode, dc.ExpiresAt.UTC().Format(time.RFC3339))
 	lctx, cancel := context.WithDeadline(ctx, dc.ExpiresAt)
 	defer cancel()
-	tr, err := credentials.PollDeviceLogin(lctx, hc, dc, tokenEndpoint, credentials.DefaultClientID, sleepCtx)
+	tr, err := codexauth.PollDeviceLogin(lctx, hc, dc, tokenEndpoint, codexauth.DefaultClientID, sleepCtx)
 	if err != nil {
 		return err
 	}

@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/clodex/clodex/controlplane/bearer"
-	"github.com/clodex/clodex/controlplane/tlsconfig"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/bearer"
+	"github.com/clodex/clodex/internal/tlsconfig"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/clodex/clodex/controlplane/tlsconfig"
+	"github.com/clodex/clodex/internal/tlsconfig"
 )
 
 const healthUsage = "health [URL]"

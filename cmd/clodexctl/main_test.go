@@ -17,8 +17,8 @@ import (
 
 	"github.com/clodex/clodex/controlplane/controlplanetest"
 	"github.com/clodex/clodex/controlplane/store/redistest"
-	"github.com/clodex/clodex/controlplane/tlsconfig"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/tlsconfig"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 

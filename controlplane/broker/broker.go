@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/clodex/clodex/controlplane/store"
-	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/codexauth"
 )
 
 // Defaults of Options.
@@ -44,7 +44,7 @@ type Options struct {
 	// Key seals the tokens. (Required)
 	Key Key
 	// TokenEndpoint is the OAuth token endpoint. (Optional; default
-	// credentials.DefaultTokenEndpoint)
+	// codexauth.DefaultTokenEndpoint)
 	TokenEndpoint string
 	// ClientID is sent with each refresh. (Optional; default Codex CLI's)
 	ClientID string
@@ -52,7 +52,7 @@ type Options struct {
 	// a 30s timeout)
 	HTTPClient *http.Client
 	// Skew: a token is refreshed when its expiry is within Skew, or within
-	// a quarter of its lifetime when that is less (credentials.SkewFor, the
+	// a quarter of its lifetime when that is less (codexauth.SkewFor, the
 	// data plane's rule). (Optional; default 120s)
 	Skew time.Duration
 	// LeaseTTL bounds a held refresh lease (Redis). (Optional; default 45s)
@@ -122,7 +122,7 @@ func New(opts Options) (*Broker, error) {
 	}
 	endpoint := opts.TokenEndpoint
 	if endpoint == "" {
-		endpoint = credentials.DefaultTokenEndpoint
+		endpoint = codexauth.DefaultTokenEndpoint
 	}
 	if err := CheckEndpoint(endpoint); err != nil {
 		errs = append(errs, err)
@@ -155,13 +155,13 @@ func New(opts Options) (*Broker, error) {
 		}),
 	}
 	if b.clientID == "" {
-		b.clientID = credentials.DefaultClientID
+		b.clientID = codexauth.DefaultClientID
 	}
 	if b.client == nil {
 		b.client = &http.Client{Timeout: refreshTimeout}
 	}
 	if b.skew == 0 {
-		b.skew = credentials.DefaultSkew
+		b.skew = codexauth.DefaultSkew
 	}
 	if b.leaseTTL == 0 {
 		b.leaseTTL = DefaultLeaseTTL
@@ -192,7 +192,7 @@ func New(opts Options) (*Broker, error) {
 // CheckEndpoint checks a --token-endpoint value.
 func CheckEndpoint(endpoint string) error {
 	if u, err := url.Parse(endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("token endpoint %q is invalid; want an http or https URL such as %s", endpoint, credentials.DefaultTokenEndpoint)
+		return fmt.Errorf("token endpoint %q is invalid; want an http or https URL such as %s", endpoint, codexauth.DefaultTokenEndpoint)
 	}
 	return nil
 }
@@ -267,7 +267,7 @@ func statusOf(l store.Login) Status {
 type Token struct {
 	Key       string
 	AccountID string
-	Access    credentials.Secret
+	Access    codexauth.Secret
 	// Expiry is the token's expiry; zero when unknown.
 	Expiry time.Time
 }
@@ -308,14 +308,14 @@ var ErrInvalidLogin = errors.New("invalid login")
 // for the account its access token names, replacing the account's
 // previous one, and returns the account's status. accountID is used when
 // the token carries none.
-func (b *Broker) Import(ctx context.Context, access, refresh, id credentials.Secret, accountID string) (Status, error) {
+func (b *Broker) Import(ctx context.Context, access, refresh, id codexauth.Secret, accountID string) (Status, error) {
 	if strings.TrimSpace(access.Reveal()) == "" {
 		return Status{}, fmt.Errorf("import login: %w: the access token is empty", ErrInvalidLogin)
 	}
 	if strings.TrimSpace(refresh.Reveal()) == "" {
 		return Status{}, fmt.Errorf("import login: %w: the refresh token is empty; the control plane must be able to refresh the sign-in", ErrInvalidLogin)
 	}
-	c := (&credentials.AuthFile{Tokens: &credentials.AuthTokens{AccessToken: access, AccountID: accountID}}).Credential()
+	c := (&codexauth.AuthFile{Tokens: &codexauth.AuthTokens{AccessToken: access, AccountID: accountID}}).Credential()
 	if c.AccountID == "" {
 		return Status{}, fmt.Errorf("import login: %w: the access token names no ChatGPT account and none was given", ErrInvalidLogin)
 	}
@@ -341,7 +341,7 @@ func (b *Broker) Import(ctx context.Context, access, refresh, id credentials.Sec
 		AccountID:  c.AccountID,
 		Sealed:     b.seal(key, sealedTokens{Access: access.Reveal(), Refresh: refresh.Reveal(), ID: id.Reveal()}),
 		Expiry:     c.Expiry,
-		LifetimeMs: credentials.TokenLifetime(access).Milliseconds(),
+		LifetimeMs: codexauth.TokenLifetime(access).Milliseconds(),
 		Refreshed:  now,
 		Generation: gen,
 	}, lease)
@@ -398,7 +398,7 @@ func (b *Broker) Remove(ctx context.Context, key string) error {
 // empty, is a token the upstream refused: a different one is returned, by
 // a forced refresh if needed. Errors: *NeedsLoginError, ErrUnknownAccount,
 // *UnavailableError.
-func (b *Broker) Token(ctx context.Context, key string, rejected credentials.Secret) (Token, error) {
+func (b *Broker) Token(ctx context.Context, key string, rejected codexauth.Secret) (Token, error) {
 	l, t, err := b.load(ctx, key)
 	if err != nil {
 		return Token{}, err
@@ -434,12 +434,12 @@ func (b *Broker) Token(ctx context.Context, key string, rejected credentials.Sec
 
 // usable returns l's token if it needs no refresh at now: fresh, or after a
 // rejection, different from the rejected one and unexpired.
-func (b *Broker) usable(l store.Login, t sealedTokens, rejected credentials.Secret, now time.Time) (Token, bool) {
-	tok := Token{Key: l.Key, AccountID: l.AccountID, Access: credentials.Secret(t.Access), Expiry: l.Expiry}
+func (b *Broker) usable(l store.Login, t sealedTokens, rejected codexauth.Secret, now time.Time) (Token, bool) {
+	tok := Token{Key: l.Key, AccountID: l.AccountID, Access: codexauth.Secret(t.Access), Expiry: l.Expiry}
 	if rejected != "" {
 		return tok, tok.Access != rejected && (l.Expiry.IsZero() || now.Before(l.Expiry))
 	}
-	return tok, credentials.Fresh(l.Expiry, time.Duration(l.LifetimeMs)*time.Millisecond, b.skew, now)
+	return tok, codexauth.Fresh(l.Expiry, time.Duration(l.LifetimeMs)*time.Millisecond, b.skew, now)
 }
 
 func (b *Broker) release(ctx context.Context, lease *store.Lease) {
@@ -452,7 +452,7 @@ func (b *Broker) release(ctx context.Context, lease *store.Lease) {
 // a token another replica wrote meanwhile; else redeem the refresh token
 // once and write the rotated tokens back (fenced by the lease). A refusal
 // for good marks the login needs-login and is never retried.
-func (b *Broker) refresh(ctx context.Context, key string, rejected credentials.Secret) (Token, error) {
+func (b *Broker) refresh(ctx context.Context, key string, rejected codexauth.Secret) (Token, error) {
 	lctx, cancel := context.WithTimeout(ctx, DefaultLeaseWait)
 	lease, err := b.logins.AcquireLease(lctx, key, b.leaseTTL)
 	cancel()
@@ -471,8 +471,8 @@ func (b *Broker) refresh(ctx context.Context, key string, rejected credentials.S
 		b.log.DebugContext(ctx, "adopted the access token another writer stored", "account", key, "expires_at", l.Expiry)
 		return tok, nil
 	}
-	tr, err := credentials.Redeem(ctx, b.client, b.endpoint, b.clientID, credentials.Secret(t.Refresh))
-	if reason, dead := credentials.LoginRequired(err); dead {
+	tr, err := codexauth.Redeem(ctx, b.client, b.endpoint, b.clientID, codexauth.Secret(t.Refresh))
+	if reason, dead := codexauth.LoginRequired(err); dead {
 		b.refreshes.WithLabelValues("login_required").Inc()
 		l.NeedsLogin = reason
 		if _, perr := b.logins.PutLogin(ctx, l, lease); perr != nil {
@@ -503,7 +503,7 @@ func (b *Broker) refresh(ctx context.Context, key string, rejected credentials.S
 	old := l.Expiry
 	l.Sealed = b.seal(key, next)
 	l.Expiry = tr.ExpiresAt(now)
-	l.LifetimeMs = credentials.TokenLifetime(tr.AccessToken).Milliseconds()
+	l.LifetimeMs = codexauth.TokenLifetime(tr.AccessToken).Milliseconds()
 	if l.LifetimeMs == 0 && tr.ExpiresIn != nil {
 		l.LifetimeMs = *tr.ExpiresIn * 1000
 	}
@@ -549,7 +549,7 @@ func (b *Broker) refreshDue(ctx context.Context) {
 	}
 	now := b.now()
 	for _, l := range ls {
-		if l.NeedsLogin != "" || credentials.Fresh(l.Expiry, time.Duration(l.LifetimeMs)*time.Millisecond, b.skew, now) {
+		if l.NeedsLogin != "" || codexauth.Fresh(l.Expiry, time.Duration(l.LifetimeMs)*time.Millisecond, b.skew, now) {
 			continue
 		}
 		if _, err := b.Token(ctx, l.Key, ""); err != nil && ctx.Err() == nil {

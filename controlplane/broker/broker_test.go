@@ -18,8 +18,8 @@ import (
 	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/controlplane/store/redistest"
-	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/codexsim/simauth"
 )
 
@@ -97,7 +97,7 @@ func importIssued(t *testing.T, b *broker.Broker, p *idp, accountID string) sima
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := b.Import(t.Context(), credentials.Secret(tok.AccessToken), credentials.Secret(tok.RefreshToken), credentials.Secret(tok.IDToken), "")
+	st, err := b.Import(t.Context(), codexauth.Secret(tok.AccessToken), codexauth.Secret(tok.RefreshToken), codexauth.Secret(tok.IDToken), "")
 	if err != nil {
 		t.Fatalf("Import: %v", err)
 	}
@@ -174,7 +174,7 @@ func TestOneRefreshAcrossBrokers(t *testing.T) {
 			for round := 1; round <= 3; round++ {
 				p.clock.Advance(time.Hour - 60*time.Second)
 				var wg sync.WaitGroup
-				got := make([]credentials.Secret, 3*8)
+				got := make([]codexauth.Secret, 3*8)
 				errs := make([]error, len(got))
 				for i := range got {
 					wg.Go(func() {
@@ -242,7 +242,7 @@ func TestRejectedTokenForcesOneRefresh(t *testing.T) {
 	issued := importIssued(t, b, p, "acct-a")
 	key := account.Key("acct-a")
 	for range 3 {
-		tok, err := b.Token(t.Context(), key, credentials.Secret(issued.AccessToken))
+		tok, err := b.Token(t.Context(), key, codexauth.Secret(issued.AccessToken))
 		if err != nil || tok.Access.Reveal() == issued.AccessToken {
 			t.Fatalf("Token(rejected) = %v, same token %v; want a different token", err, tok.Access.Reveal() == issued.AccessToken)
 		}

@@ -19,7 +19,7 @@
 // Single writer: a refresh takes the account's lease first (a lock file,
 // or a Redis key set NX with a fencing token that every write checks),
 // re-reads the login and adopts a token another replica wrote meanwhile,
-// and only otherwise redeems the refresh token (credentials.Redeem, the
+// and only otherwise redeems the refresh token (codexauth.Redeem, the
 // data plane's client and skew rule) and writes the rotated tokens back.
 // A refusal for good (refresh_token_reused, _expired, _invalidated, any
 // 401) is never retried: the login is marked needs-login, every caller

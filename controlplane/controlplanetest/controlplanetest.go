@@ -25,9 +25,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/clodex/clodex/controlplane"
-	"github.com/clodex/clodex/controlplane/bearer"
 	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
+	"github.com/clodex/clodex/internal/bearer"
 	"github.com/clodex/clodex/internal/pacing"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )

@@ -14,7 +14,7 @@
 // CredentialFor a named one (the data plane spreads new conversations
 // over every account it has a token of, Config.OnAccountID). A token is fetched
 // again when its expiry is within the data plane's skew rule
-// (credentials.SkewFor), the moment the broker refreshes it, so the
+// (codexauth.SkewFor), the moment the broker refreshes it, so the
 // broker's lease makes one refresh per expiry for the whole fleet.
 //
 // Errors are the credentials package's: *credentials.UnavailableError
@@ -44,6 +44,7 @@ import (
 
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/codexauth"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
@@ -64,8 +65,8 @@ type Config struct {
 	// Accounts are the account keys to serve. (Optional; default the
 	// broker's answer to ServedAccounts)
 	Accounts []string
-	// Skew is the data plane's refresh skew (credentials.SkewFor).
-	// (Optional; default credentials.DefaultSkew)
+	// Skew is the data plane's refresh skew (codexauth.SkewFor).
+	// (Optional; default codexauth.DefaultSkew)
 	Skew time.Duration
 	// RetryAfter is the retry hint while no token can be had. (Optional;
 	// default 5s)
@@ -87,7 +88,7 @@ type Config struct {
 
 // entry is one account's last answer.
 type entry struct {
-	cred     credentials.Credential
+	cred     codexauth.Credential
 	lifetime time.Duration
 	dead     error     // a *credentials.LoginRequiredError; the account is skipped
 	deadAt   time.Time // when dead was recorded; Run asks again after DefaultAccountsPoll
@@ -115,7 +116,7 @@ func New(cfg Config) (*Source, error) {
 		return nil, errors.New("brokered: field Conn is required")
 	}
 	if cfg.Skew <= 0 {
-		cfg.Skew = credentials.DefaultSkew
+		cfg.Skew = codexauth.DefaultSkew
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = DefaultRetryAfter
@@ -206,19 +207,19 @@ func (s *Source) learn(ctx context.Context) ([]string, error) {
 // Credential returns a usable credential for the first account whose
 // sign-in is usable, fetching a fresh token first when the current one
 // is due.
-func (s *Source) Credential(ctx context.Context) (credentials.Credential, error) {
+func (s *Source) Credential(ctx context.Context) (codexauth.Credential, error) {
 	if err := ctx.Err(); err != nil {
-		return credentials.Credential{}, err
+		return codexauth.Credential{}, err
 	}
 	keys := s.Accounts()
 	if keys == nil {
 		var err error
 		if keys, err = s.learn(ctx); err != nil {
-			return credentials.Credential{}, s.unavailable(err)
+			return codexauth.Credential{}, s.unavailable(err)
 		}
 	}
 	if len(keys) == 0 {
-		return credentials.Credential{}, &credentials.LoginRequiredError{Message: fmt.Sprintf(
+		return codexauth.Credential{}, &credentials.LoginRequiredError{Message: fmt.Sprintf(
 			"The control plane at %s holds no ChatGPT sign-in this data plane may use; an operator must log an account in with `clodexctl account login` (or `clodexctl account import --codex-auth FILE`)", s.cfg.Target)}
 	}
 	var dead, lastErr error
@@ -234,23 +235,23 @@ func (s *Source) Credential(ctx context.Context) (credentials.Credential, error)
 		lastErr = err
 	}
 	if lastErr != nil {
-		return credentials.Credential{}, s.unavailable(lastErr)
+		return codexauth.Credential{}, s.unavailable(lastErr)
 	}
-	return credentials.Credential{}, dead
+	return codexauth.Credential{}, dead
 }
 
 // credentialOf returns key's usable credential, fetching a fresh token
 // when the current one is due; a dead sign-in is its
 // *credentials.LoginRequiredError, an unreachable broker the RPC error.
-func (s *Source) credentialOf(ctx context.Context, k string) (credentials.Credential, error) {
+func (s *Source) credentialOf(ctx context.Context, k string) (codexauth.Credential, error) {
 	now := s.cfg.Clock()
 	s.mu.Lock()
 	e, ok := s.tokens[k]
 	s.mu.Unlock()
 	if ok && e.dead != nil {
-		return credentials.Credential{}, e.dead
+		return codexauth.Credential{}, e.dead
 	}
-	if ok && credentials.Fresh(e.cred.Expiry, e.lifetime, s.cfg.Skew, now) {
+	if ok && codexauth.Fresh(e.cred.Expiry, e.lifetime, s.cfg.Skew, now) {
 		return e.cred, nil
 	}
 	ne, err := s.fetch(ctx, k, nil)
@@ -258,40 +259,40 @@ func (s *Source) credentialOf(ctx context.Context, k string) (credentials.Creden
 		return ne.cred, nil
 	}
 	if errors.Is(err, credentials.ErrLoginRequired) {
-		return credentials.Credential{}, err
+		return codexauth.Credential{}, err
 	}
 	if ok && now.Before(e.cred.Expiry) { // still valid: serve it while the broker is away
 		s.log.WarnContext(ctx, "fetch a fresh access token; using the current one until it expires", "account", k, "err", reason(err))
 		return e.cred, nil
 	}
-	return credentials.Credential{}, err
+	return codexauth.Credential{}, err
 }
 
 // CredentialFor returns the credential of the account whose ChatGPT
 // account id is accountID (the pool's Partition.Account): the
 // gateway.AccountCredentials of a data plane serving several accounts.
-func (s *Source) CredentialFor(ctx context.Context, accountID string) (credentials.Credential, error) {
+func (s *Source) CredentialFor(ctx context.Context, accountID string) (codexauth.Credential, error) {
 	if err := ctx.Err(); err != nil {
-		return credentials.Credential{}, err
+		return codexauth.Credential{}, err
 	}
 	cred, err := s.credentialOf(ctx, account.Key(accountID))
 	if err != nil && !errors.Is(err, credentials.ErrLoginRequired) {
-		return credentials.Credential{}, s.unavailable(err)
+		return codexauth.Credential{}, s.unavailable(err)
 	}
 	return cred, err
 }
 
 // RejectedFor is Rejected for a token of accountID.
-func (s *Source) RejectedFor(ctx context.Context, _ string, token credentials.Secret) (credentials.Credential, error) {
+func (s *Source) RejectedFor(ctx context.Context, _ string, token codexauth.Secret) (codexauth.Credential, error) {
 	return s.Rejected(ctx, token)
 }
 
 // Rejected reports a token the upstream answered 401: the broker replaces
 // it (one forced refresh at most, for the whole fleet) and the new
 // credential is returned.
-func (s *Source) Rejected(ctx context.Context, token credentials.Secret) (credentials.Credential, error) {
+func (s *Source) Rejected(ctx context.Context, token codexauth.Secret) (codexauth.Credential, error) {
 	if token == "" {
-		return credentials.Credential{}, errors.New("report rejected token: the token is empty")
+		return codexauth.Credential{}, errors.New("report rejected token: the token is empty")
 	}
 	s.mu.Lock()
 	key := ""
@@ -308,12 +309,12 @@ func (s *Source) Rejected(ctx context.Context, token credentials.Secret) (creden
 	e, err := s.fetch(ctx, key, sum[:])
 	if err != nil {
 		if errors.Is(err, credentials.ErrLoginRequired) {
-			return credentials.Credential{}, err
+			return codexauth.Credential{}, err
 		}
-		return credentials.Credential{}, s.unavailable(err)
+		return codexauth.Credential{}, s.unavailable(err)
 	}
 	if e.cred.AccessToken == token {
-		return credentials.Credential{}, fmt.Errorf("account %s: the broker answered with the rejected token: %w", key, credentials.ErrTokenUnchanged)
+		return codexauth.Credential{}, fmt.Errorf("account %s: the broker answered with the rejected token: %w", key, credentials.ErrTokenUnchanged)
 	}
 	return e.cred, nil
 }
@@ -340,12 +341,12 @@ func (s *Source) fetch(ctx context.Context, key string, rejected []byte) (entry,
 			}
 			return entry{}, err
 		}
-		tok := credentials.Secret(resp.GetAccessToken())
-		c := credentials.Credential{AccessToken: tok, AccountID: resp.GetAccountId()}
+		tok := codexauth.Secret(resp.GetAccessToken())
+		c := codexauth.Credential{AccessToken: tok, AccountID: resp.GetAccountId()}
 		if ms := resp.GetExpiresAtUnixMs(); ms != 0 {
 			c.Expiry = time.UnixMilli(ms)
 		}
-		e := entry{cred: c, lifetime: credentials.TokenLifetime(tok)}
+		e := entry{cred: c, lifetime: codexauth.TokenLifetime(tok)}
 		s.mu.Lock()
 		_, known := s.tokens[key]
 		known = known && s.tokens[key].dead == nil
@@ -409,7 +410,7 @@ func (s *Source) refreshDue(ctx context.Context, now time.Time) {
 		if ok && e.dead != nil && now.Sub(e.deadAt) < DefaultAccountsPoll {
 			continue
 		}
-		if ok && e.dead == nil && credentials.Fresh(e.cred.Expiry, e.lifetime, s.cfg.Skew, now) {
+		if ok && e.dead == nil && codexauth.Fresh(e.cred.Expiry, e.lifetime, s.cfg.Skew, now) {
 			continue
 		}
 		if _, err := s.fetch(ctx, k, nil); err != nil && !errors.Is(err, credentials.ErrLoginRequired) && ctx.Err() == nil {

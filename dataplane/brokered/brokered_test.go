@@ -13,6 +13,7 @@ import (
 	"github.com/clodex/clodex/dataplane/brokered"
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/codexsim/simauth"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
@@ -50,7 +51,7 @@ func TestSourceRejected(t *testing.T) {
 	if !slices.Equal(learned, []string{account.Key("acct-a")}) {
 		t.Errorf("OnAccounts got %v; want the broker's one account", learned)
 	}
-	var first credentials.Credential
+	var first codexauth.Credential
 	for i := range 3 {
 		n, err := src.Rejected(t.Context(), c.AccessToken)
 		if err != nil || n.AccessToken == c.AccessToken {

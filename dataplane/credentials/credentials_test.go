@@ -1,18 +1,17 @@
 package credentials
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/clodex/clodex/internal/codexauth"
 )
 
 const tokenMarker = "SECRET-TOKEN-MATERIAL"
@@ -27,91 +26,6 @@ func jwt(t *testing.T, claims any) string {
 	}
 	enc := base64.RawURLEncoding.EncodeToString
 	return enc([]byte(`{"alg":"RS256","typ":"JWT"}`)) + "." + enc(payload) + "." + tokenMarker
-}
-
-func TestSecretRedacts(t *testing.T) {
-	s := Secret(tokenMarker)
-	outputs := []string{
-		fmt.Sprint(s), fmt.Sprintf("%s", s), fmt.Sprintf("%v", s), fmt.Sprintf("%+v", s),
-		fmt.Sprintf("%#v", s), fmt.Sprintf("%q", s), fmt.Sprintf("%x", s), s.String(),
-		fmt.Sprintf("%v", Credential{AccessToken: s, AccountID: "acct"}),
-		fmt.Sprintf("%+v", Credential{AccessToken: s, AccountID: "acct"}),
-	}
-	var buf bytes.Buffer
-	logger := slog.New(slog.NewJSONHandler(&buf, nil))
-	logger.Info("x", "token", s)
-	logger.Info("y", "tokens", AuthTokens{AccessToken: s})
-	outputs = append(outputs, buf.String())
-	for _, out := range outputs {
-		if strings.Contains(out, tokenMarker) {
-			t.Errorf("output %q leaks the secret", out)
-		}
-	}
-	if got := s.Reveal(); got != tokenMarker {
-		t.Errorf("Reveal() = %q, want %q", got, tokenMarker)
-	}
-	if !strings.Contains(fmt.Sprint(s), "redacted") {
-		t.Errorf("Sprint(secret) = %q, want a redaction marker", fmt.Sprint(s))
-	}
-}
-
-func TestParseClaims(t *testing.T) {
-	tests := []struct {
-		name       string
-		claims     any
-		wantID     string
-		wantExpiry time.Time
-	}{
-		{"top level wins", map[string]any{
-			"chatgpt_account_id":          "acct-top",
-			"https://api.openai.com/auth": map[string]any{"chatgpt_account_id": "acct-auth"},
-			"organizations":               []any{map[string]any{"id": "org-1"}},
-			"exp":                         1900000000,
-		}, "acct-top", time.Unix(1900000000, 0).UTC()},
-		{"auth namespace second", map[string]any{
-			"https://api.openai.com/auth": map[string]any{"chatgpt_account_id": "acct-auth"},
-			"organizations":               []any{map[string]any{"id": "org-1"}},
-		}, "acct-auth", time.Time{}},
-		{"organizations third", map[string]any{
-			"organizations": []any{map[string]any{"id": "org-1"}, map[string]any{"id": "org-2"}},
-		}, "org-1", time.Time{}},
-		{"none", map[string]any{"sub": "user"}, "", time.Time{}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := ParseClaims(Secret(jwt(t, tt.claims)))
-			if err != nil {
-				t.Fatalf("ParseClaims: %v", err)
-			}
-			if c.AccountID != tt.wantID || !c.Expiry.Equal(tt.wantExpiry) {
-				t.Errorf("ParseClaims = %+v, want account %q expiry %v", c, tt.wantID, tt.wantExpiry)
-			}
-		})
-	}
-}
-
-func TestParseClaimsBad(t *testing.T) {
-	tests := []struct {
-		name  string
-		token string
-		want  string
-	}{
-		{"opaque", "sk-" + tokenMarker, "not a JWT"},
-		{"bad base64", "a.!!!" + tokenMarker + ".c", "base64"},
-		{"not json", "a." + base64.RawURLEncoding.EncodeToString([]byte("nope")) + "." + tokenMarker, "JSON"},
-		{"wrong type", "a." + base64.RawURLEncoding.EncodeToString([]byte(`{"chatgpt_account_id":5}`)) + "." + tokenMarker, "JSON"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseClaims(Secret(tt.token))
-			if err == nil {
-				t.Fatal("ParseClaims: no error")
-			}
-			if !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), tokenMarker) {
-				t.Errorf("ParseClaims error = %q, want it to mention %q and not leak the token", err, tt.want)
-			}
-		})
-	}
 }
 
 func writeFile(t *testing.T, content string) string {
@@ -135,7 +49,7 @@ func TestLoadFile(t *testing.T) {
 		t.Fatalf("Credential: %v", err)
 	}
 	if c.AccessToken.Reveal() != access || c.AccountID != "acct-claim" || !c.Expiry.Equal(time.Unix(1900000000, 0)) {
-		t.Errorf("Credential = account %q expiry %v token match %v; want acct-claim, 1900000000, true", c.AccountID, c.Expiry, c.AccessToken.Reveal() == access)
+		t.Errorf("codexauth.Credential = account %q expiry %v token match %v; want acct-claim, 1900000000, true", c.AccountID, c.Expiry, c.AccessToken.Reveal() == access)
 	}
 }
 
@@ -187,7 +101,7 @@ func TestLoadFileErrors(t *testing.T) {
 }
 
 func TestStatic(t *testing.T) {
-	want := Credential{AccessToken: "tok", AccountID: "acct"}
+	want := codexauth.Credential{AccessToken: "tok", AccountID: "acct"}
 	got, err := Static(want).Credential(t.Context())
 	if err != nil || got != want {
 		t.Errorf("Static.Credential = %+v, %v; want %+v", got, err, want)

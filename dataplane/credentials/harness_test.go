@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/codexsim/simauth"
 )
 
@@ -183,7 +184,7 @@ func (h *rfHarness) fileTokens(t *testing.T) map[string]string {
 
 // validate presents tok to the emulated ChatGPT accounts check and returns
 // the HTTP status.
-func (h *rfHarness) validate(t *testing.T, tok Secret) int {
+func (h *rfHarness) validate(t *testing.T, tok codexauth.Secret) int {
 	t.Helper()
 	h.remember(tok.Reveal())
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.srv.URL+"/backend-api/wham/accounts/check", nil)
@@ -206,7 +207,7 @@ func (h *rfHarness) rotateBehindTheLock(t *testing.T) {
 	t.Helper()
 	rt := h.fileTokens(t)["refresh_token"]
 	resp, err := h.srv.Client().PostForm(h.srv.URL+"/oauth/token", map[string][]string{
-		"grant_type": {"refresh_token"}, "refresh_token": {rt}, "client_id": {DefaultClientID},
+		"grant_type": {"refresh_token"}, "refresh_token": {rt}, "client_id": {codexauth.DefaultClientID},
 	})
 	if err != nil {
 		t.Fatalf("rotate: %v", err)
@@ -242,7 +243,7 @@ func (h *rfHarness) checkNoSecret(t *testing.T, err error) {
 }
 
 // credOK calls Credential and fails the test on error.
-func credOK(t *testing.T, h *rfHarness, s *RefreshingFile) Credential {
+func credOK(t *testing.T, h *rfHarness, s *RefreshingFile) codexauth.Credential {
 	t.Helper()
 	c, err := s.Credential(t.Context())
 	if err != nil {

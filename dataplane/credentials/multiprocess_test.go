@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/codexsim/simauth"
 )
 
@@ -70,7 +71,7 @@ func TestHelperProcess(t *testing.T) {
 		t.Fatalf("NewFileSource: %v", err)
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
-	validate := func(ctx context.Context, tok Secret) (int, error) {
+	validate := func(ctx context.Context, tok codexauth.Secret) (int, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/backend-api/wham/accounts/check", nil)
 		if err != nil {
 			return 0, err
@@ -116,7 +117,7 @@ func TestHelperProcess(t *testing.T) {
 	}
 
 	s.mu.Lock()
-	due := SkewFor(s.skew, s.lifetime) + time.Millisecond // the log rounds to 1ms
+	due := codexauth.SkewFor(s.skew, s.lifetime) + time.Millisecond // the log rounds to 1ms
 	s.mu.Unlock()
 	sc := bufio.NewScanner(strings.NewReader(logs.String()))
 	for sc.Scan() {

@@ -3,9 +3,7 @@ package credentials
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +17,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/clodex/clodex/internal/atomicfile"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/filelock"
 )
 
@@ -62,12 +61,6 @@ func ParseRefreshMode(s string) (RefreshMode, error) {
 
 // Defaults of [FileConfig].
 const (
-	// DefaultTokenEndpoint is OpenAI's OAuth token endpoint.
-	DefaultTokenEndpoint = "https://auth.openai.com/oauth/token"
-	// DefaultClientID is the public OAuth client id of Codex CLI.
-	DefaultClientID = "app_EMoamEEZ73f0CkXaXp7hrann"
-	// DefaultSkew is how long before expiry a token is refreshed (docs/credentials.md §4).
-	DefaultSkew = 120 * time.Second
 	// DefaultLockWait bounds the wait for the auth.json lock.
 	DefaultLockWait = 30 * time.Second
 	// DefaultRefreshTimeout is the HTTP client timeout of a refresh request.
@@ -150,15 +143,15 @@ type RefreshingFile struct {
 	work   sync.Mutex // serialises renew (and so the lock file) within the process
 
 	mu       sync.Mutex // guards the following fields
-	cur      Credential
-	lifetime time.Duration // of cur.AccessToken (exp - iat); 0 when unknown
-	refresh  Secret        // the newest refresh token known
+	cur      codexauth.Credential
+	lifetime time.Duration    // of cur.AccessToken (exp - iat); 0 when unknown
+	refresh  codexauth.Secret // the newest refresh token known
 	// fileAccess and fileRefresh are the tokens the file held when this
 	// source last read or wrote it; a difference means someone else wrote it.
-	fileAccess, fileRefresh Secret
-	rejected                Secret // an access token upstream rejected; never handed out again
-	dead                    Secret // a refresh token refused for good; never presented again
-	deadErr                 error  // the ErrLoginRequired error for dead
+	fileAccess, fileRefresh codexauth.Secret
+	rejected                codexauth.Secret // an access token upstream rejected; never handed out again
+	dead                    codexauth.Secret // a refresh token refused for good; never presented again
+	deadErr                 error            // the ErrLoginRequired error for dead
 	lastRead                time.Time
 	noticed                 map[string]bool // notices given since the token last changed
 }
@@ -174,16 +167,16 @@ func NewFileSource(cfg FileConfig) (*RefreshingFile, error) {
 	}
 	endpoint := cfg.TokenEndpoint
 	if endpoint == "" {
-		endpoint = DefaultTokenEndpoint
+		endpoint = codexauth.DefaultTokenEndpoint
 	}
 	if u, err := url.Parse(endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("field TokenEndpoint %q is invalid; want an http or https URL such as %s", endpoint, DefaultTokenEndpoint))
+		errs = append(errs, fmt.Errorf("field TokenEndpoint %q is invalid; want an http or https URL such as %s", endpoint, codexauth.DefaultTokenEndpoint))
 	}
 	if cfg.Mode != RefreshAuto && cfg.Mode != RefreshNever {
 		errs = append(errs, fmt.Errorf("field Mode %v is invalid; choices are auto, never", cfg.Mode))
 	}
 	if cfg.Skew < 0 {
-		errs = append(errs, fmt.Errorf("field Skew %v is invalid; want 0 (default %v) or more", cfg.Skew, DefaultSkew))
+		errs = append(errs, fmt.Errorf("field Skew %v is invalid; want 0 (default %v) or more", cfg.Skew, codexauth.DefaultSkew))
 	}
 	if cfg.LockWait < 0 {
 		errs = append(errs, fmt.Errorf("field LockWait %v is invalid; want 0 (default %v) or more", cfg.LockWait, DefaultLockWait))
@@ -195,7 +188,7 @@ func NewFileSource(cfg FileConfig) (*RefreshingFile, error) {
 		path:     cfg.Path,
 		lockPath: cfg.Path + ".lock",
 		endpoint: endpoint,
-		clientID: orDefault(cfg.ClientID, DefaultClientID),
+		clientID: orDefault(cfg.ClientID, codexauth.DefaultClientID),
 		mode:     cfg.Mode,
 		skew:     cfg.Skew,
 		lockWait: cfg.LockWait,
@@ -205,7 +198,7 @@ func NewFileSource(cfg FileConfig) (*RefreshingFile, error) {
 		notify:   cfg.Notify,
 	}
 	if s.skew == 0 {
-		s.skew = DefaultSkew
+		s.skew = codexauth.DefaultSkew
 	}
 	if s.lockWait == 0 {
 		s.lockWait = DefaultLockWait
@@ -226,7 +219,7 @@ func NewFileSource(cfg FileConfig) (*RefreshingFile, error) {
 	}
 	s.mu.Lock()
 	s.takeFileLocked(f)
-	s.setCurLocked(f.Credential(), TokenLifetime(f.Tokens.AccessToken))
+	s.setCurLocked(f.Credential(), codexauth.TokenLifetime(f.Tokens.AccessToken))
 	s.mu.Unlock()
 	return s, nil
 }
@@ -252,9 +245,9 @@ func (s *RefreshingFile) Path() string { return s.path }
 // with that token. The shared refresh is detached from ctx so that one
 // caller giving up does not fail the others; it is bounded by the lock wait
 // and the HTTP timeout.
-func (s *RefreshingFile) Credential(ctx context.Context) (Credential, error) {
+func (s *RefreshingFile) Credential(ctx context.Context) (codexauth.Credential, error) {
 	if err := ctx.Err(); err != nil {
-		return Credential{}, err
+		return codexauth.Credential{}, err
 	}
 	s.mu.Lock()
 	c, ok := s.usableLocked(s.clock())
@@ -273,19 +266,19 @@ func (s *RefreshingFile) Credential(ctx context.Context) (Credential, error) {
 // [ErrLoginRequired], [ErrTokenUnchanged] (with [ErrRefreshDisabled] in
 // RefreshNever mode), or the refresh failure. The caller retries its
 // request at most once with the result.
-func (s *RefreshingFile) Rejected(ctx context.Context, token Secret) (Credential, error) {
+func (s *RefreshingFile) Rejected(ctx context.Context, token codexauth.Secret) (codexauth.Credential, error) {
 	if err := ctx.Err(); err != nil {
-		return Credential{}, err
+		return codexauth.Credential{}, err
 	}
 	if token == "" {
-		return Credential{}, errors.New("report rejected token: the token is empty")
+		return codexauth.Credential{}, errors.New("report rejected token: the token is empty")
 	}
 	sum := sha256.Sum256([]byte(token.Reveal()))
 	return s.shared(ctx, "rejected:"+hex.EncodeToString(sum[:8]), token)
 }
 
 // shared runs renew once for all concurrent callers with the same key.
-func (s *RefreshingFile) shared(ctx context.Context, key string, rejected Secret) (Credential, error) {
+func (s *RefreshingFile) shared(ctx context.Context, key string, rejected codexauth.Secret) (codexauth.Credential, error) {
 	ch := s.flight.DoChan(key, func() (any, error) {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.lockWait+2*DefaultRefreshTimeout)
 		defer cancel()
@@ -294,44 +287,26 @@ func (s *RefreshingFile) shared(ctx context.Context, key string, rejected Secret
 	select {
 	case r := <-ch:
 		if r.Err != nil {
-			return Credential{}, r.Err
+			return codexauth.Credential{}, r.Err
 		}
-		return r.Val.(Credential), nil
+		return r.Val.(codexauth.Credential), nil
 	case <-ctx.Done():
-		return Credential{}, ctx.Err()
+		return codexauth.Credential{}, ctx.Err()
 	}
-}
-
-// SkewFor is the refresh margin for a token that lives lifetime (0 when
-// unknown): skew, or a quarter of the lifetime when that is less, so a
-// short-lived token is not refreshed on every use. This is the one skew
-// rule of every refresher (docs/credentials.md §4).
-func SkewFor(skew, lifetime time.Duration) time.Duration {
-	if lifetime > 0 && lifetime/4 < skew {
-		return lifetime / 4
-	}
-	return skew
-}
-
-// Fresh reports whether a token expiring at expiry (zero when unknown)
-// that lives lifetime can be used at now without refreshing it first,
-// under [SkewFor].
-func Fresh(expiry time.Time, lifetime, skew time.Duration, now time.Time) bool {
-	return expiry.IsZero() || now.Before(expiry.Add(-SkewFor(skew, lifetime)))
 }
 
 // fresh reports whether c can be used without refreshing at now.
-func (s *RefreshingFile) fresh(c Credential, lifetime time.Duration, now time.Time) bool {
-	return Fresh(c.Expiry, lifetime, s.skew, now)
+func (s *RefreshingFile) fresh(c codexauth.Credential, lifetime time.Duration, now time.Time) bool {
+	return codexauth.Fresh(c.Expiry, lifetime, s.skew, now)
 }
 
 // unexpired reports whether c has not expired at now.
-func unexpired(c Credential, now time.Time) bool {
+func unexpired(c codexauth.Credential, now time.Time) bool {
 	return c.Expiry.IsZero() || now.Before(c.Expiry)
 }
 
 // usableLocked returns the current credential if it needs no refresh.
-func (s *RefreshingFile) usableLocked(now time.Time) (Credential, bool) {
+func (s *RefreshingFile) usableLocked(now time.Time) (codexauth.Credential, bool) {
 	c := s.cur
 	if c.AccessToken == s.rejected || !s.fresh(c, s.lifetime, now) {
 		return c, false
@@ -340,7 +315,7 @@ func (s *RefreshingFile) usableLocked(now time.Time) (Credential, bool) {
 }
 
 // setCurLocked makes c the current credential.
-func (s *RefreshingFile) setCurLocked(c Credential, lifetime time.Duration) {
+func (s *RefreshingFile) setCurLocked(c codexauth.Credential, lifetime time.Duration) {
 	if c.AccessToken != s.cur.AccessToken {
 		clear(s.noticed)
 	}
@@ -349,19 +324,19 @@ func (s *RefreshingFile) setCurLocked(c Credential, lifetime time.Duration) {
 
 // fileChangedLocked reports whether f differs from what this source last
 // read or wrote.
-func (s *RefreshingFile) fileChangedLocked(f *AuthFile) bool {
+func (s *RefreshingFile) fileChangedLocked(f *codexauth.AuthFile) bool {
 	return f.Tokens.AccessToken != s.fileAccess || f.Tokens.RefreshToken != s.fileRefresh
 }
 
 // takeFileLocked records f as the file's content; its refresh token becomes
 // the newest known.
-func (s *RefreshingFile) takeFileLocked(f *AuthFile) {
+func (s *RefreshingFile) takeFileLocked(f *codexauth.AuthFile) {
 	s.fileAccess, s.fileRefresh = f.Tokens.AccessToken, f.Tokens.RefreshToken
 	s.refresh = f.Tokens.RefreshToken
 }
 
 // readFile reads and parses the auth.json.
-func (s *RefreshingFile) readFile() ([]byte, *AuthFile, error) {
+func (s *RefreshingFile) readFile() ([]byte, *codexauth.AuthFile, error) {
 	data, err := os.ReadFile(s.path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -369,7 +344,7 @@ func (s *RefreshingFile) readFile() ([]byte, *AuthFile, error) {
 		}
 		return nil, nil, fmt.Errorf("read codex auth file: %w", err)
 	}
-	f, err := ParseAuthFile(s.path, data)
+	f, err := codexauth.ParseAuthFile(s.path, data)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -377,7 +352,7 @@ func (s *RefreshingFile) readFile() ([]byte, *AuthFile, error) {
 }
 
 // renew does the work of Credential (rejected empty) and Rejected.
-func (s *RefreshingFile) renew(ctx context.Context, rejected Secret) (Credential, error) {
+func (s *RefreshingFile) renew(ctx context.Context, rejected codexauth.Secret) (codexauth.Credential, error) {
 	s.work.Lock()
 	defer s.work.Unlock()
 	now := s.clock()
@@ -404,7 +379,7 @@ func (s *RefreshingFile) renew(ctx context.Context, rejected Secret) (Credential
 
 // adoptableLocked reports whether fc, found in the file, can replace the current
 // token: not the rejected one, and fresh (or, after a 401, unexpired).
-func (s *RefreshingFile) adoptableLocked(fc Credential, lifetime time.Duration, now time.Time, forced bool) bool {
+func (s *RefreshingFile) adoptableLocked(fc codexauth.Credential, lifetime time.Duration, now time.Time, forced bool) bool {
 	if fc.AccessToken == s.rejected || fc.AccessToken == s.cur.AccessToken {
 		return false
 	}
@@ -418,7 +393,7 @@ func (s *RefreshingFile) adoptableLocked(fc Credential, lifetime time.Duration, 
 // auth.json lock; re-read the file and adopt a newer token another program
 // wrote there; otherwise redeem the refresh token; write the rotated tokens
 // back; release the lock.
-func (s *RefreshingFile) refreshShared(ctx context.Context, rejected Secret) (Credential, error) {
+func (s *RefreshingFile) refreshShared(ctx context.Context, rejected codexauth.Secret) (codexauth.Credential, error) {
 	forced := rejected != ""
 	if s.deadAndUnchanged() {
 		return s.afterDead(rejected)
@@ -456,7 +431,7 @@ func (s *RefreshingFile) refreshShared(ctx context.Context, rejected Secret) (Cr
 
 	cred := s.takeRefreshed(ctx, data, rt, tr, forced)
 	if forced && cred.AccessToken == rejected {
-		return Credential{}, fmt.Errorf("codex auth file %s: the token endpoint answered with the same access token: %w", s.path, ErrTokenUnchanged)
+		return codexauth.Credential{}, fmt.Errorf("codex auth file %s: the token endpoint answered with the same access token: %w", s.path, ErrTokenUnchanged)
 	}
 	return cred, nil
 }
@@ -501,16 +476,16 @@ func (s *RefreshingFile) lockFile(ctx context.Context) (*filelock.Lock, error) {
 // since this source last read or wrote it: its refresh token becomes the
 // newest known, ours probably having been used. Its access token becomes
 // the current one, and is returned, if it is adoptable.
-func (s *RefreshingFile) adoptFromFile(f *AuthFile, now time.Time, forced bool) (Credential, bool) {
+func (s *RefreshingFile) adoptFromFile(f *codexauth.AuthFile, now time.Time, forced bool) (codexauth.Credential, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.fileChangedLocked(f) {
-		return Credential{}, false
+		return codexauth.Credential{}, false
 	}
 	s.takeFileLocked(f)
-	fc, lt := f.Credential(), TokenLifetime(f.Tokens.AccessToken)
+	fc, lt := f.Credential(), codexauth.TokenLifetime(f.Tokens.AccessToken)
 	if !s.adoptableLocked(fc, lt, now, forced) {
-		return Credential{}, false
+		return codexauth.Credential{}, false
 	}
 	s.setCurLocked(fc, lt)
 	return fc, true
@@ -519,13 +494,8 @@ func (s *RefreshingFile) adoptFromFile(f *AuthFile, now time.Time, forced bool) 
 // refreshFailed answers a failed redemption of rt: a refresh token refused
 // for good needs a new sign-in (loginRequired); any other failure is
 // transient (fallback).
-func (s *RefreshingFile) refreshFailed(ctx context.Context, rejected, rt Secret, err error) (Credential, error) {
-	var re *refreshError
-	if errors.As(err, &re) && re.permanent {
-		reason := re.code
-		if reason == "" {
-			reason = fmt.Sprintf("HTTP %d", re.status)
-		}
+func (s *RefreshingFile) refreshFailed(ctx context.Context, rejected, rt codexauth.Secret, err error) (codexauth.Credential, error) {
+	if reason, ok := codexauth.LoginRequired(err); ok {
 		return s.loginRequired(ctx, rejected, rt, reason)
 	}
 	return s.fallback(ctx, rejected, fmt.Errorf("codex auth file %s: %w", s.path, err))
@@ -535,7 +505,7 @@ func (s *RefreshingFile) refreshFailed(ctx context.Context, rejected, rt Secret,
 // and writes them back into the file, whose content was data. A failed
 // write is logged and otherwise ignored: the rotated refresh token then
 // lives only in memory.
-func (s *RefreshingFile) takeRefreshed(ctx context.Context, data []byte, rt Secret, tr TokenResponse, forced bool) Credential {
+func (s *RefreshingFile) takeRefreshed(ctx context.Context, data []byte, rt codexauth.Secret, tr codexauth.TokenResponse, forced bool) codexauth.Credential {
 	now := s.clock()
 	newRT := tr.RefreshToken
 	if newRT == "" {
@@ -544,11 +514,11 @@ func (s *RefreshingFile) takeRefreshed(ctx context.Context, data []byte, rt Secr
 	s.mu.Lock()
 	old := s.cur
 	s.mu.Unlock()
-	cred := Credential{AccessToken: tr.AccessToken, AccountID: old.AccountID, Expiry: tr.ExpiresAt(now)}
-	if c, err := ParseClaims(tr.AccessToken); err == nil && c.AccountID != "" {
+	cred := codexauth.Credential{AccessToken: tr.AccessToken, AccountID: old.AccountID, Expiry: tr.ExpiresAt(now)}
+	if c, err := codexauth.ParseClaims(tr.AccessToken); err == nil && c.AccountID != "" {
 		cred.AccountID = c.AccountID
 	}
-	lt := TokenLifetime(tr.AccessToken)
+	lt := codexauth.TokenLifetime(tr.AccessToken)
 	if lt == 0 && tr.ExpiresIn != nil {
 		lt = time.Duration(*tr.ExpiresIn) * time.Second
 	}
@@ -580,7 +550,7 @@ func (s *RefreshingFile) takeRefreshed(ctx context.Context, data []byte, rt Secr
 
 // loginRequired records rt as dead, tells the user once and fails (or keeps
 // serving a still-valid token; see afterDead).
-func (s *RefreshingFile) loginRequired(ctx context.Context, rejected, rt Secret, reason string) (Credential, error) {
+func (s *RefreshingFile) loginRequired(ctx context.Context, rejected, rt codexauth.Secret, reason string) (codexauth.Credential, error) {
 	err := fmt.Errorf("codex auth file %s: %w (%s)", s.path, ErrLoginRequired, reason)
 	s.mu.Lock()
 	s.dead, s.deadErr = rt, err
@@ -596,7 +566,7 @@ func (s *RefreshingFile) loginRequired(ctx context.Context, rejected, rt Secret,
 // afterDead answers a caller while the refresh token is dead: a token that
 // was not rejected and has not expired is still served; otherwise the
 // ErrLoginRequired error.
-func (s *RefreshingFile) afterDead(rejected Secret) (Credential, error) {
+func (s *RefreshingFile) afterDead(rejected codexauth.Secret) (codexauth.Credential, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.cur
@@ -604,21 +574,21 @@ func (s *RefreshingFile) afterDead(rejected Secret) (Credential, error) {
 		return c, nil
 	}
 	if s.deadErr == nil {
-		return Credential{}, fmt.Errorf("codex auth file %s: %w", s.path, ErrLoginRequired)
+		return codexauth.Credential{}, fmt.Errorf("codex auth file %s: %w", s.path, ErrLoginRequired)
 	}
-	return Credential{}, s.deadErr
+	return codexauth.Credential{}, s.deadErr
 }
 
 // fallback handles a transient refresh failure: a token that was not
 // rejected and has not expired is still served (the failure is logged);
 // otherwise err is returned.
-func (s *RefreshingFile) fallback(ctx context.Context, rejected Secret, err error) (Credential, error) {
+func (s *RefreshingFile) fallback(ctx context.Context, rejected codexauth.Secret, err error) (codexauth.Credential, error) {
 	s.mu.Lock()
 	c := s.cur
 	ok := rejected == "" && c.AccessToken != s.rejected && unexpired(c, s.clock())
 	s.mu.Unlock()
 	if !ok {
-		return Credential{}, err
+		return codexauth.Credential{}, err
 	}
 	s.logger.WarnContext(ctx, "token refresh failed; using the current access token until it expires", "expires_at", c.Expiry, "err", err)
 	return c, nil
@@ -626,7 +596,7 @@ func (s *RefreshingFile) fallback(ctx context.Context, rejected Secret, err erro
 
 // reread is renew in RefreshNever mode: the file is the only source of new
 // tokens.
-func (s *RefreshingFile) reread(ctx context.Context, rejected Secret) (Credential, error) {
+func (s *RefreshingFile) reread(ctx context.Context, rejected codexauth.Secret) (codexauth.Credential, error) {
 	now := s.clock()
 	s.mu.Lock()
 	skip := rejected == "" && !s.lastRead.IsZero() && now.Sub(s.lastRead) < minRereadInterval
@@ -654,9 +624,9 @@ func (s *RefreshingFile) reread(ctx context.Context, rejected Secret) (Credentia
 		"clodex: the access token in %s was rejected or has expired, and this data plane does not refresh it (--refresh=never, the default in a fleet); "+
 			"one designated host or the operator must refresh the file (run `codex login`, or run one data plane with --refresh=auto) and copy it here", s.path))
 	if rejected != "" {
-		return Credential{}, fmt.Errorf("codex auth file %s: %w and %w; one designated host or the operator must refresh it", s.path, ErrTokenUnchanged, ErrRefreshDisabled)
+		return codexauth.Credential{}, fmt.Errorf("codex auth file %s: %w and %w; one designated host or the operator must refresh it", s.path, ErrTokenUnchanged, ErrRefreshDisabled)
 	}
-	return Credential{}, fmt.Errorf("codex auth file %s: the access token has expired and %w; one designated host or the operator must refresh it", s.path, ErrRefreshDisabled)
+	return codexauth.Credential{}, fmt.Errorf("codex auth file %s: the access token has expired and %w; one designated host or the operator must refresh it", s.path, ErrRefreshDisabled)
 }
 
 // noticeOnce gives the user msg once per key until the token changes.
@@ -677,26 +647,7 @@ func (s *RefreshingFile) noticeOnce(ctx context.Context, key, msg string) {
 	}
 }
 
-// TokenLifetime is exp - iat of a JWT; 0 when either is missing.
-func TokenLifetime(token Secret) time.Duration {
-	parts := strings.Split(token.Reveal(), ".")
-	if len(parts) != 3 {
-		return 0
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
-	if err != nil {
-		return 0
-	}
-	var c struct {
-		Iat, Exp json.Number
-	}
-	if json.Unmarshal(payload, &c) != nil {
-		return 0
-	}
-	iat, err1 := c.Iat.Float64()
-	exp, err2 := c.Exp.Float64()
-	if err1 != nil || err2 != nil || iat <= 0 || exp <= iat {
-		return 0
-	}
-	return time.Duration((exp - iat) * float64(time.Second))
+// postRefresh redeems refreshToken at the source's token endpoint.
+func (s *RefreshingFile) postRefresh(ctx context.Context, refreshToken codexauth.Secret) (codexauth.TokenResponse, error) {
+	return codexauth.Redeem(ctx, s.client, s.endpoint, s.clientID, refreshToken)
 }

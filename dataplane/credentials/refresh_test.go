@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/codexsim/simauth"
 	"github.com/clodex/clodex/internal/filelock"
 )
@@ -47,7 +48,7 @@ func TestCredentialRefreshesAheadOfExpiry(t *testing.T) {
 			after := h.fileTokens(t)
 			refreshed := c.AccessToken.Reveal() != before["access_token"]
 			if refreshed != tt.wantRefresh {
-				t.Errorf("Credential at +%v refreshed = %v, want %v", tt.at, refreshed, tt.wantRefresh)
+				t.Errorf("codexauth.Credential at +%v refreshed = %v, want %v", tt.at, refreshed, tt.wantRefresh)
 			}
 			wantRefreshes := int64(0)
 			if tt.wantRefresh {
@@ -128,7 +129,7 @@ func TestRejectedRefreshesOnce(t *testing.T) {
 		t.Errorf("token_refreshes = %d, want 1", got)
 	}
 	if c := credOK(t, h, s); c.AccessToken != t2.AccessToken {
-		t.Errorf("Credential after Rejected is not the new token")
+		t.Errorf("codexauth.Credential after Rejected is not the new token")
 	}
 
 	// A late 401 for the old token does not refresh again.
@@ -142,7 +143,7 @@ func TestRejectedRefreshesOnce(t *testing.T) {
 
 	// Eight requests rejected with the same token share one refresh.
 	var wg sync.WaitGroup
-	got := make([]Credential, 8)
+	got := make([]codexauth.Credential, 8)
 	errs := make([]error, 8)
 	for i := range got {
 		wg.Go(func() { got[i], errs[i] = s.Rejected(t.Context(), t2.AccessToken) })
@@ -165,7 +166,7 @@ func TestConcurrentCredentialRefreshesOnce(t *testing.T) {
 	s := h.source(t, nil)
 	h.clock.Set(2 * time.Hour) // expired
 	var wg sync.WaitGroup
-	got := make([]Credential, 16)
+	got := make([]codexauth.Credential, 16)
 	errs := make([]error, 16)
 	for i := range got {
 		wg.Go(func() { got[i], errs[i] = s.Credential(t.Context()) })
@@ -173,7 +174,7 @@ func TestConcurrentCredentialRefreshesOnce(t *testing.T) {
 	wg.Wait()
 	for i := range got {
 		if errs[i] != nil || got[i].AccessToken != got[0].AccessToken {
-			t.Errorf("Credential #%d: err %v, same token as #0 %v", i, errs[i], got[i].AccessToken == got[0].AccessToken)
+			t.Errorf("codexauth.Credential #%d: err %v, same token as #0 %v", i, errs[i], got[i].AccessToken == got[0].AccessToken)
 		}
 	}
 	h.remember(got[0].AccessToken.Reveal())
@@ -242,7 +243,7 @@ func TestLoginRequired(t *testing.T) {
 			}
 			h.clock.Set(3 * time.Hour)
 			if _, err := s.Credential(t.Context()); !errors.Is(err, ErrLoginRequired) {
-				t.Errorf("Credential after expiry = %v, want ErrLoginRequired", err)
+				t.Errorf("codexauth.Credential after expiry = %v, want ErrLoginRequired", err)
 			}
 			if n := h.calls.Load() - callsBefore; n != 1 {
 				t.Errorf("token endpoint requests = %d, want 1 (never retried)", n)
@@ -273,7 +274,7 @@ func TestLoginRequiredClearsAfterSignIn(t *testing.T) {
 	want := h.fileTokens(t)["access_token"]
 	c := credOK(t, h, s)
 	if c.AccessToken.Reveal() != want {
-		t.Errorf("Credential after a new sign-in did not return the file's new token")
+		t.Errorf("codexauth.Credential after a new sign-in did not return the file's new token")
 	}
 	if n := h.auth.Stats().TokenRefreshes; n != 0 {
 		t.Errorf("token_refreshes = %d, want 0", n)
@@ -317,10 +318,10 @@ func TestRefreshNever(t *testing.T) {
 	// Expiry with nothing new in the file: an error, one more notice.
 	h.clock.Set(2 * time.Hour)
 	if _, err := s.Credential(t.Context()); !errors.Is(err, ErrRefreshDisabled) {
-		t.Errorf("Credential after expiry = %v, want ErrRefreshDisabled", err)
+		t.Errorf("codexauth.Credential after expiry = %v, want ErrRefreshDisabled", err)
 	}
 	if _, err := s.Credential(t.Context()); !errors.Is(err, ErrRefreshDisabled) {
-		t.Errorf("Credential after expiry, again = %v, want ErrRefreshDisabled", err)
+		t.Errorf("codexauth.Credential after expiry, again = %v, want ErrRefreshDisabled", err)
 	}
 	if n := len(h.noticeList()); n != 2 {
 		t.Errorf("notices = %d, want 2 (one per incident)", n)
@@ -363,7 +364,7 @@ func TestWriteBackKeepsTheFileAndIsAtomic(t *testing.T) {
 	}
 	s := h.source(t, nil)
 	h.clock.Set(30 * time.Minute)
-	c, err := s.Rejected(t.Context(), Secret(tok["access_token"]))
+	c, err := s.Rejected(t.Context(), codexauth.Secret(tok["access_token"]))
 	if err != nil {
 		t.Fatalf("Rejected: %v", err)
 	}
@@ -510,7 +511,7 @@ func TestWriteBackThroughSymlink(t *testing.T) {
 	old := h.fileTokens(t)
 	s := h.source(t, nil)
 	h.clock.Set(30 * time.Minute)
-	c, err := s.Rejected(t.Context(), Secret(old["access_token"]))
+	c, err := s.Rejected(t.Context(), codexauth.Secret(old["access_token"]))
 	if err != nil {
 		t.Fatalf("Rejected: %v", err)
 	}
@@ -571,7 +572,7 @@ func TestRefreshAnswers(t *testing.T) {
 			if err != nil {
 				t.Fatalf("NewFileSource: %v", err)
 			}
-			c, err := s.Rejected(t.Context(), Secret(oldAccess))
+			c, err := s.Rejected(t.Context(), codexauth.Secret(oldAccess))
 			switch {
 			case tt.wantErr == "" && err != nil:
 				t.Fatalf("Rejected: %v", err)
@@ -625,7 +626,7 @@ func TestTransientFailureKeepsValidToken(t *testing.T) {
 	h.clock.Set(time.Hour - time.Minute) // within the skew, still valid
 	c := credOK(t, h, s)
 	if c.AccessToken != t1.AccessToken {
-		t.Errorf("Credential during an outage did not keep the valid token")
+		t.Errorf("codexauth.Credential during an outage did not keep the valid token")
 	}
 	if !strings.Contains(h.logs.String(), "token refresh failed") {
 		t.Errorf("the failed refresh was not logged")
@@ -634,7 +635,7 @@ func TestTransientFailureKeepsValidToken(t *testing.T) {
 	h.clock.Set(time.Hour + time.Second) // expired
 	_, err := s.Credential(t.Context())
 	if err == nil || errors.Is(err, ErrLoginRequired) || !strings.Contains(err.Error(), "HTTP 503") {
-		t.Errorf("Credential with an expired token during an outage = %v, want an HTTP 503 error that is not ErrLoginRequired", err)
+		t.Errorf("codexauth.Credential with an expired token during an outage = %v, want an HTTP 503 error that is not ErrLoginRequired", err)
 	}
 	h.checkNoSecret(t, err)
 	if _, err := s.Rejected(t.Context(), t1.AccessToken); err == nil {
@@ -644,7 +645,7 @@ func TestTransientFailureKeepsValidToken(t *testing.T) {
 	h.failing.Store(0)
 	c2 := credOK(t, h, s)
 	if c2.AccessToken == t1.AccessToken || h.validate(t, c2.AccessToken) != http.StatusOK {
-		t.Errorf("Credential after the outage did not refresh to a valid token")
+		t.Errorf("codexauth.Credential after the outage did not refresh to a valid token")
 	}
 	if st := h.auth.Stats(); st.TokenRefreshes != 1 || st.RefreshReuseDetected != 0 {
 		t.Errorf("stats = %+v, want 1 refresh, no reuse", st)
@@ -721,12 +722,12 @@ func TestRejectedTokenIsNotHandedOutAgain(t *testing.T) {
 	// The token is still unexpired, but upstream refused it: Credential
 	// must not return it.
 	if c, err := s.Credential(t.Context()); err == nil {
-		t.Errorf("Credential after a failed Rejected returned a token (the rejected one: %v), want an error", c.AccessToken == t1.AccessToken)
+		t.Errorf("codexauth.Credential after a failed Rejected returned a token (the rejected one: %v), want an error", c.AccessToken == t1.AccessToken)
 	}
 	h.failing.Store(0)
 	c := credOK(t, h, s)
 	if c.AccessToken == t1.AccessToken || h.validate(t, c.AccessToken) != http.StatusOK {
-		t.Errorf("Credential after the outage did not replace the rejected token")
+		t.Errorf("codexauth.Credential after the outage did not replace the rejected token")
 	}
 }
 
@@ -746,7 +747,7 @@ func TestLockHeldByAnotherProcess(t *testing.T) {
 	h.clock.Set(time.Hour - time.Minute)
 	s2 := h.source(t, func(c *FileConfig) { c.LockWait = 50 * time.Millisecond })
 	if c := credOK(t, h, s2); c.AccessToken != t1.AccessToken {
-		t.Errorf("Credential with the lock held did not keep the still-valid token")
+		t.Errorf("codexauth.Credential with the lock held did not keep the still-valid token")
 	}
 	if err := held.Close(); err != nil {
 		t.Fatal(err)
@@ -756,6 +757,6 @@ func TestLockHeldByAnotherProcess(t *testing.T) {
 	}
 	c := credOK(t, h, s2)
 	if c.AccessToken == t1.AccessToken {
-		t.Errorf("Credential after the lock was released did not refresh")
+		t.Errorf("codexauth.Credential after the lock was released did not refresh")
 	}
 }

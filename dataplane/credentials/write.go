@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/clodex/clodex/internal/codexauth"
 )
 
 // jsonObject is a JSON object that keeps its members' order and raw values,
@@ -89,7 +91,7 @@ func (o *jsonObject) MarshalJSON() ([]byte, error) {
 
 // rotatedTokens are the tokens a refresh wrote back.
 type rotatedTokens struct {
-	access, refresh, id Secret // id may be empty: keep the file's
+	access, refresh, id codexauth.Secret // id may be empty: keep the file's
 }
 
 // updateAuthJSON returns the auth.json document data with its tokens

@@ -12,6 +12,7 @@ import (
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/codexauth"
 )
 
 // multiAccount returns the account credentials and set when the turn is
@@ -31,7 +32,7 @@ func (s *Server) multiAccount() (AccountCredentials, *accounts.Set) {
 // drops the head on the old account (the turn resends the whole
 // conversation), counts in clodex_dataplane_account_moves_total and is
 // logged once. t.items must be set.
-func (t *turnRun) credential(ctx context.Context) (credentials.Credential, error) {
+func (t *turnRun) credential(ctx context.Context) (codexauth.Credential, error) {
 	s := t.s
 	ac, set := s.multiAccount()
 	if ac == nil {
@@ -47,7 +48,7 @@ func (t *turnRun) credential(ctx context.Context) (credentials.Credential, error
 		}
 	}
 	var id string
-	var cred credentials.Credential
+	var cred codexauth.Credential
 	found := false
 	for range set.Len() + 1 { // the last Pick finds every account down
 		var err error
@@ -56,7 +57,7 @@ func (t *turnRun) credential(ctx context.Context) (credentials.Credential, error
 			return s.cfg.Credentials.Credential(ctx) // says why the sign-in is unusable
 		}
 		if err != nil {
-			return credentials.Credential{}, fmt.Errorf("choose an upstream account: %w", err)
+			return codexauth.Credential{}, fmt.Errorf("choose an upstream account: %w", err)
 		}
 		cred, err = ac.CredentialFor(ctx, id)
 		if err == nil {
@@ -64,7 +65,7 @@ func (t *turnRun) credential(ctx context.Context) (credentials.Credential, error
 			break
 		}
 		if !errors.Is(err, credentials.ErrLoginRequired) {
-			return credentials.Credential{}, err
+			return codexauth.Credential{}, err
 		}
 		// A sign-in that needs an operator: try the next account.
 		set.Down(id, downWait)
@@ -90,7 +91,7 @@ const downWait = time.Minute
 
 // rejected asks for one refresh of the turn's rejected token, on the
 // turn's account when the source serves several.
-func (t *turnRun) rejected(ctx context.Context, token credentials.Secret) (credentials.Credential, error) {
+func (t *turnRun) rejected(ctx context.Context, token codexauth.Secret) (codexauth.Credential, error) {
 	if ac, _ := t.s.multiAccount(); ac != nil && t.part.Account != "" {
 		return ac.RejectedFor(ctx, t.part.Account, token)
 	}

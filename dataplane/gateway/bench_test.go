@@ -17,11 +17,11 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/gateway"
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/internal/captures"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/codexsim"
 	"github.com/clodex/clodex/internal/node/nodetest"
 	"github.com/clodex/clodex/internal/pacing"
@@ -151,7 +151,7 @@ func benchOverhead(b *testing.B, body []byte) {
 		UpgradeLimit: 1 << 30, // the benchmark dials far faster than the real edge allows
 	})
 	simURL := sim.ResponsesURL()
-	cred := credentials.Credential{AccessToken: token, AccountID: account}
+	cred := codexauth.Credential{AccessToken: token, AccountID: account}
 	cfg := sim.Config(nodetest.WriteAuth(b, token, account, ""))
 	cfg.Policy, cfg.Notices = pacing.PolicyFromEnv(func(k string) (string, bool) {
 		if k == pacing.EnvRate {
@@ -252,7 +252,7 @@ func pct(d []time.Duration, p int) time.Duration {
 
 // directTurn is a client talking to the sim itself: dial, send, read to
 // response.completed.
-func directTurn(ctx context.Context, url string, cred credentials.Credential, frame []byte) (ttfb, total time.Duration, err error) {
+func directTurn(ctx context.Context, url string, cred codexauth.Credential, frame []byte) (ttfb, total time.Duration, err error) {
 	start := time.Now()
 	conn, err := upstream.Dial(ctx, upstream.DialOptions{URL: url, Credential: cred})
 	if err != nil {

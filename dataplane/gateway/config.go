@@ -16,6 +16,7 @@ import (
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/translate"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/hostcheck"
 	"github.com/clodex/clodex/internal/pacing"
 )
@@ -24,11 +25,11 @@ import (
 // the current credential, and one refresh after the backend rejected a
 // token (a 401). *credentials.RefreshingFile implements it.
 type CredentialsSource interface {
-	Credential(ctx context.Context) (credentials.Credential, error)
+	Credential(ctx context.Context) (codexauth.Credential, error)
 	// Rejected returns a credential with a different access token, or an
 	// error (wrapping credentials.ErrLoginRequired when the user must sign
 	// in again).
-	Rejected(ctx context.Context, token credentials.Secret) (credentials.Credential, error)
+	Rejected(ctx context.Context, token codexauth.Secret) (codexauth.Credential, error)
 }
 
 // AccountCredentials is a CredentialsSource that serves several accounts:
@@ -38,8 +39,8 @@ type CredentialsSource interface {
 // new conversation an account and PoolDialer dials with that account's
 // credential.
 type AccountCredentials interface {
-	CredentialFor(ctx context.Context, accountID string) (credentials.Credential, error)
-	RejectedFor(ctx context.Context, accountID string, token credentials.Secret) (credentials.Credential, error)
+	CredentialFor(ctx context.Context, accountID string) (codexauth.Credential, error)
+	RejectedFor(ctx context.Context, accountID string, token codexauth.Secret) (codexauth.Credential, error)
 }
 
 // errNoRefresh is returned by NoRefresh's Rejected.
@@ -52,8 +53,8 @@ func NoRefresh(src credentials.Source) CredentialsSource { return noRefresh{src}
 
 type noRefresh struct{ credentials.Source }
 
-func (noRefresh) Rejected(context.Context, credentials.Secret) (credentials.Credential, error) {
-	return credentials.Credential{}, errNoRefresh
+func (noRefresh) Rejected(context.Context, codexauth.Secret) (codexauth.Credential, error) {
+	return codexauth.Credential{}, errNoRefresh
 }
 
 // Defaults for Config.

@@ -16,10 +16,10 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/codexauth"
 )
 
 // PoolDialer returns the pool.Dialer the data plane gives its pool: each
@@ -41,7 +41,7 @@ func PoolDialer(base upstream.DialOptions, creds CredentialsSource, health *retr
 	key := UpstreamKey(base.URL)
 	multi, _ := creds.(AccountCredentials)
 	return pool.DialerFunc(func(ctx context.Context, part pool.Partition) (pool.Conn, error) {
-		var cred credentials.Credential
+		var cred codexauth.Credential
 		var err error
 		if multi != nil && part.Account != "" {
 			cred, err = multi.CredentialFor(ctx, part.Account)
@@ -208,14 +208,14 @@ func closeGoingAway(c *upstream.Conn, reason string, timeout time.Duration) erro
 // rejectedError marks an upgrade the backend refused with 401, with the
 // token it refused (never printed).
 type rejectedError struct {
-	token credentials.Secret
+	token codexauth.Secret
 	err   error
 }
 
 func (e *rejectedError) Error() string { return e.err.Error() }
 func (e *rejectedError) Unwrap() error { return e.err }
 
-func markRejected(err error, token credentials.Secret) error {
+func markRejected(err error, token codexauth.Secret) error {
 	var ue *upstream.UpgradeError
 	if errors.As(err, &ue) && ue.Status == http.StatusUnauthorized {
 		return &rejectedError{token: token, err: err}

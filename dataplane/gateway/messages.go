@@ -20,6 +20,7 @@ import (
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/codexauth"
 )
 
 // Turn outcomes, the label of clodex_dataplane_turn_seconds.
@@ -124,9 +125,9 @@ type turnRun struct {
 	msgID string
 
 	part      pool.Partition
-	items     [][]byte           // canonical items of turn.Input
-	token     credentials.Secret // the token of the turn's latest credential
-	refreshed bool               // Credentials.Rejected was called for this turn
+	items     [][]byte         // canonical items of turn.Input
+	token     codexauth.Secret // the token of the turn's latest credential
+	refreshed bool             // Credentials.Rejected was called for this turn
 	attempts  int
 
 	// pending is a lease whose attempt failed with a Replace-class
@@ -382,7 +383,7 @@ func (t *turnRun) obtain(ctx context.Context, a retry.Attempt) (*pool.Lease, err
 
 // refresh reports a rejected token once per turn and drops the account's
 // heads (they were opened with the rejected credential).
-func (t *turnRun) refresh(ctx context.Context, token credentials.Secret) error {
+func (t *turnRun) refresh(ctx context.Context, token codexauth.Secret) error {
 	t.refreshed = true
 	t.s.pool.DropAccount(t.part.Account)
 	t.span.AddEvent("credential rejected; refreshing")

@@ -24,6 +24,7 @@ import (
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/codexsim"
 	"github.com/clodex/clodex/internal/pacing"
 )
@@ -298,18 +299,18 @@ func TestBudgetForIsConsulted(t *testing.T) {
 // refreshingSource hands out current until Rejected is called with it.
 type refreshingSource struct {
 	mu       sync.Mutex
-	current  credentials.Credential
-	next     credentials.Credential
-	rejected []credentials.Secret
+	current  codexauth.Credential
+	next     codexauth.Credential
+	rejected []codexauth.Secret
 }
 
-func (s *refreshingSource) Credential(context.Context) (credentials.Credential, error) {
+func (s *refreshingSource) Credential(context.Context) (codexauth.Credential, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.current, nil
 }
 
-func (s *refreshingSource) Rejected(_ context.Context, tok credentials.Secret) (credentials.Credential, error) {
+func (s *refreshingSource) Rejected(_ context.Context, tok codexauth.Secret) (codexauth.Credential, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rejected = append(s.rejected, tok)
@@ -317,7 +318,7 @@ func (s *refreshingSource) Rejected(_ context.Context, tok credentials.Secret) (
 	return s.current, nil
 }
 
-func (s *refreshingSource) set(c credentials.Credential) {
+func (s *refreshingSource) set(c codexauth.Credential) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.current = c
@@ -328,8 +329,8 @@ func (s *refreshingSource) set(c credentials.Credential) {
 // the upgrade carries (but never prints) the refused token.
 func TestPoolDialerUsesCurrentCredentialAndHardCloses(t *testing.T) {
 	e := newUnitEnv(t, unitOptions{sim: codexsim.Config{AcceptTokens: map[string]string{"tok-a": "acct-a", "tok-b": "acct-b"}}})
-	src := &refreshingSource{current: credentials.Credential{AccessToken: "tok-a", AccountID: "acct-a"},
-		next: credentials.Credential{AccessToken: "tok-b", AccountID: "acct-b"}}
+	src := &refreshingSource{current: codexauth.Credential{AccessToken: "tok-a", AccountID: "acct-a"},
+		next: codexauth.Credential{AccessToken: "tok-b", AccountID: "acct-b"}}
 	d := PoolDialer(upstream.DialOptions{URL: e.simURL}, src, nil)
 	c1, err := d.Dial(t.Context(), pool.Partition{})
 	if err != nil {
@@ -349,7 +350,7 @@ func TestPoolDialerUsesCurrentCredentialAndHardCloses(t *testing.T) {
 	c2.Close("test")
 	WaitFor(t, "the sim to see both sockets closed", func() bool { return e.sim.Stats().OpenSockets == 0 })
 
-	src.set(credentials.Credential{AccessToken: "tok-unknown", AccountID: "acct-a"})
+	src.set(codexauth.Credential{AccessToken: "tok-unknown", AccountID: "acct-a"})
 	_, err = d.Dial(t.Context(), pool.Partition{})
 	var rej *rejectedError
 	if !errors.As(err, &rej) || rej.token != "tok-unknown" || strings.Contains(err.Error(), "tok-unknown") {
@@ -375,7 +376,7 @@ func TestCloseGoingAwayIsBounded(t *testing.T) {
 	}))
 	defer ts.Close()
 	c, err := upstream.Dial(t.Context(), upstream.DialOptions{URL: "ws" + strings.TrimPrefix(ts.URL, "http"),
-		Credential: credentials.Credential{AccessToken: "tok"}})
+		Credential: codexauth.Credential{AccessToken: "tok"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/clodex/clodex/controlplane/bearer"
 	"github.com/clodex/clodex/controlplane/controlplanetest"
 	"github.com/clodex/clodex/dataplane/admission"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/bearer"
 	"github.com/clodex/clodex/internal/pacing"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )

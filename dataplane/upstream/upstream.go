@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/internal/codexauth"
 )
 
 const (
@@ -38,7 +38,7 @@ type DialOptions struct {
 	// http and https schemes are accepted.
 	URL string
 	// Credential authenticates the upgrade (Required: an access token).
-	Credential credentials.Credential
+	Credential codexauth.Credential
 	// Version is the clodex version for user-agent "clodex/<version>"
 	// (Optional; default "dev").
 	Version string

@@ -16,12 +16,12 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 
-	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/internal/codexauth"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var testCred = credentials.Credential{AccessToken: "tok-test", AccountID: "acct-test"}
+var testCred = codexauth.Credential{AccessToken: "tok-test", AccountID: "acct-test"}
 
 // echoServer is a small Responses-like server: it records the upgrade
 // headers, answers each text frame with the frames produced by reply, and
@@ -150,7 +150,7 @@ func TestDialHeadersAndRoundTrip(t *testing.T) {
 
 func TestDialOmitsAccountHeaderWhenUnknown(t *testing.T) {
 	es, ts := newEchoServer(t, func([]byte) [][]byte { return nil })
-	conn, err := Dial(t.Context(), DialOptions{URL: wsURL(ts), Credential: credentials.Credential{AccessToken: "tok"}})
+	conn, err := Dial(t.Context(), DialOptions{URL: wsURL(ts), Credential: codexauth.Credential{AccessToken: "tok"}})
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}

@@ -27,8 +27,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/clodex/clodex/bench/fleet/cluster"
-	"github.com/clodex/clodex/controlplane/bearer"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/bearer"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
@@ -40,7 +40,7 @@ const (
 	defaultBrokerDuration = 75 * time.Second
 	brokerTTL             = 30 * time.Second
 	// brokerSkew is the refresh margin of a 30 s token: a quarter of its
-	// lifetime (credentials.SkewFor), so it is refreshed every 22.5 s.
+	// lifetime (codexauth.SkewFor), so it is refreshed every 22.5 s.
 	brokerSkew = brokerTTL / 4
 )
 

@@ -21,8 +21,8 @@ import (
 	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/clodex/clodex/controlplane"
-	"github.com/clodex/clodex/controlplane/bearer"
 	"github.com/clodex/clodex/controlplane/store"
+	"github.com/clodex/clodex/internal/bearer"
 	"github.com/clodex/clodex/internal/codexsim"
 	"github.com/clodex/clodex/internal/node/nodetest"
 )

@@ -6,6 +6,7 @@ import (
 
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/codexauth"
 )
 
 // fileAccounts serves several auth.json files (--codex-auth repeated),
@@ -40,11 +41,11 @@ func newFileAccounts(ctx context.Context, paths []string, files []*credentials.R
 	return fa, nil
 }
 
-func (fa *fileAccounts) Credential(ctx context.Context) (credentials.Credential, error) {
+func (fa *fileAccounts) Credential(ctx context.Context) (codexauth.Credential, error) {
 	return fa.byID[fa.order[0]].Credential(ctx)
 }
 
-func (fa *fileAccounts) Rejected(ctx context.Context, token credentials.Secret) (credentials.Credential, error) {
+func (fa *fileAccounts) Rejected(ctx context.Context, token codexauth.Secret) (codexauth.Credential, error) {
 	return fa.byID[fa.order[0]].Rejected(ctx, token)
 }
 
@@ -56,18 +57,18 @@ func (fa *fileAccounts) file(accountID string) (*credentials.RefreshingFile, err
 	return f, nil
 }
 
-func (fa *fileAccounts) CredentialFor(ctx context.Context, accountID string) (credentials.Credential, error) {
+func (fa *fileAccounts) CredentialFor(ctx context.Context, accountID string) (codexauth.Credential, error) {
 	f, err := fa.file(accountID)
 	if err != nil {
-		return credentials.Credential{}, err
+		return codexauth.Credential{}, err
 	}
 	return f.Credential(ctx)
 }
 
-func (fa *fileAccounts) RejectedFor(ctx context.Context, accountID string, token credentials.Secret) (credentials.Credential, error) {
+func (fa *fileAccounts) RejectedFor(ctx context.Context, accountID string, token codexauth.Secret) (codexauth.Credential, error) {
 	f, err := fa.file(accountID)
 	if err != nil {
-		return credentials.Credential{}, err
+		return codexauth.Credential{}, err
 	}
 	return f.Rejected(ctx, token)
 }

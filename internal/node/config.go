@@ -16,6 +16,7 @@ import (
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/pacing"
 	"github.com/clodex/clodex/internal/telemetry"
 )
@@ -180,7 +181,7 @@ func (c Config) withDefaults() Config {
 	}
 	def(&c.Listen, DefaultListen)
 	def(&c.UpstreamURL, upstream.DefaultURL)
-	def(&c.TokenEndpoint, credentials.DefaultTokenEndpoint)
+	def(&c.TokenEndpoint, codexauth.DefaultTokenEndpoint)
 	if c.fleet() {
 		def(&c.Refresh, RefreshNever)
 	} else {

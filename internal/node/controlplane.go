@@ -19,10 +19,10 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/clodex/clodex/controlplane"
-	"github.com/clodex/clodex/controlplane/bearer"
 	"github.com/clodex/clodex/controlplane/store"
-	"github.com/clodex/clodex/controlplane/tlsconfig"
 	"github.com/clodex/clodex/dataplane/admission"
+	"github.com/clodex/clodex/internal/bearer"
+	"github.com/clodex/clodex/internal/tlsconfig"
 )
 
 // embeddedTarget is the gRPC target of the embedded control plane; the

@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/clodex/clodex/controlplane/bearer"
 	"github.com/clodex/clodex/dataplane/accounts"
 	"github.com/clodex/clodex/dataplane/admission"
 	"github.com/clodex/clodex/dataplane/agent"
@@ -28,6 +27,7 @@ import (
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/bearer"
 	"github.com/clodex/clodex/internal/pacing"
 	"github.com/clodex/clodex/internal/telemetry"
 )

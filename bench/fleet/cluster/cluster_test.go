@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/internal/codexauth"
 )
 
 func TestRetryDelay(t *testing.T) {
@@ -127,7 +127,7 @@ clodex_controlplane_agents 3
 // The auth.json the fleet writes must be one the data plane reads, with
 // the account taken from tokens.account_id since the token is opaque.
 func TestAuthJSONIsReadByTheDataPlane(t *testing.T) {
-	f, err := credentials.ParseAuthFile("auth.json", AuthJSON("tok-x", "acct-x"))
+	f, err := codexauth.ParseAuthFile("auth.json", AuthJSON("tok-x", "acct-x"))
 	if err != nil {
 		t.Fatalf("ParseAuthFile: %v", err)
 	}

@@ -1,4 +1,4 @@
-package credentials
+package codexauth
 
 import (
 	"encoding/base64"

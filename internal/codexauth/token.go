@@ -1,4 +1,4 @@
-package credentials
+package codexauth
 
 import (
 	"context"
@@ -125,11 +125,6 @@ func tokenCodeSafe(code string) string {
 	return code
 }
 
-// postRefresh redeems refreshToken at the source's token endpoint.
-func (s *RefreshingFile) postRefresh(ctx context.Context, refreshToken Secret) (TokenResponse, error) {
-	return Redeem(ctx, s.client, s.endpoint, s.clientID, refreshToken)
-}
-
 // Redeem redeems refreshToken at the token endpoint (docs/credentials.md
 // §4): form grant_type=refresh_token, refresh_token, client_id; Accept
 // application/json. A refusal that means the refresh token is dead is
@@ -195,4 +190,32 @@ func (tr TokenResponse) ExpiresAt(now time.Time) time.Time {
 		return now.Add(time.Duration(*tr.ExpiresIn) * time.Second)
 	}
 	return time.Time{}
+}
+
+// Defaults of the OpenAI identity provider and of every refresher.
+const (
+	// DefaultTokenEndpoint is OpenAI's OAuth token endpoint.
+	DefaultTokenEndpoint = "https://auth.openai.com/oauth/token"
+	// DefaultClientID is the public OAuth client id of Codex CLI.
+	DefaultClientID = "app_EMoamEEZ73f0CkXaXp7hrann"
+	// DefaultSkew is how long before expiry a token is refreshed (docs/credentials.md §4).
+	DefaultSkew = 120 * time.Second
+)
+
+// SkewFor is the refresh margin for a token that lives lifetime (0 when
+// unknown): skew, or a quarter of the lifetime when that is less, so a
+// short-lived token is not refreshed on every use. This is the one skew
+// rule of every refresher (docs/credentials.md §4).
+func SkewFor(skew, lifetime time.Duration) time.Duration {
+	if lifetime > 0 && lifetime/4 < skew {
+		return lifetime / 4
+	}
+	return skew
+}
+
+// Fresh reports whether a token expiring at expiry (zero when unknown)
+// that lives lifetime can be used at now without refreshing it first,
+// under [SkewFor].
+func Fresh(expiry time.Time, lifetime, skew time.Duration, now time.Time) bool {
+	return expiry.IsZero() || now.Before(expiry.Add(-SkewFor(skew, lifetime)))
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/clodex/clodex/controlplane/controlplanetest"
-	"github.com/clodex/clodex/controlplane/tlsconfig"
+	"github.com/clodex/clodex/internal/tlsconfig"
 )
 
 func TestPlaintextWhenNothingGiven(t *testing.T) {
