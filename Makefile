@@ -13,7 +13,7 @@ IMAGE    ?= clodex
 # argument), so two builds of one commit give one image.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: help build image demo demo-test test lint vet fmt generate check-generated bench bench-controlplane bench-pool bench-fleet mutation run claude clients clean
+.PHONY: help build image demo demo-test test lint vet fmt generate check-generated bench bench-controlplane bench-pool bench-fleet turnpath mutation run claude clients clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -56,6 +56,9 @@ bench-pool: ## memory per idle pooled conversation with real sockets to clodex-s
 
 bench-fleet: ## 3 data planes against one account: central vs per-host pacing, a control-plane outage, a replica killed; 2x2 accuracy over Redis
 	./scripts/bench-fleet.sh
+
+turnpath: ## the data-plane files and packages a new-socket turn and a held-socket turn run through (coverage builds, clodex-sim)
+	$(GO) run ./scripts/turnpath $(ARGS)
 
 mutation: ## mutation testing of the pacing core (slow; not part of `make test`)
 	$(TOOL) gremlins unleash --integration=false --workers 1 --threshold-efficacy 90 ./internal/pacing
