@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"reflect"
 	"sort"
 	"strconv"
@@ -11,11 +12,82 @@ import (
 	"time"
 )
 
-// EventWriter receives downstream Anthropic SSE events. The gateway's
-// implementation writes "event: <name>\ndata: <data>\n\n" and flushes each
-// event as it is written. data is only valid during the call.
+// EventWriter receives downstream Anthropic SSE events: an SSE writes them
+// to the client, a Collector builds the non-streaming Message from them.
+// data is only valid during the call.
 type EventWriter interface {
 	WriteEvent(name string, data []byte) error
+}
+
+// SSE is the EventWriter of a streaming response: each event is written
+// to the client as "event: NAME\ndata: JSON\n\n". Headers go out with the
+// first event only, so a failure before any output can still be answered
+// with a real status. An event is flushed as it is written, except that a
+// Stream made by NewSSEStream flushes the events of one upstream event
+// (Handle) and those of Finish together: one upstream frame costs one
+// flush (one write system call) however many events it turns into. Owned
+// by the turn's goroutine.
+type SSE struct {
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	buf       []byte
+	started   bool
+	batching  bool // inside beginBatch/endBatch
+	dirty     bool // written since the last flush
+	lastWrite time.Time
+}
+
+// NewSSE returns the SSE writer of the response w.
+func NewSSE(w http.ResponseWriter) *SSE {
+	return &SSE{w: w, rc: http.NewResponseController(w), buf: make([]byte, 0, 512)}
+}
+
+// WriteEvent implements EventWriter.
+func (s *SSE) WriteEvent(name string, data []byte) error {
+	if !s.started {
+		h := s.w.Header()
+		h["Content-Type"] = []string{"text/event-stream"}
+		h["Cache-Control"] = []string{"no-cache"}
+		h["Connection"] = []string{"keep-alive"}
+		s.w.WriteHeader(http.StatusOK)
+		s.started = true
+	}
+	// One Write of the framed event into net/http's buffered body writer
+	// (4 KB): no system call until the flush.
+	s.buf = append(s.buf[:0], "event: "...)
+	s.buf = append(s.buf, name...)
+	s.buf = append(s.buf, "\ndata: "...)
+	s.buf = append(s.buf, data...)
+	s.buf = append(s.buf, "\n\n"...)
+	if _, err := s.w.Write(s.buf); err != nil {
+		return err
+	}
+	s.lastWrite = time.Now()
+	if s.batching {
+		s.dirty = true
+		return nil
+	}
+	return s.rc.Flush()
+}
+
+// Started reports whether the headers and a first event went out: after
+// that the response can only end with an SSE error event.
+func (s *SSE) Started() bool { return s.started }
+
+// LastWrite is when the latest event was written (zero before any).
+func (s *SSE) LastWrite() time.Time { return s.lastWrite }
+
+// beginBatch defers flushing until endBatch.
+func (s *SSE) beginBatch() { s.batching = true }
+
+// endBatch ends a batch and flushes what it wrote.
+func (s *SSE) endBatch() error {
+	s.batching = false
+	if !s.dirty {
+		return nil
+	}
+	s.dirty = false
+	return s.rc.Flush()
 }
 
 // State is the state of a Stream after an upstream event.
@@ -57,6 +129,7 @@ const PingInterval = 20 * time.Second
 type Stream struct {
 	turn  *Turn
 	w     EventWriter
+	sse   *SSE // w when the stream flushes per upstream event (NewSSEStream), else nil
 	msgID string
 
 	started    bool // message_start written (by this stream or the one it resumes)
@@ -103,6 +176,14 @@ func NewStream(t *Turn, w EventWriter, messageID string) *Stream {
 		t = &Turn{}
 	}
 	return &Stream{turn: t, w: w, msgID: messageID, items: map[int]*itemState{}}
+}
+
+// NewSSEStream is NewStream writing to sse, the events of each upstream
+// event (Handle) and those of Finish flushed together.
+func NewSSEStream(t *Turn, sse *SSE, messageID string) *Stream {
+	s := NewStream(t, sse, messageID)
+	s.sse = sse
+	return s
 }
 
 type upEvent struct {
@@ -173,6 +254,18 @@ var errMalformed = errors.New("malformed event")
 // StateFailed with Failure set. After the stream reached StateCompleted
 // or StateFailed further events are ignored.
 func (s *Stream) Handle(event []byte) (State, error) {
+	if s.sse == nil {
+		return s.handle(event)
+	}
+	s.sse.beginBatch()
+	state, err := s.handle(event)
+	if ferr := s.sse.endBatch(); err == nil {
+		err = ferr
+	}
+	return state, err
+}
+
+func (s *Stream) handle(event []byte) (State, error) {
 	if s.state != StateRunning {
 		return s.state, nil
 	}
@@ -600,7 +693,7 @@ func (s *Stream) Resumable() bool { return !s.delivered && !s.toolOpened && !s.f
 // Resumable; s must not be used afterwards.
 func (s *Stream) Resume() (*Stream, error) {
 	n := NewStream(s.turn, s.w, s.msgID)
-	n.started, n.nextIndex = s.started, s.nextIndex
+	n.sse, n.started, n.nextIndex = s.sse, s.started, s.nextIndex
 	if s.open != nil {
 		b := append(s.buf[:0], `{"type":"content_block_stop","index":`...)
 		b = appendInt(b, s.openIndex)
@@ -649,6 +742,18 @@ var errNotCompleted = errors.New("finish stream: the response has not completed"
 // Finish ends a completed response: it closes the open block and writes
 // message_delta (stop_reason and usage) and message_stop.
 func (s *Stream) Finish() error {
+	if s.sse == nil {
+		return s.finish()
+	}
+	s.sse.beginBatch() // the closing events go out in one flush
+	err := s.finish()
+	if ferr := s.sse.endBatch(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+func (s *Stream) finish() error {
 	if s.state != StateCompleted {
 		return errNotCompleted
 	}
