@@ -529,22 +529,6 @@ func appendAssistant(items []json.RawMessage, content []block) []json.RawMessage
 	return items
 }
 
-func appendImagePart(parts []byte, b block) []byte {
-	var u string
-	switch b.sourceType {
-	case "base64":
-		u = "data:" + b.mediaType + ";base64," + b.data
-	case "url":
-		u = b.url
-	}
-	if len(parts) > 1 {
-		parts = append(parts, ',')
-	}
-	parts = append(parts, `{"image_url":`...)
-	parts = appendString(parts, u)
-	return append(parts, `,"type":"input_image"}`...)
-}
-
 func appendTextPart(parts []byte, text string) []byte {
 	if len(parts) > 1 {
 		parts = append(parts, ',')
@@ -552,100 +536,6 @@ func appendTextPart(parts []byte, text string) []byte {
 	parts = append(parts, `{"text":`...)
 	parts = appendString(parts, text)
 	return append(parts, `,"type":"input_text"}`...)
-}
-
-// defaultDocumentName is the filename of a PDF sent without a title.
-const defaultDocumentName = "document.pdf"
-
-// documentFilename is the input_file filename of a base64 PDF: its title
-// (path separators and control characters replaced, at most 100 bytes,
-// ".pdf" added when missing), else document.pdf.
-func documentFilename(title string) string {
-	name := strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == '/' || r == '\\' {
-			return '_'
-		}
-		return r
-	}, strings.TrimSpace(title))
-	if name == "" {
-		return defaultDocumentName
-	}
-	if len(name) > 100 {
-		cut := 100
-		for cut > 0 && name[cut]&0xC0 == 0x80 {
-			cut--
-		}
-		name = name[:cut]
-	}
-	if !strings.HasSuffix(strings.ToLower(name), ".pdf") {
-		name += ".pdf"
-	}
-	return name
-}
-
-// appendDocumentParts carries a document block upstream: a line naming its
-// title and context when it has them, then an input_file (a base64 PDF as a
-// data: URL with a filename, a PDF URL as file_url), or input_text (a text
-// source), or the parts of a content source (input_text, input_image).
-func appendDocumentParts(parts []byte, b block) []byte {
-	var head []string
-	if b.title != "" {
-		head = append(head, "Document title: "+b.title)
-	}
-	if b.context != "" {
-		head = append(head, "Document context: "+b.context)
-	}
-	if len(head) > 0 {
-		parts = appendTextPart(parts, strings.Join(head, "\n"))
-	}
-	switch b.sourceType {
-	case "base64":
-		if len(parts) > 1 {
-			parts = append(parts, ',')
-		}
-		parts = append(parts, `{"file_data":`...)
-		parts = appendString(parts, "data:"+b.mediaType+";base64,"+b.data)
-		parts = append(parts, `,"filename":`...)
-		parts = appendString(parts, documentFilename(b.title))
-		return append(parts, `,"type":"input_file"}`...)
-	case "url":
-		if len(parts) > 1 {
-			parts = append(parts, ',')
-		}
-		parts = append(parts, `{"file_url":`...)
-		parts = appendString(parts, b.url)
-		return append(parts, `,"type":"input_file"}`...)
-	case "text":
-		return appendTextPart(parts, b.data)
-	case "content":
-		if b.contentIsStr {
-			return appendTextPart(parts, b.contentString)
-		}
-		for _, c := range b.content {
-			switch c.typ {
-			case "text":
-				parts = appendTextPart(parts, c.text)
-			case "image":
-				parts = appendImagePart(parts, c)
-			}
-		}
-	}
-	return parts
-}
-
-// searchResultText is the text a search_result block is carried as.
-func searchResultText(b block) string {
-	var t strings.Builder
-	t.WriteString("Search result: ")
-	t.WriteString(b.title)
-	t.WriteString(" (")
-	t.WriteString(b.source)
-	t.WriteString(")")
-	for _, c := range b.content {
-		t.WriteString("\n")
-		t.WriteString(c.text)
-	}
-	return t.String()
 }
 
 func appendUser(items []json.RawMessage, content []block) []json.RawMessage {
@@ -719,20 +609,10 @@ func toolResultOutput(b block, callID string, lifted *[]byte) string {
 		switch {
 		case c.typ == "image":
 			images++
-			note := fmt.Sprintf("attached to the next user message as image %d of tool call %s", images, callID)
-			out = append(out, `{"type":"image","note":`...)
-			out = appendString(out, note)
-			out = append(out, '}')
-			*lifted = appendTextPart(*lifted, fmt.Sprintf("The following image is image %d of tool call %s:", images, callID))
-			*lifted = appendImagePart(*lifted, c)
+			out = liftAttachment(out, lifted, c, images, callID)
 		case c.typ == "document":
 			docs++
-			note := fmt.Sprintf("attached to the next user message as document %d of tool call %s", docs, callID)
-			out = append(out, `{"type":"document","note":`...)
-			out = appendString(out, note)
-			out = append(out, '}')
-			*lifted = appendTextPart(*lifted, fmt.Sprintf("The following document is document %d of tool call %s:", docs, callID))
-			*lifted = appendDocumentParts(*lifted, c)
+			out = liftAttachment(out, lifted, c, docs, callID)
 		case c.typ == "tool_reference":
 			out = append(out, `{"type":"text","text":`...)
 			out = appendString(out, toolReferenceText(c.toolName))
