@@ -389,47 +389,6 @@ func (p *jparser) array(idx, depth int) byte {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// pathAt names the value or object key of the doc that holds byte offset
-// off of src, as the decoding errors name fields ("messages[2].content[0].text";
-// "" for the root).
-func (d *jsonDoc) pathAt(off int) string {
-	path := ""
-	n := 0
-	for {
-		nd := &d.nodes[n]
-		if nd.kind != '{' && nd.kind != '[' {
-			return path
-		}
-		next := -1
-		i := 0
-		for c := nd.first; c >= 0; c, i = d.nodes[c].next, i+1 {
-			cn := &d.nodes[c]
-			if nd.kind == '[' {
-				if off >= cn.start && off < cn.end {
-					path, next = indexField(path, i), c
-					break
-				}
-				continue
-			}
-			name := bounded(string(d.key(c)))
-			if path != "" {
-				name = path + "." + name
-			}
-			if off >= cn.keyStart && off < cn.keyEnd {
-				return name + " (object key)"
-			}
-			if off >= cn.start && off < cn.end {
-				path, next = name, c
-				break
-			}
-		}
-		if next < 0 {
-			return path
-		}
-		n = next
-	}
-}
-
 // validJSON is json.Valid without the allocation-heavy scanner.
 func validJSON(b []byte) bool {
 	d, ok := parseDoc(b, false)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -148,10 +147,6 @@ func (d *jsonDoc) wire() wireRequest {
 	return w
 }
 
-func reqErr(field, format string, args ...any) *RequestError {
-	return &RequestError{Field: field, Message: fmt.Sprintf(format, args...)}
-}
-
 // DecodeRequest decodes and validates an Anthropic Messages request body.
 // model, messages and max_tokens are required. The request may share
 // memory with body: do not modify it afterwards. Bad input of any kind
@@ -192,8 +187,7 @@ func decodeRequest(body []byte, needMaxTokens bool) (*MessagesRequest, error) {
 	if !utf8.Valid(body) {
 		// encoding/json would turn the bytes into U+FFFD silently; the
 		// client would get an answer to a text it did not send.
-		off := invalidUTF8At(body)
-		return nil, reqErr(d.pathAt(off), "is not valid UTF-8 (byte 0x%02x at offset %d of the body); send UTF-8 text, escaping other characters as \\uXXXX", body[off], off)
+		return nil, d.invalidUTF8()
 	}
 	w := d.wire()
 	r := &MessagesRequest{}
@@ -305,24 +299,6 @@ func (r *MessagesRequest) decodeOptional(d *jsonDoc, w *wireRequest) error {
 }
 
 func trimSpace(s string) string { return string(bytes.TrimSpace([]byte(s))) }
-
-// kindNameOf names a value by its first byte (or node kind).
-func kindNameOf(k byte) string {
-	switch k {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n', 0:
-		return "null"
-	default:
-		return "a number"
-	}
-}
 
 func (d *jsonDoc) decodeString(i int, field string) (string, error) {
 	if d.kind(i) != '"' {
@@ -502,23 +478,6 @@ func hasToolUse(blocks []block, id string) bool {
 	return false
 }
 
-// invalidUTF8At is the offset of the first byte of body that does not
-// start a valid UTF-8 sequence (len(body) when it is valid).
-func invalidUTF8At(body []byte) int {
-	for i := 0; i < len(body); {
-		if body[i] < utf8.RuneSelf {
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRune(body[i:])
-		if r == utf8.RuneError && size == 1 {
-			return i
-		}
-		i += size
-	}
-	return len(body)
-}
-
 // Where a content block sits decides which types it may have: what the
 // upstream can carry there.
 var blockTypes = map[string][]string{
@@ -527,17 +486,6 @@ var blockTypes = map[string][]string{
 	"system":      {"text"},
 	"tool_result": {"text", "image", "document", "search_result", "tool_reference"},
 	"document":    {"text", "image"}, // a document's content source
-}
-
-// placeName names where blocks of place sit, for error messages.
-func placeName(place string) string {
-	switch place {
-	case "tool_result":
-		return "a tool_result's content"
-	case "document":
-		return "a document's content source"
-	}
-	return place + " messages"
 }
 
 // decodeContent decodes a string or an array of content blocks found in
@@ -757,18 +705,4 @@ func (d *jsonDoc) decodeToolChoice(m int) (*toolChoice, error) {
 		}
 	}
 	return tc, nil
-}
-
-// bounded shortens a client-supplied value before it is quoted in an
-// error message.
-func bounded(s string) string {
-	const max = 64
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
 }
