@@ -712,3 +712,129 @@ func (t *Turn) Instructions() string { return t.instructions }
 // RequiredProps returns the schema's required list of the named tool (used
 // by the filler strip, docs/translation.md §9.4).
 func (t *Turn) RequiredProps(tool string) []string { return t.required[tool] }
+
+// Check returns nil when the table accepts requested, else a *RequestError
+// for the model field that lists what is accepted.
+func (m *ModelTable) Check(requested string) error {
+	if m == nil {
+		m = DefaultModels()
+	}
+	if m.Accepts(requested) {
+		return nil
+	}
+	return m.refusal(requested)
+}
+
+// Accepts reports whether requested is a name the table serves: one an
+// alias matches, a known upstream model or an alias target, or any name
+// with passthrough.
+func (m *ModelTable) Accepts(requested string) bool {
+	if m == nil {
+		m = DefaultModels()
+	}
+	name := normalizeModel(requested)
+	if m.passthrough {
+		return true
+	}
+	if _, ok := lookup(m.configured, name); ok {
+		return true
+	}
+	if _, ok := lookup(m.defaults, name); ok {
+		return true
+	}
+	return slices.Contains(upstreamModels, name) || m.isTarget(name)
+}
+
+func (m *ModelTable) isTarget(name string) bool {
+	for _, list := range [][]alias{m.configured, m.defaults} {
+		for _, a := range list {
+			if a.model == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Resolve returns the upstream model for a requested name.
+func (m *ModelTable) Resolve(requested string) string {
+	name := normalizeModel(requested)
+	if m == nil {
+		m = DefaultModels()
+	}
+	if model, ok := lookup(m.configured, name); ok {
+		return model
+	}
+	if model, ok := lookup(m.defaults, name); ok {
+		return model
+	}
+	return name
+}
+
+func lookup(list []alias, name string) (string, bool) {
+	for _, a := range list {
+		if a.prefix && strings.HasPrefix(name, a.pattern) || !a.prefix && name == a.pattern {
+			return a.model, true
+		}
+	}
+	return "", false
+}
+
+// normalizeModel strips a trailing "[1m]" (any case) and a leading
+// "models/", and reduces the route ids of docs/translation.md §2.1 to their model:
+// "clodex:<provider>:<model>" and "anthropic-<provider>__<model>".
+func normalizeModel(name string) string {
+	name = strings.TrimSpace(name)
+	if n := len(name); n >= 4 && strings.EqualFold(name[n-4:], "[1m]") {
+		name = name[:n-4]
+	}
+	name = strings.TrimPrefix(name, "models/")
+	if rest, ok := strings.CutPrefix(name, "clodex:"); ok {
+		if _, model, ok := strings.Cut(rest, ":"); ok && model != "" {
+			return model
+		}
+	}
+	if rest, ok := strings.CutPrefix(name, "anthropic-"); ok {
+		if _, model, ok := strings.Cut(rest, "__"); ok && model != "" {
+			return model
+		}
+	}
+	return name
+}
+
+// ContextWindow is the context window reported to clients for an upstream
+// model: 95 % of 272,000 (258,400) for the gpt-5 family served by the
+// ChatGPT backend, 200,000 otherwise (docs/translation.md §2.2).
+func (m *ModelTable) ContextWindow(upstream string) int {
+	if strings.HasPrefix(normalizeModel(upstream), "gpt-5") {
+		return oauthRawWindow * 95 / 100
+	}
+	return defaultContextWindow
+}
+
+// liteModels are the upstream models served by Responses-Lite
+// (docs/translation.md §2.3).
+var liteModels = []string{"gpt-5.6-luna"}
+
+// Lite reports whether an upstream model is a Responses-Lite model: its
+// frames carry parallel_tool_calls:false and reasoning.context "all_turns"
+// (docs/translation.md §2.3). The backend also expects the version and
+// x-openai-internal-codex-responses-lite headers on its upgrade, which
+// dataplane/upstream does not send.
+func (m *ModelTable) Lite(upstream string) bool {
+	name := normalizeModel(upstream)
+	for _, l := range liteModels {
+		if name == l || strings.HasPrefix(name, l+"-") {
+			return true
+		}
+	}
+	return false
+}
+
+// defaultContextWindow is reported for models with no better knowledge
+// (docs/translation.md §2.2).
+const defaultContextWindow = 200_000
+
+// oauthRawWindow is the raw context window of the gpt-5 family on the
+// ChatGPT backend; clients are told 95 % of it (docs/translation.md §2.2).
+const oauthRawWindow = 272_000
