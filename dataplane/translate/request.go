@@ -3,15 +3,12 @@ package translate
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 )
-
-var errTrailingData = errors.New("unexpected data after the JSON value")
 
 // MessagesRequest is a decoded and validated Anthropic Messages request
 // body. Fields the translation does not use are not kept; tool schemas and
@@ -161,16 +158,6 @@ func (d *jsonDoc) wire() wireRequest {
 func DecodeRequest(body []byte) (*MessagesRequest, error) {
 	return decodeRequest(body, true)
 }
-
-// DecodeCountTokens decodes and validates a count_tokens body: the rules
-// of DecodeRequest, except that max_tokens is optional.
-func DecodeCountTokens(body []byte) (*MessagesRequest, error) {
-	return decodeRequest(body, false)
-}
-
-// EstimatedTokens is the local estimate of the request body (docs/translation.md §10), what
-// count_tokens answers.
-func (r *MessagesRequest) EstimatedTokens() int { return r.estimate }
 
 func decodeRequest(body []byte, needMaxTokens bool) (*MessagesRequest, error) {
 	if jsonKind(body) != '{' {

@@ -444,10 +444,6 @@ func validUUID(s string) bool {
 	return false
 }
 
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
 // stripCallIDSuffix removes a thought-signature suffix from a tool_use id.
 func stripCallIDSuffix(id string) string {
 	if i := strings.Index(id, "__ts__"); i >= 0 {
