@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -738,94 +737,4 @@ func (s *Stream) Ping() (bool, error) {
 		return false, nil
 	}
 	return true, s.write("ping", []byte(`{"type":"ping"}`))
-}
-
-var ephemeralItemFields = []string{"id", "status", "phase", "role"}
-
-// OutputItems returns the completed response's output items in the shape
-// the client will echo them (the head snapshot of docs/pool.md §4), in output_index
-// order, each in canonical form (CanonicalItem). It is nil before the
-// response completed.
-func (s *Stream) OutputItems() []json.RawMessage {
-	if s.state != StateCompleted {
-		return nil
-	}
-	if s.output != nil {
-		return s.output
-	}
-	idx := make([]int, 0, len(s.items))
-	for i := range s.items {
-		idx = append(idx, i)
-	}
-	sort.Ints(idx)
-	out := make([]json.RawMessage, 0, len(idx))
-	for _, i := range idx {
-		st := s.items[i]
-		if !st.opened && st.done == nil {
-			continue // never announced by the upstream
-		}
-		if item := s.echoItem(st); item != nil {
-			if c, err := CanonicalItem(item); err == nil {
-				out = append(out, c)
-			}
-		}
-	}
-	s.output = out
-	return out
-}
-
-func (s *Stream) echoItem(st *itemState) []byte {
-	var done map[string]any
-	if len(st.done) > 0 {
-		v, _ := decodeAny(st.done)
-		done, _ = v.(map[string]any)
-	}
-	clean := func() map[string]any {
-		m := map[string]any{}
-		for k, v := range done {
-			if v != nil && !contains(ephemeralItemFields, k) {
-				m[k] = v
-			}
-		}
-		return m
-	}
-	switch st.typ {
-	case "message":
-		text := string(st.text)
-		b := []byte(`{"content":[{"text":`)
-		b = appendString(b, text)
-		return append(b, `,"type":"output_text"}],"role":"assistant"}`...)
-	case "reasoning":
-		m := clean()
-		m["type"] = "reasoning"
-		if len(st.summaries) > 0 {
-			sum := make([]any, 0, len(st.summaries))
-			for _, t := range st.summaries {
-				sum = append(sum, map[string]any{"type": "summary_text", "text": string(t)})
-			}
-			m["summary"] = sum
-		} else if _, ok := m["summary"]; !ok {
-			m["summary"] = []any{}
-		}
-		if st.encrypted != "" {
-			m["encrypted_content"] = st.encrypted
-		}
-		b, _ := marshalNoEscape(m)
-		return b
-	case "function_call":
-		m := clean()
-		m["type"] = "function_call"
-		m["call_id"] = st.callID
-		m["name"] = st.name
-		m["arguments"] = sanitizeArguments(string(st.args), s.turn.required[st.name])
-		b, _ := marshalNoEscape(m)
-		return b
-	case "custom_tool_call":
-		if done == nil {
-			return nil
-		}
-		b, _ := marshalNoEscape(clean())
-		return b
-	}
-	return nil
 }
