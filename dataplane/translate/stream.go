@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -185,65 +183,6 @@ func NewSSEStream(t *Turn, sse *SSE, messageID string) *Stream {
 	return s
 }
 
-type upEvent struct {
-	Type         string          `json:"type"`
-	OutputIndex  optInt          `json:"output_index"`
-	SummaryIndex int             `json:"summary_index"`
-	Delta        string          `json:"delta"` // a non-string delta fails decoding (a malformed event)
-	Item         json.RawMessage `json:"item"`
-	Response     json.RawMessage `json:"response"`
-}
-
-// optInt is an integer that remembers whether it was present.
-type optInt struct {
-	v  int
-	ok bool
-}
-
-func (o *optInt) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
-	}
-	n, err := strconv.Atoi(string(b))
-	if err != nil {
-		return &json.UnmarshalTypeError{Value: "number " + bounded(string(b)), Type: reflect.TypeFor[int]()}
-	}
-	o.v, o.ok = n, true
-	return nil
-}
-
-type upItem struct {
-	Type             string  `json:"type"`
-	ID               string  `json:"id"`
-	CallID           string  `json:"call_id"`
-	Name             string  `json:"name"`
-	Arguments        string  `json:"arguments"`
-	EncryptedContent *string `json:"encrypted_content"`
-	Summary          []struct {
-		Text string `json:"text"`
-	} `json:"summary"`
-	Content []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	} `json:"content"`
-}
-
-type upResponse struct {
-	ID     string            `json:"id"`
-	Output []json.RawMessage `json:"output"`
-	Usage  *struct {
-		InputTokens        int `json:"input_tokens"`
-		InputTokensDetails struct {
-			CachedTokens     int `json:"cached_tokens"`
-			CacheWriteTokens int `json:"cache_write_tokens"`
-		} `json:"input_tokens_details"`
-		OutputTokens int `json:"output_tokens"`
-	} `json:"usage"`
-	IncompleteDetails *struct {
-		Reason string `json:"reason"`
-	} `json:"incomplete_details"`
-}
-
 var errMalformed = errors.New("malformed event")
 
 // Handle consumes one upstream event (the JSON text of one WebSocket
@@ -372,15 +311,6 @@ func (s *Stream) dispatch(ev *upEvent, raw []byte) error {
 	}
 	return nil
 }
-
-func (ev *upEvent) index() int {
-	if !ev.OutputIndex.ok || ev.OutputIndex.v < 0 {
-		return -1
-	}
-	return ev.OutputIndex.v
-}
-
-func (ev *upEvent) delta() (string, error) { return ev.Delta, nil }
 
 // item returns the state of the item at index, creating it with typ when
 // it is new. Events without an output_index share the most recent item of
