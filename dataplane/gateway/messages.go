@@ -135,7 +135,7 @@ type turnRun struct {
 	pending       *pool.Lease
 	pendingReason string
 
-	sse       *sseWriter           // nil for a non-streaming request
+	sse       *translate.SSE       // nil for a non-streaming request
 	collector *translate.Collector // nil for a streaming request
 	stream    *translate.Stream    // the current attempt's stream
 	outcome   string               // set by the attempt that ended the turn
@@ -198,7 +198,7 @@ func (t *turnRun) run(ctx context.Context) string {
 		t.span.SetAttributes(attribute.String("clodex.account.key", account.Key(cred.AccountID)))
 	}
 	if t.turn.Stream {
-		t.sse = newSSEWriter(t.w)
+		t.sse = translate.NewSSE(t.w)
 	}
 
 	err = retry.Do(ctx, retry.Config{Budget: s.turnBudget(cred.AccountID), Clock: s.cfg.RetryClock, Rand: s.rand, Logger: s.cfg.Logger,
@@ -455,7 +455,7 @@ func (t *turnRun) endLease(l *pool.Lease, f *retry.Failure, reason, replaceReaso
 // clientSawOutput reports whether anything reached the client: after that
 // the turn's failure can only be an SSE error event.
 func (t *turnRun) clientSawOutput() bool {
-	return t.sse != nil && t.sse.started
+	return t.sse != nil && t.sse.Started()
 }
 
 // clientSawContent reports whether the client got something it keeps (a
@@ -487,7 +487,7 @@ func (t *turnRun) drive(ctx context.Context, a retry.Attempt, l *pool.Lease) err
 // retry after an attempt that only began the message (message_start, an
 // empty block) continues it. The error is a write error (client gone).
 func (t *turnRun) startStream() error {
-	if t.sse != nil && t.sse.started && t.stream != nil {
+	if t.sse != nil && t.sse.Started() && t.stream != nil {
 		next, err := t.stream.Resume()
 		if err != nil {
 			return err
@@ -495,14 +495,12 @@ func (t *turnRun) startStream() error {
 		t.stream = next
 		return nil
 	}
-	var ew translate.EventWriter
 	if t.sse != nil {
-		ew = t.sse
-	} else {
-		t.collector = translate.NewCollector()
-		ew = t.collector
+		t.stream = translate.NewSSEStream(t.turn, t.sse, t.msgID)
+		return nil
 	}
-	t.stream = translate.NewStream(t.turn, ew, t.msgID)
+	t.collector = translate.NewCollector()
+	t.stream = translate.NewStream(t.turn, t.collector, t.msgID)
 	return nil
 }
 
@@ -541,7 +539,7 @@ func (t *turnRun) receive(ctx context.Context, a retry.Attempt, l *pool.Lease) e
 			}
 			a.Idle.Reset()
 			p.sawUpstream()
-			state, err := t.forward(fr.data)
+			state, err := t.stream.Handle(fr.data) // one flush per upstream event
 			if err != nil {
 				// The response goes on upstream; the socket cannot be
 				// reused mid-response.
@@ -557,7 +555,7 @@ func (t *turnRun) receive(ctx context.Context, a retry.Attempt, l *pool.Lease) e
 			}
 			rd.more()
 		case now := <-p.c():
-			if p.due(now, t.sse.lastWrite) {
+			if p.due(now, t.sse.LastWrite()) {
 				if _, err := t.stream.Ping(); err != nil {
 					return t.clientFailed(l, err)
 				}
@@ -566,21 +564,6 @@ func (t *turnRun) receive(ctx context.Context, a retry.Attempt, l *pool.Lease) e
 			return t.cancelled(ctx, l)
 		}
 	}
-}
-
-// forward translates one upstream event and writes what it became
-// downstream, in one flush.
-func (t *turnRun) forward(data []byte) (translate.State, error) {
-	if t.sse != nil {
-		t.sse.beginBatch()
-	}
-	state, err := t.stream.Handle(data)
-	if t.sse != nil {
-		if ferr := t.sse.endBatch(); err == nil {
-			err = ferr
-		}
-	}
-	return state, err
 }
 
 // The ways an attempt fails, each ending the lease. Only the
@@ -764,16 +747,7 @@ func (r *reader) stop() {
 
 // complete ends a completed response downstream.
 func (t *turnRun) complete() string {
-	if t.sse != nil {
-		t.sse.beginBatch() // the closing events go out in one flush
-	}
-	err := t.stream.Finish()
-	if t.sse != nil {
-		if ferr := t.sse.endBatch(); err == nil {
-			err = ferr
-		}
-	}
-	if err != nil {
+	if err := t.stream.Finish(); err != nil { // the closing events go out in one flush
 		t.w.err = fmt.Errorf("write downstream: %w", err)
 		return outcomeClientGone
 	}

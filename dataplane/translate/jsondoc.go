@@ -2,7 +2,8 @@ package translate
 
 import (
 	"bytes"
-	"slices"
+	"encoding/json"
+	"strconv"
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -389,47 +390,6 @@ func (p *jparser) array(idx, depth int) byte {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// pathAt names the value or object key of the doc that holds byte offset
-// off of src, as the decoding errors name fields ("messages[2].content[0].text";
-// "" for the root).
-func (d *jsonDoc) pathAt(off int) string {
-	path := ""
-	n := 0
-	for {
-		nd := &d.nodes[n]
-		if nd.kind != '{' && nd.kind != '[' {
-			return path
-		}
-		next := -1
-		i := 0
-		for c := nd.first; c >= 0; c, i = d.nodes[c].next, i+1 {
-			cn := &d.nodes[c]
-			if nd.kind == '[' {
-				if off >= cn.start && off < cn.end {
-					path, next = indexField(path, i), c
-					break
-				}
-				continue
-			}
-			name := bounded(string(d.key(c)))
-			if path != "" {
-				name = path + "." + name
-			}
-			if off >= cn.keyStart && off < cn.keyEnd {
-				return name + " (object key)"
-			}
-			if off >= cn.start && off < cn.end {
-				path, next = name, c
-				break
-			}
-		}
-		if next < 0 {
-			return path
-		}
-		n = next
-	}
-}
-
 // validJSON is json.Valid without the allocation-heavy scanner.
 func validJSON(b []byte) bool {
 	d, ok := parseDoc(b, false)
@@ -549,19 +509,6 @@ func (d *jsonDoc) str(i int) string {
 	return unsafe.String(unsafe.SliceData(b), len(b)) // b is never written again
 }
 
-// strEq reports whether string node i decodes to s.
-func (d *jsonDoc) strEq(i int, s string) bool {
-	if d.kind(i) != '"' {
-		return false
-	}
-	n := &d.nodes[i]
-	if n.flags&flagEscaped == 0 {
-		return string(d.src[n.start+1:n.end-1]) == s
-	}
-	d.scratch = unquoteTo(d.scratch[:0], d.src[n.start:n.end])
-	return string(d.scratch) == s
-}
-
 // key returns the decoded key of member i, valid until the next call that
 // uses the scratch buffer; plain keys alias src.
 func (d *jsonDoc) key(i int) []byte {
@@ -608,262 +555,137 @@ func (d *jsonDoc) compact(i int) []byte {
 	return compactJSON(raw)
 }
 
-// members pushes onto d.keys the members of object i that decoding into a
-// map keeps (the last of each key), in document order, with their decoded
-// keys, and returns them; the caller pops them with d.keys = d.keys[:base]
-// when done (nested calls push after them).
-func (d *jsonDoc) members(i int) (ms []jmember, base int) {
-	base = len(d.keys)
-	for c := d.nodes[i].first; c >= 0; c = d.nodes[c].next {
-		n := &d.nodes[c]
-		var k string
-		if n.flags&flagKeyEscaped == 0 {
-			k = bstr(d.src[n.keyStart+1 : n.keyEnd-1])
-		} else {
-			k = string(d.key(c))
-		}
-		d.keys = append(d.keys, jmember{node: c, key: k})
-	}
-	ms = d.keys[base:]
-	if len(ms) > 1 {
-		kept := dedup(ms)
-		d.keys = d.keys[:base+len(kept)]
-		ms = d.keys[base:]
-	}
-	return ms, base
-}
-
 // bstr views b as a string without copying; b must not change while the
 // string is in use.
 func bstr(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
-type jmember struct {
-	node int
-	key  string // decoded key
-}
-
-// dedup drops, in place, members whose key appears again later.
-func dedup(ms []jmember) []jmember {
-	dup := false
-	if len(ms) <= 16 {
-		for a := range ms {
-			for b := a + 1; b < len(ms); b++ {
-				if ms[a].key == ms[b].key {
-					dup = true
-				}
-			}
+// jsonKind returns the first significant byte of a JSON value, or 0 when
+// raw is empty or all whitespace.
+func jsonKind(raw json.RawMessage) byte {
+	for _, c := range raw {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
 		}
-	} else {
-		seen := make(map[string]struct{}, len(ms))
-		for _, m := range ms {
-			if _, ok := seen[m.key]; ok {
-				dup = true
-				break
-			}
-			seen[m.key] = struct{}{}
-		}
-	}
-	if !dup {
-		return ms
-	}
-	last := make(map[string]int, len(ms))
-	for j, m := range ms {
-		last[m.key] = j
-	}
-	out := ms[:0]
-	for j, m := range ms {
-		if last[m.key] == j {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// appendCanonical appends value i re-encoded as encoding/json encodes its
-// generic decoding (numbers kept as written): object keys sorted, the last
-// duplicate kept, no whitespace, HTML characters not escaped.
-func (d *jsonDoc) appendCanonical(dst []byte, i int) []byte {
-	n := &d.nodes[i]
-	switch n.kind {
-	case '"':
-		if n.flags&flagEscaped == 0 {
-			return append(dst, d.src[n.start:n.end]...)
-		}
-		d.scratch = unquoteTo(d.scratch[:0], d.src[n.start:n.end])
-		return appendString(dst, string(d.scratch))
-	case '[':
-		dst = append(dst, '[')
-		for c := n.first; c >= 0; c = d.nodes[c].next {
-			if c != n.first {
-				dst = append(dst, ',')
-			}
-			dst = d.appendCanonical(dst, c)
-		}
-		return append(dst, ']')
-	case '{':
-		ms, base := d.members(i)
-		slices.SortFunc(ms, func(a, b jmember) int { return cmpString(a.key, b.key) })
-		dst = append(dst, '{')
-		for j, m := range ms {
-			if j > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendString(dst, m.key)
-			dst = append(dst, ':')
-			dst = d.appendCanonical(dst, m.node)
-		}
-		d.keys = d.keys[:base]
-		return append(dst, '}')
-	default:
-		return append(dst, d.src[n.start:n.end]...)
-	}
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+		return c
 	}
 	return 0
 }
 
-// strEncodedLen is the length of the string literal src[start:end]
-// re-encoded (appendString) after decoding (unquoteTo), computed from the
-// literal without decoding it.
-func (d *jsonDoc) strEncodedLen(start, end int, escaped bool) int {
-	if !escaped {
-		return end - start
-	}
-	return rawEncodedLen(d.src[start:end])
+const (
+	swarOnes = 0x0101010101010101
+	swarHigh = 0x8080808080808080
+)
+
+// load64 reads 8 bytes of s at i, little-endian.
+func load64[T string | []byte](s T, i int) uint64 {
+	_ = s[i+7]
+	return uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
 }
 
-// rawEncodedLen is len(appendString(nil, string(unquoteTo(nil, lit)))).
-func rawEncodedLen(lit []byte) int {
-	s := lit[1 : len(lit)-1]
-	n := 2
+// specialMask is non-zero when a byte of x is below 0x20, '"' or '\\'
+// (the bytes a JSON string cannot hold as they are).
+func specialMask(x uint64) uint64 {
+	q := x ^ (swarOnes * '"')
+	b := x ^ (swarOnes * '\\')
+	return ((x-swarOnes*0x20)&^x | (q-swarOnes)&^q | (b-swarOnes)&^b) & swarHigh
+}
+
+// plainASCII returns the first index from i on where s holds a byte that
+// is not printable ASCII other than '"' and '\\' (or len(s)), eight bytes
+// at a time.
+func plainASCII[T string | []byte](s T, i int) int {
+	for i+8 <= len(s) {
+		x := load64(s, i)
+		if specialMask(x)|x&swarHigh != 0 {
+			break
+		}
+		i += 8
+	}
+	for i < len(s) {
+		c := s[i]
+		if c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string literal, byte-for-byte as
+// encoding/json does with HTML escaping off: invalid UTF-8 becomes U+FFFD
+// (so the output is always valid UTF-8), U+2028 and U+2029 are escaped.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
 	for i := 0; i < len(s); {
-		if j := plainASCII(s, i); j > i {
-			n += j - i
-			if i = j; i >= len(s) {
-				break
-			}
+		if i = plainASCII(s, i); i >= len(s) {
+			break
 		}
 		c := s[i]
-		switch {
-		case c == '\\':
-			i++
-			switch e := s[i]; e {
-			case 'u':
-				r := hex4(s[i+1:])
-				i += 5
-				if utf16.IsSurrogate(r) {
-					if i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
-						if dec := utf16.DecodeRune(r, hex4(s[i+2:])); dec != utf8.RuneError {
-							n += utf8.RuneLen(dec)
-							i += 6
-							continue
-						}
-					}
-					r = utf8.RuneError
-				}
-				n += runeEncodedLen(r)
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
 				continue
-			case '/':
-				n++
-			default: // " \ b f n r t
-				n += 2
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			}
 			i++
-		case c < utf8.RuneSelf:
-			n += runeEncodedLen(rune(c))
-			i++
-		default:
-			r, size := utf8.DecodeRune(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				n += 3 // decoded to a valid U+FFFD
-			} else {
-				n += runeEncodedLen(r)
-			}
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
 			i += size
+			start = i
+			continue
 		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
 	}
-	return n
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
 }
 
-// runeEncodedLen is the length appendString gives the valid rune r.
-func runeEncodedLen(r rune) int {
-	if r < utf8.RuneSelf {
-		switch {
-		case r >= 0x20 && r != '"' && r != '\\':
-			return 1
-		case r == '"', r == '\\', r == '\n', r == '\r', r == '\t', r == '\b', r == '\f':
-			return 2
-		}
-		return 6
+// appendInt appends the decimal form of n.
+func appendInt(dst []byte, n int) []byte { return strconv.AppendInt(dst, int64(n), 10) }
+
+// compactJSON returns raw without insignificant whitespace. Raw must be
+// valid JSON (it came out of the decoder).
+func compactJSON(raw json.RawMessage) []byte {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return append([]byte(nil), raw...)
 	}
-	if r == '\u2028' || r == '\u2029' {
-		return 6
-	}
-	return utf8.RuneLen(r)
+	return b.Bytes()
 }
 
-// estimateLen returns the length of value i serialised as the count_tokens
-// estimate serialises it (its generic decoding re-encoded, every image
-// block reduced to {"type":"image"}), counting the images; drop lists keys
-// left out of this object (not of nested ones).
-func (d *jsonDoc) estimateLen(i int, images *int, drop []string) int {
-	n := &d.nodes[i]
-	switch n.kind {
-	case '"':
-		return d.strEncodedLen(n.start, n.end, n.flags&flagEscaped != 0)
-	case '[':
-		size, count := 2, 0
-		for c := n.first; c >= 0; c = d.nodes[c].next {
-			size += d.estimateLen(c, images, nil)
-			count++
-		}
-		if count > 1 {
-			size += count - 1
-		}
-		return size
-	case '{':
-		ms, base := d.members(i)
-		defer func() { d.keys = d.keys[:base] }()
-		if len(drop) > 0 {
-			kept := ms[:0]
-			for _, m := range ms {
-				if !slices.Contains(drop, m.key) {
-					kept = append(kept, m)
-				}
-			}
-			ms = kept
-		}
-		typ, source := -1, -1
-		for _, m := range ms {
-			switch m.key {
-			case "type":
-				typ = m.node
-			case "source":
-				source = m.node
-			}
-		}
-		if d.strEq(typ, "image") && d.kind(source) == '{' {
-			*images++
-			return len(`{"type":"image"}`)
-		}
-		size := 2
-		if len(ms) > 1 {
-			size += len(ms) - 1
-		}
-		for _, m := range ms {
-			c := &d.nodes[m.node]
-			size += d.strEncodedLen(c.keyStart, c.keyEnd, c.flags&flagKeyEscaped != 0) + 1
-			size += d.estimateLen(m.node, images, nil)
-		}
-		return size
-	default:
-		return n.end - n.start
-	}
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"testing/quick"
 )
 
 // The one-pass parser must agree with encoding/json on everything the
@@ -255,4 +256,24 @@ func FuzzJSONDoc(f *testing.F) {
 			t.Fatalf("CountTokens(%q) = %d, %v; reference %d, %v", data, n, err, want, ok)
 		}
 	})
+}
+func TestAppendStringMatchesEncodingJSON(t *testing.T) {
+	cases := []string{"", "plain", "a\"b\\c", "\x00\x01\x1f\b\f\n\r\t\x7f", "é世界🎉", "\u2028\u2029", "<&>", "\xff\xfe bad", "a\xe2\x82"}
+	check := func(s string) bool {
+		want, err := marshalNoEscape(s)
+		return err == nil && string(appendString(nil, s)) == string(want)
+	}
+	for _, c := range cases {
+		if !check(c) {
+			want, _ := marshalNoEscape(c)
+			t.Errorf("appendString(%q) = %s, encoding/json %s", c, appendString(nil, c), want)
+		}
+	}
+	if err := quick.Check(check, &quick.Config{MaxCount: 2000}); err != nil {
+		t.Error(err)
+	}
+	bytesCheck := func(b []byte) bool { return check(string(b)) }
+	if err := quick.Check(bytesCheck, &quick.Config{MaxCount: 2000}); err != nil {
+		t.Error(err)
+	}
 }

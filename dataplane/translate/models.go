@@ -13,14 +13,6 @@ import (
 // pattern matches wins. A pattern ending in * matches by prefix.
 const DefaultModelAliases = "claude-opus-*=gpt-5.5,claude-sonnet-*=gpt-5.5,claude-haiku-*=gpt-5.4-mini,claude-*=gpt-5.5"
 
-// defaultContextWindow is reported for models with no better knowledge
-// (docs/translation.md §2.2).
-const defaultContextWindow = 200_000
-
-// oauthRawWindow is the raw context window of the gpt-5 family on the
-// ChatGPT backend; clients are told 95 % of it (docs/translation.md §2.2).
-const oauthRawWindow = 272_000
-
 type alias struct {
 	pattern string // without the trailing *
 	prefix  bool
@@ -119,56 +111,6 @@ func parseAliases(spec string) ([]alias, error) {
 	return out, nil
 }
 
-// normalizeModel strips a trailing "[1m]" (any case) and a leading
-// "models/", and reduces the route ids of docs/translation.md §2.1 to their model:
-// "clodex:<provider>:<model>" and "anthropic-<provider>__<model>".
-func normalizeModel(name string) string {
-	name = strings.TrimSpace(name)
-	if n := len(name); n >= 4 && strings.EqualFold(name[n-4:], "[1m]") {
-		name = name[:n-4]
-	}
-	name = strings.TrimPrefix(name, "models/")
-	if rest, ok := strings.CutPrefix(name, "clodex:"); ok {
-		if _, model, ok := strings.Cut(rest, ":"); ok && model != "" {
-			return model
-		}
-	}
-	if rest, ok := strings.CutPrefix(name, "anthropic-"); ok {
-		if _, model, ok := strings.Cut(rest, "__"); ok && model != "" {
-			return model
-		}
-	}
-	return name
-}
-
-// liteModels are the upstream models served by Responses-Lite
-// (docs/translation.md §2.3).
-var liteModels = []string{"gpt-5.6-luna"}
-
-// Lite reports whether an upstream model is a Responses-Lite model: its
-// frames carry parallel_tool_calls:false and reasoning.context "all_turns"
-// (docs/translation.md §2.3). The backend also expects the version and
-// x-openai-internal-codex-responses-lite headers on its upgrade, which
-// dataplane/upstream does not send.
-func (m *ModelTable) Lite(upstream string) bool {
-	name := normalizeModel(upstream)
-	for _, l := range liteModels {
-		if name == l || strings.HasPrefix(name, l+"-") {
-			return true
-		}
-	}
-	return false
-}
-
-func lookup(list []alias, name string) (string, bool) {
-	for _, a := range list {
-		if a.prefix && strings.HasPrefix(name, a.pattern) || !a.prefix && name == a.pattern {
-			return a.model, true
-		}
-	}
-	return "", false
-}
-
 // WithPassthrough returns a copy of m that accepts any model name (Check
 // never fails): names no alias matches go to the backend unchanged.
 func (m *ModelTable) WithPassthrough() *ModelTable {
@@ -180,46 +122,9 @@ func (m *ModelTable) WithPassthrough() *ModelTable {
 	return &c
 }
 
-// Accepts reports whether requested is a name the table serves: one an
-// alias matches, a known upstream model or an alias target, or any name
-// with passthrough.
-func (m *ModelTable) Accepts(requested string) bool {
-	if m == nil {
-		m = DefaultModels()
-	}
-	name := normalizeModel(requested)
-	if m.passthrough {
-		return true
-	}
-	if _, ok := lookup(m.configured, name); ok {
-		return true
-	}
-	if _, ok := lookup(m.defaults, name); ok {
-		return true
-	}
-	return slices.Contains(upstreamModels, name) || m.isTarget(name)
-}
-
-func (m *ModelTable) isTarget(name string) bool {
-	for _, list := range [][]alias{m.configured, m.defaults} {
-		for _, a := range list {
-			if a.model == name {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// Check returns nil when the table accepts requested, else a *RequestError
-// for the model field that lists what is accepted.
-func (m *ModelTable) Check(requested string) error {
-	if m == nil {
-		m = DefaultModels()
-	}
-	if m.Accepts(requested) {
-		return nil
-	}
+// refusal is Check's error for a name the table does not accept: it lists
+// the alias patterns with their targets and the upstream models.
+func (m *ModelTable) refusal(requested string) error {
 	var pats []string
 	for _, list := range [][]alias{m.configured, m.defaults} {
 		for _, a := range list {
@@ -241,31 +146,6 @@ func (m *ModelTable) Check(requested string) error {
 	return reqErr("model", "model %q is not served here; accepted: %s, and the upstream models %s; "+
 		"GET /v1/models lists them (start clodex-dataplane with --model-passthrough to send any name to the backend unchanged)",
 		bounded(requested), strings.Join(pats, ", "), strings.Join(targets, ", "))
-}
-
-// Resolve returns the upstream model for a requested name.
-func (m *ModelTable) Resolve(requested string) string {
-	name := normalizeModel(requested)
-	if m == nil {
-		m = DefaultModels()
-	}
-	if model, ok := lookup(m.configured, name); ok {
-		return model
-	}
-	if model, ok := lookup(m.defaults, name); ok {
-		return model
-	}
-	return name
-}
-
-// ContextWindow is the context window reported to clients for an upstream
-// model: 95 % of 272,000 (258,400) for the gpt-5 family served by the
-// ChatGPT backend, 200,000 otherwise (docs/translation.md §2.2).
-func (m *ModelTable) ContextWindow(upstream string) int {
-	if strings.HasPrefix(normalizeModel(upstream), "gpt-5") {
-		return oauthRawWindow * 95 / 100
-	}
-	return defaultContextWindow
 }
 
 // ModelInfo describes one model for GET /v1/models.

@@ -3,16 +3,12 @@ package translate
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 )
-
-var errTrailingData = errors.New("unexpected data after the JSON value")
 
 // MessagesRequest is a decoded and validated Anthropic Messages request
 // body. Fields the translation does not use are not kept; tool schemas and
@@ -148,10 +144,6 @@ func (d *jsonDoc) wire() wireRequest {
 	return w
 }
 
-func reqErr(field, format string, args ...any) *RequestError {
-	return &RequestError{Field: field, Message: fmt.Sprintf(format, args...)}
-}
-
 // DecodeRequest decodes and validates an Anthropic Messages request body.
 // model, messages and max_tokens are required. The request may share
 // memory with body: do not modify it afterwards. Bad input of any kind
@@ -166,16 +158,6 @@ func reqErr(field, format string, args ...any) *RequestError {
 func DecodeRequest(body []byte) (*MessagesRequest, error) {
 	return decodeRequest(body, true)
 }
-
-// DecodeCountTokens decodes and validates a count_tokens body: the rules
-// of DecodeRequest, except that max_tokens is optional.
-func DecodeCountTokens(body []byte) (*MessagesRequest, error) {
-	return decodeRequest(body, false)
-}
-
-// EstimatedTokens is the local estimate of the request body (docs/translation.md §10), what
-// count_tokens answers.
-func (r *MessagesRequest) EstimatedTokens() int { return r.estimate }
 
 func decodeRequest(body []byte, needMaxTokens bool) (*MessagesRequest, error) {
 	if jsonKind(body) != '{' {
@@ -192,8 +174,7 @@ func decodeRequest(body []byte, needMaxTokens bool) (*MessagesRequest, error) {
 	if !utf8.Valid(body) {
 		// encoding/json would turn the bytes into U+FFFD silently; the
 		// client would get an answer to a text it did not send.
-		off := invalidUTF8At(body)
-		return nil, reqErr(d.pathAt(off), "is not valid UTF-8 (byte 0x%02x at offset %d of the body); send UTF-8 text, escaping other characters as \\uXXXX", body[off], off)
+		return nil, d.invalidUTF8()
 	}
 	w := d.wire()
 	r := &MessagesRequest{}
@@ -305,24 +286,6 @@ func (r *MessagesRequest) decodeOptional(d *jsonDoc, w *wireRequest) error {
 }
 
 func trimSpace(s string) string { return string(bytes.TrimSpace([]byte(s))) }
-
-// kindNameOf names a value by its first byte (or node kind).
-func kindNameOf(k byte) string {
-	switch k {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n', 0:
-		return "null"
-	default:
-		return "a number"
-	}
-}
 
 func (d *jsonDoc) decodeString(i int, field string) (string, error) {
 	if d.kind(i) != '"' {
@@ -502,23 +465,6 @@ func hasToolUse(blocks []block, id string) bool {
 	return false
 }
 
-// invalidUTF8At is the offset of the first byte of body that does not
-// start a valid UTF-8 sequence (len(body) when it is valid).
-func invalidUTF8At(body []byte) int {
-	for i := 0; i < len(body); {
-		if body[i] < utf8.RuneSelf {
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRune(body[i:])
-		if r == utf8.RuneError && size == 1 {
-			return i
-		}
-		i += size
-	}
-	return len(body)
-}
-
 // Where a content block sits decides which types it may have: what the
 // upstream can carry there.
 var blockTypes = map[string][]string{
@@ -527,17 +473,6 @@ var blockTypes = map[string][]string{
 	"system":      {"text"},
 	"tool_result": {"text", "image", "document", "search_result", "tool_reference"},
 	"document":    {"text", "image"}, // a document's content source
-}
-
-// placeName names where blocks of place sit, for error messages.
-func placeName(place string) string {
-	switch place {
-	case "tool_result":
-		return "a tool_result's content"
-	case "document":
-		return "a document's content source"
-	}
-	return place + " messages"
 }
 
 // decodeContent decodes a string or an array of content blocks found in
@@ -646,219 +581,6 @@ func (d *jsonDoc) decodeBlock(m int, field, place string) (block, error) {
 		}
 	}
 	return b, nil
-}
-
-// imageMediaTypes are the image types the upstream reads.
-var imageMediaTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
-
-func (d *jsonDoc) decodeImageSource(m int, field string, b *block) error {
-	s := d.get(m, "source")
-	if d.null(s) {
-		return reqErr(field+".source", "field required")
-	}
-	f := field + ".source"
-	if err := d.decodeObject(s, f); err != nil {
-		return err
-	}
-	var err error
-	if b.sourceType, err = d.reqString(s, "type", f); err != nil {
-		return err
-	}
-	switch b.sourceType {
-	case "base64":
-		if b.mediaType, err = d.reqString(s, "media_type", f); err != nil {
-			return err
-		}
-		if !slices.Contains(imageMediaTypes, b.mediaType) {
-			return reqErr(f+".media_type", "image media type %q cannot be sent to the OpenAI backend; allowed: %s", bounded(b.mediaType), strings.Join(imageMediaTypes, ", "))
-		}
-		return d.base64Data(s, f, &b.data)
-	case "url":
-		return d.httpURL(s, f, &b.url)
-	}
-	return reqErr(f+".type", "image source type %q cannot be sent to the OpenAI backend; allowed: base64, url", bounded(b.sourceType))
-}
-
-// base64Data decodes the required, non-empty base64 string "data" of
-// source object s.
-func (d *jsonDoc) base64Data(s int, f string, dst *string) error {
-	data, err := d.reqString(s, "data", f)
-	if err != nil {
-		return err
-	}
-	switch {
-	case data == "":
-		return reqErr(f+".data", "must not be empty")
-	case !isBase64(data):
-		return reqErr(f+".data", "is not valid base64 (standard alphabet, padded, no spaces or line breaks)")
-	}
-	*dst = data
-	return nil
-}
-
-// httpURL decodes the required http(s) URL "url" of source object s.
-func (d *jsonDoc) httpURL(s int, f string, dst *string) error {
-	u, err := d.reqString(s, "url", f)
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
-		return reqErr(f+".url", "must be an http:// or https:// URL")
-	}
-	*dst = u
-	return nil
-}
-
-// isBase64 reports whether s is standard, padded base64 that a strict
-// decoder accepts (base64.StdEncoding.Strict: the unused bits before the
-// padding are zero): the check is a scan, nothing is decoded.
-func isBase64(s string) bool {
-	if len(s)%4 != 0 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '+', c == '/':
-		case c == '=' && i >= len(s)-2 && (i == len(s)-1 || s[len(s)-1] == '='):
-		default:
-			return false
-		}
-	}
-	switch {
-	case strings.HasSuffix(s, "=="): // one byte: 4 bits of the 2nd digit unused
-		return b64Value(s[len(s)-3])&0x0f == 0
-	case strings.HasSuffix(s, "="): // two bytes: 2 bits of the 3rd digit unused
-		return b64Value(s[len(s)-2])&0x03 == 0
-	}
-	return true
-}
-
-// b64Value is the 6-bit value of a standard base64 digit.
-func b64Value(c byte) byte {
-	switch {
-	case c >= 'A' && c <= 'Z':
-		return c - 'A'
-	case c >= 'a' && c <= 'z':
-		return c - 'a' + 26
-	case c >= '0' && c <= '9':
-		return c - '0' + 52
-	case c == '+':
-		return 62
-	}
-	return 63
-}
-
-// decodeDocument decodes a document block: a base64 PDF, a PDF URL, plain
-// text, or a content source of text and image blocks, with an optional
-// title and context. A file source (the Files API) has no upstream
-// equivalent.
-func (d *jsonDoc) decodeDocument(m int, field string, b *block) error {
-	var err error
-	if b.title, _, err = d.optString(m, "title", field); err != nil {
-		return err
-	}
-	if b.context, _, err = d.optString(m, "context", field); err != nil {
-		return err
-	}
-	s := d.get(m, "source")
-	if d.null(s) {
-		return reqErr(field+".source", "field required")
-	}
-	f := field + ".source"
-	if err := d.decodeObject(s, f); err != nil {
-		return err
-	}
-	if b.sourceType, err = d.reqString(s, "type", f); err != nil {
-		return err
-	}
-	switch b.sourceType {
-	case "base64":
-		if b.mediaType, err = d.reqString(s, "media_type", f); err != nil {
-			return err
-		}
-		if b.mediaType != "application/pdf" {
-			return reqErr(f+".media_type", "document media type %q cannot be sent as base64; allowed: application/pdf (send text as a text source)", bounded(b.mediaType))
-		}
-		return d.base64Data(s, f, &b.data)
-	case "url":
-		return d.httpURL(s, f, &b.url)
-	case "text":
-		if mt, ok, err := d.optString(s, "media_type", f); err != nil {
-			return err
-		} else if ok && mt != "text/plain" {
-			return reqErr(f+".media_type", "text document media type %q is not supported; allowed: text/plain", bounded(mt))
-		}
-		if b.data, err = d.reqString(s, "data", f); err != nil {
-			return err
-		}
-		if b.data == "" {
-			return reqErr(f+".data", "must not be empty")
-		}
-		return nil
-	case "content":
-		c := d.get(s, "content")
-		if d.null(c) {
-			return reqErr(f+".content", "field required")
-		}
-		if d.kind(c) == '"' {
-			if b.contentString = d.str(c); b.contentString == "" {
-				return reqErr(f+".content", "must not be empty")
-			}
-			b.contentIsStr = true
-			return nil
-		}
-		if d.kind(c) != '[' {
-			return reqErr(f+".content", "must be a string or an array of text and image blocks, got %s", kindNameOf(d.kind(c)))
-		}
-		if b.content, err = d.decodeContent(c, f+".content", "document"); err != nil {
-			return err
-		}
-		if len(b.content) == 0 {
-			return reqErr(f+".content", "must contain at least one block")
-		}
-		return nil
-	}
-	return reqErr(f+".type", "document source type %q cannot be sent to the OpenAI backend; allowed: base64 (PDF), url (PDF), text, content", bounded(b.sourceType))
-}
-
-// decodeSearchResult decodes a search_result block: source, title and text
-// content, carried upstream as text.
-func (d *jsonDoc) decodeSearchResult(m int, field string, b *block) error {
-	var err error
-	if b.source, err = d.reqString(m, "source", field); err != nil {
-		return err
-	}
-	if b.title, err = d.reqString(m, "title", field); err != nil {
-		return err
-	}
-	c := d.get(m, "content")
-	if d.null(c) {
-		return reqErr(field+".content", "field required")
-	}
-	if err := d.decodeArray(c, field+".content"); err != nil {
-		return err
-	}
-	i := 0
-	for it := d.nodes[c].first; it >= 0; it, i = d.nodes[it].next, i+1 {
-		bf := indexField(field+".content", i)
-		if err := d.decodeObject(it, bf); err != nil {
-			return err
-		}
-		typ, err := d.reqString(it, "type", bf)
-		if err != nil {
-			return err
-		}
-		if typ != "text" {
-			return reqErr(bf+".type", "search result content block type %q is not supported; allowed: text", bounded(typ))
-		}
-		text, err := d.reqString(it, "text", bf)
-		if err != nil {
-			return err
-		}
-		b.content = append(b.content, block{typ: "text", text: text})
-	}
-	return nil
 }
 
 func (d *jsonDoc) decodeTools(tools int) ([]tool, error) {
@@ -970,18 +692,4 @@ func (d *jsonDoc) decodeToolChoice(m int) (*toolChoice, error) {
 		}
 	}
 	return tc, nil
-}
-
-// bounded shortens a client-supplied value before it is quoted in an
-// error message.
-func bounded(s string) string {
-	const max = 64
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
 }

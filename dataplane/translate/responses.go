@@ -385,19 +385,6 @@ func prefersResponses(model string) bool {
 	return false
 }
 
-// isReasoningModel decides the role of in-conversation system messages:
-// developer for reasoning models, system otherwise (docs/translation.md §4.1).
-func isReasoningModel(model string) bool {
-	switch {
-	case strings.HasPrefix(model, "gpt-5-chat"):
-		return false
-	case strings.HasPrefix(model, "gpt-5"), strings.HasPrefix(model, "o1"),
-		strings.HasPrefix(model, "o3"), strings.HasPrefix(model, "o4-mini"):
-		return true
-	}
-	return false
-}
-
 // sessionID extracts the Claude session id (docs/translation.md §7).
 func sessionID(userID, header string) string {
 	if userID != "" {
@@ -442,308 +429,6 @@ func validUUID(s string) bool {
 		return true
 	}
 	return false
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-// stripCallIDSuffix removes a thought-signature suffix from a tool_use id.
-func stripCallIDSuffix(id string) string {
-	if i := strings.Index(id, "__ts__"); i >= 0 {
-		id = id[:i]
-	}
-	if i := strings.Index(id, "::ts::"); i >= 0 {
-		id = id[:i]
-	}
-	return id
-}
-
-func toolReferenceText(name string) string { return "Tool " + name + " is now available." }
-
-// buildInput translates the messages into input items (docs/translation.md §4).
-func buildInput(req *MessagesRequest, upstream string) []json.RawMessage {
-	sysRole := "system"
-	if isReasoningModel(upstream) {
-		sysRole = "developer"
-	}
-	items := make([]json.RawMessage, 0, len(req.messages)+4)
-	var buf []byte
-	for _, m := range req.messages {
-		switch m.role {
-		case "system":
-			for _, b := range m.content {
-				if b.typ != "text" || strings.TrimSpace(b.text) == "" {
-					continue
-				}
-				buf = append(buf[:0], `{"content":`...)
-				buf = appendString(buf, b.text)
-				buf = append(buf, `,"role":`...)
-				buf = appendString(buf, sysRole)
-				buf = append(buf, '}')
-				items = append(items, json.RawMessage(string(buf)))
-			}
-		case "assistant":
-			items = appendAssistant(items, m.content)
-		case "user":
-			items = appendUser(items, m.content)
-		}
-	}
-	return items
-}
-
-func appendAssistant(items []json.RawMessage, content []block) []json.RawMessage {
-	for _, b := range content {
-		var buf []byte
-		switch b.typ {
-		case "text":
-			buf = append(buf, `{"content":[{"text":`...)
-			buf = appendString(buf, b.text)
-			buf = append(buf, `,"type":"output_text"}],"role":"assistant"}`...)
-		case "thinking":
-			if b.signature == "" {
-				continue // not replayable upstream (docs/translation.md §4.4)
-			}
-			buf = append(buf, `{"encrypted_content":`...)
-			buf = appendString(buf, b.signature)
-			buf = append(buf, `,"summary":[`...)
-			if b.thinking != "" {
-				buf = append(buf, `{"text":`...)
-				buf = appendString(buf, b.thinking)
-				buf = append(buf, `,"type":"summary_text"}`...)
-			}
-			buf = append(buf, `],"type":"reasoning"}`...)
-		case "tool_use":
-			buf = append(buf, `{"arguments":`...)
-			buf = appendString(buf, b.args)
-			buf = append(buf, `,"call_id":`...)
-			buf = appendString(buf, stripCallIDSuffix(b.id))
-			buf = append(buf, `,"name":`...)
-			buf = appendString(buf, b.name)
-			buf = append(buf, `,"type":"function_call"}`...)
-		default:
-			continue
-		}
-		items = append(items, buf)
-	}
-	return items
-}
-
-func appendImagePart(parts []byte, b block) []byte {
-	var u string
-	switch b.sourceType {
-	case "base64":
-		u = "data:" + b.mediaType + ";base64," + b.data
-	case "url":
-		u = b.url
-	}
-	if len(parts) > 1 {
-		parts = append(parts, ',')
-	}
-	parts = append(parts, `{"image_url":`...)
-	parts = appendString(parts, u)
-	return append(parts, `,"type":"input_image"}`...)
-}
-
-func appendTextPart(parts []byte, text string) []byte {
-	if len(parts) > 1 {
-		parts = append(parts, ',')
-	}
-	parts = append(parts, `{"text":`...)
-	parts = appendString(parts, text)
-	return append(parts, `,"type":"input_text"}`...)
-}
-
-// defaultDocumentName is the filename of a PDF sent without a title.
-const defaultDocumentName = "document.pdf"
-
-// documentFilename is the input_file filename of a base64 PDF: its title
-// (path separators and control characters replaced, at most 100 bytes,
-// ".pdf" added when missing), else document.pdf.
-func documentFilename(title string) string {
-	name := strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == '/' || r == '\\' {
-			return '_'
-		}
-		return r
-	}, strings.TrimSpace(title))
-	if name == "" {
-		return defaultDocumentName
-	}
-	if len(name) > 100 {
-		cut := 100
-		for cut > 0 && name[cut]&0xC0 == 0x80 {
-			cut--
-		}
-		name = name[:cut]
-	}
-	if !strings.HasSuffix(strings.ToLower(name), ".pdf") {
-		name += ".pdf"
-	}
-	return name
-}
-
-// appendDocumentParts carries a document block upstream: a line naming its
-// title and context when it has them, then an input_file (a base64 PDF as a
-// data: URL with a filename, a PDF URL as file_url), or input_text (a text
-// source), or the parts of a content source (input_text, input_image).
-func appendDocumentParts(parts []byte, b block) []byte {
-	var head []string
-	if b.title != "" {
-		head = append(head, "Document title: "+b.title)
-	}
-	if b.context != "" {
-		head = append(head, "Document context: "+b.context)
-	}
-	if len(head) > 0 {
-		parts = appendTextPart(parts, strings.Join(head, "\n"))
-	}
-	switch b.sourceType {
-	case "base64":
-		if len(parts) > 1 {
-			parts = append(parts, ',')
-		}
-		parts = append(parts, `{"file_data":`...)
-		parts = appendString(parts, "data:"+b.mediaType+";base64,"+b.data)
-		parts = append(parts, `,"filename":`...)
-		parts = appendString(parts, documentFilename(b.title))
-		return append(parts, `,"type":"input_file"}`...)
-	case "url":
-		if len(parts) > 1 {
-			parts = append(parts, ',')
-		}
-		parts = append(parts, `{"file_url":`...)
-		parts = appendString(parts, b.url)
-		return append(parts, `,"type":"input_file"}`...)
-	case "text":
-		return appendTextPart(parts, b.data)
-	case "content":
-		if b.contentIsStr {
-			return appendTextPart(parts, b.contentString)
-		}
-		for _, c := range b.content {
-			switch c.typ {
-			case "text":
-				parts = appendTextPart(parts, c.text)
-			case "image":
-				parts = appendImagePart(parts, c)
-			}
-		}
-	}
-	return parts
-}
-
-// searchResultText is the text a search_result block is carried as.
-func searchResultText(b block) string {
-	var t strings.Builder
-	t.WriteString("Search result: ")
-	t.WriteString(b.title)
-	t.WriteString(" (")
-	t.WriteString(b.source)
-	t.WriteString(")")
-	for _, c := range b.content {
-		t.WriteString("\n")
-		t.WriteString(c.text)
-	}
-	return t.String()
-}
-
-func appendUser(items []json.RawMessage, content []block) []json.RawMessage {
-	lifted := []byte{'['} // parts lifted out of tool results
-	own := []byte{'['}
-	for _, b := range content {
-		switch b.typ {
-		case "text":
-			own = appendTextPart(own, b.text)
-		case "image":
-			own = appendImagePart(own, b)
-		case "document":
-			own = appendDocumentParts(own, b)
-		case "search_result":
-			own = appendTextPart(own, searchResultText(b))
-		case "tool_reference":
-			own = appendTextPart(own, toolReferenceText(b.toolName))
-		case "tool_result":
-			callID := stripCallIDSuffix(b.toolUseID)
-			output := toolResultOutput(b, callID, &lifted)
-			buf := []byte(`{"call_id":`)
-			buf = appendString(buf, callID)
-			buf = append(buf, `,"output":`...)
-			buf = appendString(buf, output)
-			buf = append(buf, `,"type":"function_call_output"}`...)
-			items = append(items, buf)
-		}
-	}
-	if len(lifted) == 1 && len(own) == 1 {
-		return items
-	}
-	buf := []byte(`{"content":`)
-	buf = append(buf, lifted...)
-	if len(own) > 1 {
-		if len(lifted) > 1 {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, own[1:]...)
-	}
-	buf = append(buf, `],"role":"user"}`...)
-	return append(items, buf)
-}
-
-// toolResultOutput renders a tool_result's content as the
-// function_call_output string, lifting images and documents into *lifted
-// (docs/translation.md §4.3): the output keeps a note where each was, and the next user
-// message carries it, introduced by a line naming the tool call.
-func toolResultOutput(b block, callID string, lifted *[]byte) string {
-	if b.contentIsStr {
-		return b.contentString
-	}
-	allRefs := len(b.content) > 0
-	for _, c := range b.content {
-		if c.typ != "tool_reference" {
-			allRefs = false
-		}
-	}
-	if allRefs {
-		lines := make([]string, len(b.content))
-		for i, c := range b.content {
-			lines[i] = toolReferenceText(c.toolName)
-		}
-		return strings.Join(lines, "\n")
-	}
-	out := []byte{'['}
-	images, docs := 0, 0
-	for i, c := range b.content {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		switch {
-		case c.typ == "image":
-			images++
-			note := fmt.Sprintf("attached to the next user message as image %d of tool call %s", images, callID)
-			out = append(out, `{"type":"image","note":`...)
-			out = appendString(out, note)
-			out = append(out, '}')
-			*lifted = appendTextPart(*lifted, fmt.Sprintf("The following image is image %d of tool call %s:", images, callID))
-			*lifted = appendImagePart(*lifted, c)
-		case c.typ == "document":
-			docs++
-			note := fmt.Sprintf("attached to the next user message as document %d of tool call %s", docs, callID)
-			out = append(out, `{"type":"document","note":`...)
-			out = appendString(out, note)
-			out = append(out, '}')
-			*lifted = appendTextPart(*lifted, fmt.Sprintf("The following document is document %d of tool call %s:", docs, callID))
-			*lifted = appendDocumentParts(*lifted, c)
-		case c.typ == "tool_reference":
-			out = append(out, `{"type":"text","text":`...)
-			out = appendString(out, toolReferenceText(c.toolName))
-			out = append(out, '}')
-		case c.spaced:
-			out = append(out, compactJSON(c.raw)...)
-		default:
-			out = append(out, c.raw...)
-		}
-	}
-	return string(append(out, ']'))
 }
 
 // CreateFrame renders the response.create frame (docs/translation.md §8) with the given
@@ -832,3 +517,129 @@ func (t *Turn) Instructions() string { return t.instructions }
 // RequiredProps returns the schema's required list of the named tool (used
 // by the filler strip, docs/translation.md §9.4).
 func (t *Turn) RequiredProps(tool string) []string { return t.required[tool] }
+
+// Check returns nil when the table accepts requested, else a *RequestError
+// for the model field that lists what is accepted.
+func (m *ModelTable) Check(requested string) error {
+	if m == nil {
+		m = DefaultModels()
+	}
+	if m.Accepts(requested) {
+		return nil
+	}
+	return m.refusal(requested)
+}
+
+// Accepts reports whether requested is a name the table serves: one an
+// alias matches, a known upstream model or an alias target, or any name
+// with passthrough.
+func (m *ModelTable) Accepts(requested string) bool {
+	if m == nil {
+		m = DefaultModels()
+	}
+	name := normalizeModel(requested)
+	if m.passthrough {
+		return true
+	}
+	if _, ok := lookup(m.configured, name); ok {
+		return true
+	}
+	if _, ok := lookup(m.defaults, name); ok {
+		return true
+	}
+	return slices.Contains(upstreamModels, name) || m.isTarget(name)
+}
+
+func (m *ModelTable) isTarget(name string) bool {
+	for _, list := range [][]alias{m.configured, m.defaults} {
+		for _, a := range list {
+			if a.model == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Resolve returns the upstream model for a requested name.
+func (m *ModelTable) Resolve(requested string) string {
+	name := normalizeModel(requested)
+	if m == nil {
+		m = DefaultModels()
+	}
+	if model, ok := lookup(m.configured, name); ok {
+		return model
+	}
+	if model, ok := lookup(m.defaults, name); ok {
+		return model
+	}
+	return name
+}
+
+func lookup(list []alias, name string) (string, bool) {
+	for _, a := range list {
+		if a.prefix && strings.HasPrefix(name, a.pattern) || !a.prefix && name == a.pattern {
+			return a.model, true
+		}
+	}
+	return "", false
+}
+
+// normalizeModel strips a trailing "[1m]" (any case) and a leading
+// "models/", and reduces the route ids of docs/translation.md §2.1 to their model:
+// "clodex:<provider>:<model>" and "anthropic-<provider>__<model>".
+func normalizeModel(name string) string {
+	name = strings.TrimSpace(name)
+	if n := len(name); n >= 4 && strings.EqualFold(name[n-4:], "[1m]") {
+		name = name[:n-4]
+	}
+	name = strings.TrimPrefix(name, "models/")
+	if rest, ok := strings.CutPrefix(name, "clodex:"); ok {
+		if _, model, ok := strings.Cut(rest, ":"); ok && model != "" {
+			return model
+		}
+	}
+	if rest, ok := strings.CutPrefix(name, "anthropic-"); ok {
+		if _, model, ok := strings.Cut(rest, "__"); ok && model != "" {
+			return model
+		}
+	}
+	return name
+}
+
+// ContextWindow is the context window reported to clients for an upstream
+// model: 95 % of 272,000 (258,400) for the gpt-5 family served by the
+// ChatGPT backend, 200,000 otherwise (docs/translation.md §2.2).
+func (m *ModelTable) ContextWindow(upstream string) int {
+	if strings.HasPrefix(normalizeModel(upstream), "gpt-5") {
+		return oauthRawWindow * 95 / 100
+	}
+	return defaultContextWindow
+}
+
+// liteModels are the upstream models served by Responses-Lite
+// (docs/translation.md §2.3).
+var liteModels = []string{"gpt-5.6-luna"}
+
+// Lite reports whether an upstream model is a Responses-Lite model: its
+// frames carry parallel_tool_calls:false and reasoning.context "all_turns"
+// (docs/translation.md §2.3). The backend also expects the version and
+// x-openai-internal-codex-responses-lite headers on its upgrade, which
+// dataplane/upstream does not send.
+func (m *ModelTable) Lite(upstream string) bool {
+	name := normalizeModel(upstream)
+	for _, l := range liteModels {
+		if name == l || strings.HasPrefix(name, l+"-") {
+			return true
+		}
+	}
+	return false
+}
+
+// defaultContextWindow is reported for models with no better knowledge
+// (docs/translation.md §2.2).
+const defaultContextWindow = 200_000
+
+// oauthRawWindow is the raw context window of the gpt-5 family on the
+// ChatGPT backend; clients are told 95 % of it (docs/translation.md §2.2).
+const oauthRawWindow = 272_000

@@ -4,18 +4,87 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
-	"sort"
-	"strconv"
+	"net/http"
 	"strings"
 	"time"
 )
 
-// EventWriter receives downstream Anthropic SSE events. The gateway's
-// implementation writes "event: <name>\ndata: <data>\n\n" and flushes each
-// event as it is written. data is only valid during the call.
+// EventWriter receives downstream Anthropic SSE events: an SSE writes them
+// to the client, a Collector builds the non-streaming Message from them.
+// data is only valid during the call.
 type EventWriter interface {
 	WriteEvent(name string, data []byte) error
+}
+
+// SSE is the EventWriter of a streaming response: each event is written
+// to the client as "event: NAME\ndata: JSON\n\n". Headers go out with the
+// first event only, so a failure before any output can still be answered
+// with a real status. An event is flushed as it is written, except that a
+// Stream made by NewSSEStream flushes the events of one upstream event
+// (Handle) and those of Finish together: one upstream frame costs one
+// flush (one write system call) however many events it turns into. Owned
+// by the turn's goroutine.
+type SSE struct {
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	buf       []byte
+	started   bool
+	batching  bool // inside beginBatch/endBatch
+	dirty     bool // written since the last flush
+	lastWrite time.Time
+}
+
+// NewSSE returns the SSE writer of the response w.
+func NewSSE(w http.ResponseWriter) *SSE {
+	return &SSE{w: w, rc: http.NewResponseController(w), buf: make([]byte, 0, 512)}
+}
+
+// WriteEvent implements EventWriter.
+func (s *SSE) WriteEvent(name string, data []byte) error {
+	if !s.started {
+		h := s.w.Header()
+		h["Content-Type"] = []string{"text/event-stream"}
+		h["Cache-Control"] = []string{"no-cache"}
+		h["Connection"] = []string{"keep-alive"}
+		s.w.WriteHeader(http.StatusOK)
+		s.started = true
+	}
+	// One Write of the framed event into net/http's buffered body writer
+	// (4 KB): no system call until the flush.
+	s.buf = append(s.buf[:0], "event: "...)
+	s.buf = append(s.buf, name...)
+	s.buf = append(s.buf, "\ndata: "...)
+	s.buf = append(s.buf, data...)
+	s.buf = append(s.buf, "\n\n"...)
+	if _, err := s.w.Write(s.buf); err != nil {
+		return err
+	}
+	s.lastWrite = time.Now()
+	if s.batching {
+		s.dirty = true
+		return nil
+	}
+	return s.rc.Flush()
+}
+
+// Started reports whether the headers and a first event went out: after
+// that the response can only end with an SSE error event.
+func (s *SSE) Started() bool { return s.started }
+
+// LastWrite is when the latest event was written (zero before any).
+func (s *SSE) LastWrite() time.Time { return s.lastWrite }
+
+// beginBatch defers flushing until endBatch.
+func (s *SSE) beginBatch() { s.batching = true }
+
+// endBatch ends a batch and flushes what it wrote.
+func (s *SSE) endBatch() error {
+	s.batching = false
+	if !s.dirty {
+		return nil
+	}
+	s.dirty = false
+	return s.rc.Flush()
 }
 
 // State is the state of a Stream after an upstream event.
@@ -57,6 +126,7 @@ const PingInterval = 20 * time.Second
 type Stream struct {
 	turn  *Turn
 	w     EventWriter
+	sse   *SSE // w when the stream flushes per upstream event (NewSSEStream), else nil
 	msgID string
 
 	started    bool // message_start written (by this stream or the one it resumes)
@@ -105,63 +175,12 @@ func NewStream(t *Turn, w EventWriter, messageID string) *Stream {
 	return &Stream{turn: t, w: w, msgID: messageID, items: map[int]*itemState{}}
 }
 
-type upEvent struct {
-	Type         string          `json:"type"`
-	OutputIndex  optInt          `json:"output_index"`
-	SummaryIndex int             `json:"summary_index"`
-	Delta        string          `json:"delta"` // a non-string delta fails decoding (a malformed event)
-	Item         json.RawMessage `json:"item"`
-	Response     json.RawMessage `json:"response"`
-}
-
-// optInt is an integer that remembers whether it was present.
-type optInt struct {
-	v  int
-	ok bool
-}
-
-func (o *optInt) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
-	}
-	n, err := strconv.Atoi(string(b))
-	if err != nil {
-		return &json.UnmarshalTypeError{Value: "number " + bounded(string(b)), Type: reflect.TypeFor[int]()}
-	}
-	o.v, o.ok = n, true
-	return nil
-}
-
-type upItem struct {
-	Type             string  `json:"type"`
-	ID               string  `json:"id"`
-	CallID           string  `json:"call_id"`
-	Name             string  `json:"name"`
-	Arguments        string  `json:"arguments"`
-	EncryptedContent *string `json:"encrypted_content"`
-	Summary          []struct {
-		Text string `json:"text"`
-	} `json:"summary"`
-	Content []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	} `json:"content"`
-}
-
-type upResponse struct {
-	ID     string            `json:"id"`
-	Output []json.RawMessage `json:"output"`
-	Usage  *struct {
-		InputTokens        int `json:"input_tokens"`
-		InputTokensDetails struct {
-			CachedTokens     int `json:"cached_tokens"`
-			CacheWriteTokens int `json:"cache_write_tokens"`
-		} `json:"input_tokens_details"`
-		OutputTokens int `json:"output_tokens"`
-	} `json:"usage"`
-	IncompleteDetails *struct {
-		Reason string `json:"reason"`
-	} `json:"incomplete_details"`
+// NewSSEStream is NewStream writing to sse, the events of each upstream
+// event (Handle) and those of Finish flushed together.
+func NewSSEStream(t *Turn, sse *SSE, messageID string) *Stream {
+	s := NewStream(t, sse, messageID)
+	s.sse = sse
+	return s
 }
 
 var errMalformed = errors.New("malformed event")
@@ -173,6 +192,18 @@ var errMalformed = errors.New("malformed event")
 // StateFailed with Failure set. After the stream reached StateCompleted
 // or StateFailed further events are ignored.
 func (s *Stream) Handle(event []byte) (State, error) {
+	if s.sse == nil {
+		return s.handle(event)
+	}
+	s.sse.beginBatch()
+	state, err := s.handle(event)
+	if ferr := s.sse.endBatch(); err == nil {
+		err = ferr
+	}
+	return state, err
+}
+
+func (s *Stream) handle(event []byte) (State, error) {
 	if s.state != StateRunning {
 		return s.state, nil
 	}
@@ -195,32 +226,6 @@ func (s *Stream) Handle(event []byte) (State, error) {
 		return s.state, nil
 	}
 	return s.state, err
-}
-
-func eventName(t string) string {
-	if identifier(t) == "" {
-		return "upstream"
-	}
-	return t
-}
-
-func handled(t string) bool {
-	switch t {
-	case "response.output_item.added", "response.output_item.done", "response.output_text.delta",
-		"response.reasoning_summary_text.delta", "response.reasoning_summary_part.added",
-		"response.function_call_arguments.delta", "response.completed", "response.done",
-		"response.incomplete", "response.failed", "error":
-		return true
-	}
-	return false
-}
-
-func (s *Stream) fail(e *UpstreamError) {
-	if e == nil {
-		e = newUpstreamError(502, "", "OpenAI ended the response with an unreadable failure event")
-	}
-	s.state = StateFailed
-	s.failure = s.turn.Overflow(e)
 }
 
 func (s *Stream) dispatch(ev *upEvent, raw []byte) error {
@@ -306,15 +311,6 @@ func (s *Stream) dispatch(ev *upEvent, raw []byte) error {
 	}
 	return nil
 }
-
-func (ev *upEvent) index() int {
-	if !ev.OutputIndex.ok || ev.OutputIndex.v < 0 {
-		return -1
-	}
-	return ev.OutputIndex.v
-}
-
-func (ev *upEvent) delta() (string, error) { return ev.Delta, nil }
 
 // item returns the state of the item at index, creating it with typ when
 // it is new. Events without an output_index share the most recent item of
@@ -586,36 +582,6 @@ func (s *Stream) write(name string, data []byte) error {
 // failure can still be answered with a real HTTP status.
 func (s *Stream) Committed() bool { return s.committed }
 
-// Resumable reports whether the turn may still be retried on the same
-// downstream message after this response failed: what went out
-// (message_start, blocks opened but still empty, pings) carries nothing
-// the client keeps — no delta, no tool_use block (a client would run the
-// call), no message_delta or error event.
-func (s *Stream) Resumable() bool { return !s.delivered && !s.toolOpened && !s.finished }
-
-// Resume returns the Stream of the turn's next attempt, continuing this
-// one's downstream message: the open block, still empty, is closed with
-// content_block_stop; message_start is not written again and block
-// indices go on. The returned error is a write error. Call it only when
-// Resumable; s must not be used afterwards.
-func (s *Stream) Resume() (*Stream, error) {
-	n := NewStream(s.turn, s.w, s.msgID)
-	n.started, n.nextIndex = s.started, s.nextIndex
-	if s.open != nil {
-		b := append(s.buf[:0], `{"type":"content_block_stop","index":`...)
-		b = appendInt(b, s.openIndex)
-		b = append(b, '}')
-		s.buf, s.open = b, nil
-		if err := s.write("content_block_stop", b); err != nil {
-			return nil, err
-		}
-	}
-	return n, nil
-}
-
-// Failure is the classified failure once Handle returned StateFailed.
-func (s *Stream) Failure() *UpstreamError { return s.failure }
-
 // ResponseID is the upstream response id (from response.created or the
 // terminal event), "" if none arrived.
 func (s *Stream) ResponseID() string { return s.responseID }
@@ -649,6 +615,18 @@ var errNotCompleted = errors.New("finish stream: the response has not completed"
 // Finish ends a completed response: it closes the open block and writes
 // message_delta (stop_reason and usage) and message_stop.
 func (s *Stream) Finish() error {
+	if s.sse == nil {
+		return s.finish()
+	}
+	s.sse.beginBatch() // the closing events go out in one flush
+	err := s.finish()
+	if ferr := s.sse.endBatch(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+func (s *Stream) finish() error {
 	if s.state != StateCompleted {
 		return errNotCompleted
 	}
@@ -681,24 +659,6 @@ func (s *Stream) Finish() error {
 	return s.write("message_stop", []byte(`{"type":"message_stop"}`))
 }
 
-// Abort ends a committed response with an SSE error event (no
-// message_stop; docs/errors.md §8.3). A nil e uses Failure(), or a generic api_error.
-// A context overflow carries the "prompt is too long" message.
-func (s *Stream) Abort(e *UpstreamError) error {
-	if e == nil {
-		e = s.failure
-	}
-	if e == nil {
-		e = newUpstreamError(502, "", "Upstream model request failed.")
-	}
-	s.finished = true
-	if s.state == StateRunning {
-		s.state = StateFailed
-		s.failure = e
-	}
-	return s.write("error", ErrorBody(s.turn.Overflow(e)))
-}
-
 // Ping writes a ping event when the response is already committed and
 // reports whether it wrote one. Before anything was written it does
 // nothing, so a later failure can still get a real HTTP status.
@@ -707,94 +667,4 @@ func (s *Stream) Ping() (bool, error) {
 		return false, nil
 	}
 	return true, s.write("ping", []byte(`{"type":"ping"}`))
-}
-
-var ephemeralItemFields = []string{"id", "status", "phase", "role"}
-
-// OutputItems returns the completed response's output items in the shape
-// the client will echo them (the head snapshot of docs/pool.md §4), in output_index
-// order, each in canonical form (CanonicalItem). It is nil before the
-// response completed.
-func (s *Stream) OutputItems() []json.RawMessage {
-	if s.state != StateCompleted {
-		return nil
-	}
-	if s.output != nil {
-		return s.output
-	}
-	idx := make([]int, 0, len(s.items))
-	for i := range s.items {
-		idx = append(idx, i)
-	}
-	sort.Ints(idx)
-	out := make([]json.RawMessage, 0, len(idx))
-	for _, i := range idx {
-		st := s.items[i]
-		if !st.opened && st.done == nil {
-			continue // never announced by the upstream
-		}
-		if item := s.echoItem(st); item != nil {
-			if c, err := CanonicalItem(item); err == nil {
-				out = append(out, c)
-			}
-		}
-	}
-	s.output = out
-	return out
-}
-
-func (s *Stream) echoItem(st *itemState) []byte {
-	var done map[string]any
-	if len(st.done) > 0 {
-		v, _ := decodeAny(st.done)
-		done, _ = v.(map[string]any)
-	}
-	clean := func() map[string]any {
-		m := map[string]any{}
-		for k, v := range done {
-			if v != nil && !contains(ephemeralItemFields, k) {
-				m[k] = v
-			}
-		}
-		return m
-	}
-	switch st.typ {
-	case "message":
-		text := string(st.text)
-		b := []byte(`{"content":[{"text":`)
-		b = appendString(b, text)
-		return append(b, `,"type":"output_text"}],"role":"assistant"}`...)
-	case "reasoning":
-		m := clean()
-		m["type"] = "reasoning"
-		if len(st.summaries) > 0 {
-			sum := make([]any, 0, len(st.summaries))
-			for _, t := range st.summaries {
-				sum = append(sum, map[string]any{"type": "summary_text", "text": string(t)})
-			}
-			m["summary"] = sum
-		} else if _, ok := m["summary"]; !ok {
-			m["summary"] = []any{}
-		}
-		if st.encrypted != "" {
-			m["encrypted_content"] = st.encrypted
-		}
-		b, _ := marshalNoEscape(m)
-		return b
-	case "function_call":
-		m := clean()
-		m["type"] = "function_call"
-		m["call_id"] = st.callID
-		m["name"] = st.name
-		m["arguments"] = sanitizeArguments(string(st.args), s.turn.required[st.name])
-		b, _ := marshalNoEscape(m)
-		return b
-	case "custom_tool_call":
-		if done == nil {
-			return nil
-		}
-		b, _ := marshalNoEscape(clean())
-		return b
-	}
-	return nil
 }

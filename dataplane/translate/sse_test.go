@@ -1,9 +1,11 @@
-package gateway
+package translate
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -19,7 +21,7 @@ func (f *flushCounter) FlushError() error {
 	return f.flushErr
 }
 
-func TestSSEWriterFlushes(t *testing.T) {
+func TestSSEFlushes(t *testing.T) {
 	tests := []struct {
 		name        string
 		batch       bool
@@ -33,7 +35,7 @@ func TestSSEWriterFlushes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fw := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
-			s := newSSEWriter(fw)
+			s := NewSSE(fw)
 			if tt.batch {
 				s.beginBatch()
 			}
@@ -69,15 +71,55 @@ func TestSSEWriterFlushes(t *testing.T) {
 	}
 }
 
-func TestSSEWriterBatchFlushError(t *testing.T) {
+func TestSSEBatchFlushError(t *testing.T) {
 	gone := errors.New("broken pipe")
 	fw := &flushCounter{ResponseRecorder: httptest.NewRecorder(), flushErr: gone}
-	s := newSSEWriter(fw)
+	s := NewSSE(fw)
 	s.beginBatch()
 	if err := s.WriteEvent("message_stop", []byte(`{"type":"message_stop"}`)); err != nil {
 		t.Fatalf("WriteEvent inside a batch: %v, want nil (the flush is deferred)", err)
 	}
 	if err := s.endBatch(); !errors.Is(err, gone) {
 		t.Fatalf("endBatch = %v, want the flush error %v", err, gone)
+	}
+}
+
+// TestSSEStreamFlushesPerUpstreamEvent checks that a Stream made by
+// NewSSEStream flushes the events of one upstream event together, and
+// those of Finish together, and writes the events a plain Stream writes.
+func TestSSEStreamFlushesPerUpstreamEvent(t *testing.T) {
+	turn := &Turn{RequestedModel: "claude-opus-4-5"}
+	fw := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+	sse := NewSSE(fw)
+	s := NewSSEStream(turn, sse, "msg_1")
+	rec := &recorder{}
+	ref := NewStream(turn, rec, "msg_1")
+	step := func(what string, f func(*Stream) error) {
+		t.Helper()
+		flushes, events := fw.flushes, len(rec.events)
+		if err := f(s); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if err := f(ref); err != nil {
+			t.Fatalf("%s (reference): %v", what, err)
+		}
+		want := 0
+		if len(rec.events) > events {
+			want = 1
+		}
+		if got := fw.flushes - flushes; got != want {
+			t.Errorf("%s wrote %d events with %d flushes, want %d", what, len(rec.events)-events, got, want)
+		}
+	}
+	for i, f := range spec16Frames {
+		step(fmt.Sprintf("frame %d", i), func(s *Stream) error { _, err := s.Handle([]byte(f)); return err })
+	}
+	step("Finish", (*Stream).Finish)
+	want := strings.Join(rec.events, "\n") + "\n"
+	if got := fw.Body.String(); got != want {
+		t.Errorf("SSE body = %q, want %q", got, want)
+	}
+	if !sse.Started() || sse.LastWrite().IsZero() {
+		t.Errorf("Started() = %v, LastWrite() = %v after output", sse.Started(), sse.LastWrite())
 	}
 }
