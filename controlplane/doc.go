@@ -100,7 +100,7 @@
 // which addresses.
 //
 // State lives behind two small interfaces declared here, Admitter and
-// PolicyStore; controlplane/store.Memory (one process) and store.Redis
+// PolicyStore; controlplane/store.Memory (one process) and redisstore.Store
 // (replicas sharing one Redis) implement both. A store that also
 // implements PolicyWatcher (Redis) tells the server about changes other
 // replicas made, and the server pushes them to its agents. CapabilityVersion

@@ -63,7 +63,7 @@ const MaxHeaderListSize = 16 << 10
 // Idle workers cost their stacks only (about 1 MB for 128).
 const streamWorkers = 128
 
-// Admitter runs admissions. *store.Memory and *store.Redis implement it.
+// Admitter runs admissions. *store.Memory and *redisstore.Store implement it.
 type Admitter interface {
 	Admit(ctx context.Context, key string, now time.Time) (store.Admission, error)
 	Cancel(ctx context.Context, key string, reservation uint64, now time.Time) (bool, error)
@@ -74,7 +74,7 @@ type Admitter interface {
 }
 
 // PolicyStore reads and changes per-account policy. *store.Memory and
-// *store.Redis implement it. Account returns store.ErrNotFound for an
+// *redisstore.Store implement it. Account returns store.ErrNotFound for an
 // unknown key; a change the store cannot record now is
 // store.ErrUnavailable.
 type PolicyStore interface {
@@ -96,7 +96,7 @@ type PolicyStore interface {
 }
 
 // PolicyWatcher is implemented by a store shared by several replicas
-// (*store.Redis): WatchPolicies registers fn to be called with each key
+// (*redisstore.Store): WatchPolicies registers fn to be called with each key
 // whose policy or effective rate another replica changed, and with ""
 // when every key may have changed. New registers the server, which pushes
 // the changes to its agents.
@@ -106,7 +106,7 @@ type PolicyWatcher interface {
 
 // AgentDirectory records the live agents of every replica sharing a store,
 // so the live counts pushed to agents (the divisor of their local share)
-// count the whole fleet. *store.Memory and *store.Redis implement it; a
+// count the whole fleet. *store.Memory and *redisstore.Store implement it; a
 // PolicyStore that does not leaves each server counting its own agents.
 type AgentDirectory interface {
 	TouchAgent(ctx context.Context, s store.AgentStream, keys []string, until time.Time) error
@@ -116,7 +116,7 @@ type AgentDirectory interface {
 
 // AgentRoster holds every agent of a fleet of replicas sharing a store,
 // with what ListAgents shows of it, so that any replica lists the whole
-// fleet and not only the agents whose streams it holds. *store.Redis
+// fleet and not only the agents whose streams it holds. *redisstore.Store
 // implements it; without it (one control plane) a server lists its own.
 type AgentRoster interface {
 	PutAgent(ctx context.Context, s store.AgentStream, info store.AgentInfo) error
@@ -126,7 +126,7 @@ type AgentRoster interface {
 
 // QuotaStore keeps the latest plan usage data planes report per account
 // and window (codex.rate_limits), for every replica sharing a store.
-// *store.Memory and *store.Redis implement it; with a PolicyStore that
+// *store.Memory and *redisstore.Store implement it; with a PolicyStore that
 // does not, reports are dropped and ListQuotas answers Unimplemented.
 type QuotaStore interface {
 	PutQuota(ctx context.Context, q store.Quota) (prev, next store.Quota, err error)
