@@ -306,7 +306,7 @@ func (a *adminService) ListAgents(ctx context.Context, req *controlplanev1.ListA
 	if len(req.GetPageToken()) > maxAgentIDLen {
 		return nil, s.toStatus(ctx, "ListAgents", invalidf("page_token is not one this server returned; want empty or a previous answer's next_page_token"))
 	}
-	pg, next := page(s.fleetAgents(ctx), (*controlplanev1.Agent).GetId, req.GetPageToken(), size)
+	pg, next := page(s.agents.fleet(ctx), (*controlplanev1.Agent).GetId, req.GetPageToken(), size)
 	return &controlplanev1.ListAgentsResponse{Agents: pg, NextPageToken: next}, nil
 }
 

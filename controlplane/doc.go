@@ -29,7 +29,7 @@
 //     and whenever the account's live agent count changes; pushes are
 //     coalesced per stream and sent at once. The live count is
 //     fleet-wide: every replica registers its agents in the store's agent
-//     directory (AgentDirectory; for Redis a hash per account whose
+//     directory (AgentCounter; for Redis a hash per account whose
 //     entries lapse 15 s after the last heartbeat) and counts the
 //     directory, so an agent's local share divides the account among the
 //     agents of every replica; the fleet loop re-reads the counts every

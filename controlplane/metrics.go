@@ -34,7 +34,7 @@ type metrics struct {
 	all []prometheus.Collector
 }
 
-func newMetrics(policies PolicyStore, now func() time.Time, agents *registry) *metrics {
+func newMetrics(policies PolicyStore, now func() time.Time, agents *directory) *metrics {
 	m := &metrics{}
 	admissions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "clodex_controlplane_admissions_total",

@@ -104,26 +104,6 @@ type PolicyWatcher interface {
 	WatchPolicies(fn func(key string))
 }
 
-// AgentDirectory records the live agents of every replica sharing a store,
-// so the live counts pushed to agents (the divisor of their local share)
-// count the whole fleet. *store.Memory and *redisstore.Store implement it; a
-// PolicyStore that does not leaves each server counting its own agents.
-type AgentDirectory interface {
-	TouchAgent(ctx context.Context, s store.AgentStream, keys []string, until time.Time) error
-	DropAgent(ctx context.Context, s store.AgentStream, keys []string) error
-	LiveAgents(ctx context.Context, keys []string, now time.Time) ([]int, error)
-}
-
-// AgentRoster holds every agent of a fleet of replicas sharing a store,
-// with what ListAgents shows of it, so that any replica lists the whole
-// fleet and not only the agents whose streams it holds. *redisstore.Store
-// implements it; without it (one control plane) a server lists its own.
-type AgentRoster interface {
-	PutAgent(ctx context.Context, s store.AgentStream, info store.AgentInfo) error
-	RemoveAgent(ctx context.Context, s store.AgentStream) error
-	Agents(ctx context.Context, now time.Time) ([]store.AgentInfo, error)
-}
-
 // QuotaStore keeps the latest plan usage data planes report per account
 // and window (codex.rate_limits), for every replica sharing a store.
 // *store.Memory and *redisstore.Store implement it; with a PolicyStore that
@@ -209,14 +189,9 @@ type Server struct {
 	denied        *denials
 	accounts      *accountRegistry // accounts registered data planes serve
 	notices       pacing.Notices   // one-time operator notices, keyed per account
-	agents        *registry
-	scopes        *scopeSet      // scoped agent credentials (Options.AgentCreds)
-	dir           AgentDirectory // nil: count this server's agents only
-	roster        AgentRoster    // nil: list this server's agents only
-	streams       sync.WaitGroup // agent streams' receive loops
-
-	liveMu   sync.Mutex     // guards lastLive
-	lastLive map[string]int // the last fleet-wide live count per account
+	agents        *directory       // the agent directory
+	scopes        *scopeSet        // scoped agent credentials (Options.AgentCreds)
+	streams       sync.WaitGroup   // agent streams' receive loops
 
 	mu          sync.Mutex // guards the following fields
 	streamHooks []func(reason string)
@@ -280,18 +255,12 @@ func New(opts Options) (*Server, error) {
 		log:    opts.Logger.With("component", "controlplane"),
 		now:    opts.Now,
 		auth:   newAuthenticator(opts.AdminToken, opts.AgentToken, scopes),
-
-		agents:   newRegistry(opts.Now),
-		lastLive: map[string]int{},
 	}
 	s.denied = newDenials(s.log, opts.Now)
 	s.accounts = newAccountRegistry(opts.MaxAccountsPerCredential)
-	if d, ok := opts.Policies.(AgentDirectory); ok {
-		s.dir = d
-	}
-	if r, ok := opts.Policies.(AgentRoster); ok {
-		s.roster = r
-	}
+	counter, _ := opts.Policies.(AgentCounter)
+	roster, _ := opts.Policies.(AgentRoster)
+	s.agents = newDirectory(opts.Now, s.log, counter, roster)
 	s.OnShutdown(s.agents.closeAll)
 	s.metrics = newMetrics(opts.Policies, opts.Now, s.agents)
 	s.metrics.all = append(s.metrics.all, s.denied.counter)
