@@ -99,13 +99,16 @@
 // on (the fleet loop logs the last ones), with how many, why and from
 // which addresses.
 //
-// State lives behind two small interfaces declared here, Admitter and
-// PolicyStore; controlplane/store.Memory (one process) and redisstore.Store
-// (replicas sharing one Redis) implement both. A store that also
-// implements PolicyWatcher (Redis) tells the server about changes other
-// replicas made, and the server pushes them to its agents. CapabilityVersion
-// is the protocol version this server implements (history in
-// proto/clodex/controlplane/v1/agent.proto).
+// State lives behind small interfaces declared by the code that uses
+// them: Admitter (admission.go); PolicyStore, made of PolicyReader and
+// PolicyWriter (admin.go), AdaptiveRates (reports.go) and StoreInfo;
+// and, each optional, AgentCounter and AgentRoster (directory.go),
+// QuotaStore (reports.go) and PolicyWatcher, given in Options.
+// controlplane/store.Memory (one process) and redisstore.Store (replicas
+// sharing one Redis) implement them; with PolicyChanges (Redis) the
+// server hears of the changes other replicas made and pushes them to its
+// agents. CapabilityVersion is the protocol version this server
+// implements (history in proto/clodex/controlplane/v1/agent.proto).
 //
 // Metrics (private registry, Options.Registerer):
 //

@@ -12,6 +12,25 @@ import (
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
+// AdaptiveRates is the store's adaptive mode, the learned upgrade
+// throttle (docs/pacing.md §9).
+type AdaptiveRates interface {
+	// Report403 records an upstream 403; changed reports a lowered
+	// effective rate. store.ErrNotFound for an unknown key.
+	Report403(ctx context.Context, key string, now time.Time, retryAfter time.Duration) (acct store.Account, changed bool, err error)
+	// Adapt applies the adaptive raises due by now and returns the
+	// accounts whose effective rate changed (the fleet loop).
+	Adapt(ctx context.Context, now time.Time) ([]store.Account, error)
+}
+
+// QuotaStore keeps the latest plan usage data planes report per account
+// and window (codex.rate_limits), for every replica sharing a store
+// (Options.Quotas; ListQuotas reads it).
+type QuotaStore interface {
+	PutQuota(ctx context.Context, q store.Quota) (prev, next store.Quota, err error)
+	Quotas(ctx context.Context, key string) ([]store.Quota, error)
+}
+
 // QuotaNotice is the share of a window at which the control plane logs,
 // once per crossing, that an account is about to reach its limit.
 const QuotaNotice = 90.0
@@ -78,11 +97,10 @@ func (s *Server) rateLimits(ctx context.Context, c *agentConn, r *controlplanev1
 	if err != nil {
 		return s.toStatus(ctx, "Connect", err)
 	}
-	qs, ok := s.opts.Policies.(QuotaStore)
-	if !ok {
+	if s.opts.Quotas == nil {
 		return nil
 	}
-	prev, next, err := qs.PutQuota(ctx, q)
+	prev, next, err := s.opts.Quotas.PutQuota(ctx, q)
 	if err != nil {
 		s.log.WarnContext(ctx, "plan usage report not recorded", "account", q.Key, "agent_id", c.id, "err", err)
 		return nil

@@ -154,6 +154,10 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		AgentCreds:    logins,
 		Admissions:    st.admissions,
 		Policies:      st.policies,
+		Agents:        st.agents,
+		Roster:        st.roster,
+		Quotas:        st.quotas,
+		PolicyChanges: st.changes,
 		AdminToken:    adminTok,
 		AgentToken:    agentTok,
 		TLS:           tlsCfg,
@@ -247,6 +251,10 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 type servedStore struct {
 	admissions controlplane.Admitter
 	policies   controlplane.PolicyStore
+	agents     controlplane.AgentCounter
+	roster     controlplane.AgentRoster // nil: one control plane lists its own agents
+	quotas     controlplane.QuotaStore
+	changes    controlplane.PolicyWatcher // nil: no other replica changes policies
 	// now is the clock the server decides on: Redis's for Redis.
 	now func() time.Time
 	// logins keeps the logins and scoped agent credentials when the
@@ -270,7 +278,7 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheu
 		if err != nil {
 			return nil, err
 		}
-		return &servedStore{admissions: m, policies: m, now: time.Now, run: m.Run, close: func() {}}, nil
+		return &servedStore{admissions: m, policies: m, agents: m, quotas: m, now: time.Now, run: m.Run, close: func() {}}, nil
 	}
 	r, err := redisstore.Open(ctx, redisstore.Options{
 		URL: cfg.Redis, Prefix: cfg.RedisPrefix, Defaults: &cfg.Defaults, Timeout: cfg.RedisTimeout,
@@ -279,7 +287,10 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheu
 	if err != nil {
 		return nil, err
 	}
-	return &servedStore{admissions: r, policies: r, now: r.Now, logins: r, run: r.Run, close: func() { _ = r.Close() }}, nil
+	return &servedStore{
+		admissions: r, policies: r, agents: r, roster: r, quotas: r, changes: r,
+		now: r.Now, logins: r, run: r.Run, close: func() { _ = r.Close() },
+	}, nil
 }
 
 // loginStore keeps the broker's logins and the scoped agent credentials.

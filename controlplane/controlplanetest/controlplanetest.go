@@ -169,6 +169,8 @@ func (s *Server) start(addr string) {
 		store.Logins
 		store.AgentCreds
 	}
+	var roster controlplane.AgentRoster    // Redis only
+	var changes controlplane.PolicyWatcher // Redis only
 	if s.opts.RedisURL != "" {
 		r, err := redisstore.Open(context.Background(), redisstore.Options{
 			URL: s.opts.RedisURL, Prefix: s.opts.RedisPrefix, Defaults: s.opts.Defaults, Now: s.opts.Now,
@@ -177,7 +179,7 @@ func (s *Server) start(addr string) {
 		if err != nil {
 			t.Fatalf("controlplanetest: %v", err)
 		}
-		st, closeStore, logins = r, func() { _ = r.Close() }, r
+		st, closeStore, logins, roster, changes = r, func() { _ = r.Close() }, r, r, r
 		if now == nil {
 			now = r.Now
 		}
@@ -208,6 +210,10 @@ func (s *Server) start(addr string) {
 		AgentCreds:    logins,
 		Admissions:    st,
 		Policies:      st,
+		Agents:        st,
+		Roster:        roster,
+		Quotas:        st,
+		PolicyChanges: changes,
 		AdminToken:    s.AdminToken,
 		AgentToken:    s.AgentToken,
 		TLS:           s.opts.TLS,
@@ -266,6 +272,8 @@ func (s *Server) start(addr string) {
 type servedStore interface {
 	controlplane.Admitter
 	controlplane.PolicyStore
+	controlplane.AgentCounter
+	controlplane.QuotaStore
 	Run(ctx context.Context) error
 }
 

@@ -4,9 +4,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/controlplane/store/storetest"
 	"github.com/clodex/clodex/internal/pacing"
+)
+
+// What the control plane's server reads of the memory store.
+var (
+	_ controlplane.Admitter     = (*store.Memory)(nil)
+	_ controlplane.PolicyStore  = (*store.Memory)(nil)
+	_ controlplane.AgentCounter = (*store.Memory)(nil)
+	_ controlplane.QuotaStore   = (*store.Memory)(nil)
 )
 
 // The memory store serves every handle of one process: a peer is the

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/controlplane/store/redistest"
 	"github.com/clodex/clodex/controlplane/store/storetest"
@@ -15,6 +16,16 @@ import (
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 const key = "acct_0123456789abcdef"
+
+// What the control plane's server reads of the Redis store.
+var (
+	_ controlplane.Admitter      = (*Store)(nil)
+	_ controlplane.PolicyStore   = (*Store)(nil)
+	_ controlplane.AgentCounter  = (*Store)(nil)
+	_ controlplane.AgentRoster   = (*Store)(nil)
+	_ controlplane.QuotaStore    = (*Store)(nil)
+	_ controlplane.PolicyWatcher = (*Store)(nil)
+)
 
 // Every store of the suite is another replica's view of one redis-server
 // (a real one): a peer shares the store's key prefix.
