@@ -167,12 +167,9 @@ func (s *Server) checkServed(ctx context.Context, method, key, agentID string) e
 	case err != nil && !errors.Is(err, store.ErrNotFound):
 		return s.toStatus(ctx, method, err)
 	}
-	if s.dir != nil {
-		live, err := s.dir.LiveAgents(ctx, []string{key}, now)
-		if err == nil && len(live) == 1 && live[0] > 0 {
-			s.accounts.remember(key, now)
-			return nil
-		}
+	if s.agents.servedInFleet(ctx, key, now) {
+		s.accounts.remember(key, now)
+		return nil
 	}
 	s.denied.record(ctx, method, DenyUnknownAccount)
 	return status.Error(codes.PermissionDenied, (&unknownAccountError{key: key}).Error())

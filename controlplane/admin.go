@@ -16,6 +16,25 @@ import (
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
+// PolicyReader reads accounts and their policies (GetAccount,
+// ListAccounts, and the pushes and checks that need an account's
+// policy). Account returns store.ErrNotFound for an unknown key.
+type PolicyReader interface {
+	Account(ctx context.Context, key string, now time.Time) (store.Account, error)
+	Accounts(ctx context.Context, now time.Time) ([]store.Account, error)
+	// Defaults is the policy of an account without a stored one.
+	Defaults() pacing.Policy
+}
+
+// PolicyWriter changes an account's policy (SetRate, SetBudget,
+// SetAdaptive); a change the store cannot record now is
+// store.ErrUnavailable.
+type PolicyWriter interface {
+	UpdatePolicy(ctx context.Context, key string, now time.Time, update func(pacing.Policy) (pacing.Policy, error)) (store.Account, error)
+	// SetAdaptive turns adaptive mode on or off (persisted with the policy).
+	SetAdaptive(ctx context.Context, key string, enabled bool, now time.Time) (store.Account, error)
+}
+
 type adminService struct {
 	controlplanev1.UnimplementedAdminServiceServer
 	s *Server
@@ -159,7 +178,7 @@ func (a *adminService) GetAccount(ctx context.Context, req *controlplanev1.GetAc
 	if err != nil {
 		return nil, s.toStatus(ctx, "GetAccount", err)
 	}
-	return &controlplanev1.GetAccountResponse{Account: s.withCounts(toProto(acct)), Store: storeInfo(s.opts.Policies.Info())}, nil
+	return &controlplanev1.GetAccountResponse{Account: s.withCounts(toProto(acct)), Store: infoProto(s.opts.Policies.Info())}, nil
 }
 
 // Page sizes of ListAccounts and ListAgents: a page of accounts with
@@ -247,10 +266,10 @@ func (a *adminService) ListAccounts(ctx context.Context, req *controlplanev1.Lis
 	for _, a := range pg {
 		out = append(out, s.withCounts(toProto(a)))
 	}
-	return &controlplanev1.ListAccountsResponse{Accounts: out, Store: storeInfo(s.opts.Policies.Info()), NextPageToken: next}, nil
+	return &controlplanev1.ListAccountsResponse{Accounts: out, Store: infoProto(s.opts.Policies.Info()), NextPageToken: next}, nil
 }
 
-func storeInfo(i store.Info) *controlplanev1.StoreInfo {
+func infoProto(i store.Info) *controlplanev1.StoreInfo {
 	return &controlplanev1.StoreInfo{
 		Kind:     i.Kind,
 		Address:  i.Address,
@@ -306,7 +325,7 @@ func (a *adminService) ListAgents(ctx context.Context, req *controlplanev1.ListA
 	if len(req.GetPageToken()) > maxAgentIDLen {
 		return nil, s.toStatus(ctx, "ListAgents", invalidf("page_token is not one this server returned; want empty or a previous answer's next_page_token"))
 	}
-	pg, next := page(s.fleetAgents(ctx), (*controlplanev1.Agent).GetId, req.GetPageToken(), size)
+	pg, next := page(s.agents.fleet(ctx), (*controlplanev1.Agent).GetId, req.GetPageToken(), size)
 	return &controlplanev1.ListAgentsResponse{Agents: pg, NextPageToken: next}, nil
 }
 
@@ -348,11 +367,10 @@ func (a *adminService) ListQuotas(ctx context.Context, req *controlplanev1.ListQ
 			return nil, s.toStatus(ctx, "ListQuotas", err)
 		}
 	}
-	qs, ok := s.opts.Policies.(QuotaStore)
-	if !ok {
+	if s.opts.Quotas == nil {
 		return nil, status.Error(codes.Unimplemented, "ListQuotas: this control plane's store keeps no plan quotas")
 	}
-	quotas, err := qs.Quotas(ctx, req.GetKey())
+	quotas, err := s.opts.Quotas.Quotas(ctx, req.GetKey())
 	if err != nil {
 		return nil, s.toStatus(ctx, "ListQuotas", err)
 	}

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,6 +12,17 @@ import (
 	"github.com/clodex/clodex/internal/pacing"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
+
+// Admitter runs admissions. *store.Memory and *redisstore.Store
+// implement it.
+type Admitter interface {
+	Admit(ctx context.Context, key string, now time.Time) (store.Admission, error)
+	Cancel(ctx context.Context, key string, reservation uint64, now time.Time) (bool, error)
+	// HandOver debits grants a data plane made locally during an outage
+	// (store.HandOverResult); store.ErrUnavailable when it cannot be
+	// recorded now.
+	HandOver(ctx context.Context, key string, grants int, reportID string, now time.Time) (store.HandOverResult, error)
+}
 
 type admissionService struct {
 	controlplanev1.UnimplementedAdmissionServiceServer

@@ -34,7 +34,7 @@ type metrics struct {
 	all []prometheus.Collector
 }
 
-func newMetrics(policies PolicyStore, now func() time.Time, agents *registry) *metrics {
+func newMetrics(policies PolicyReader, info StoreInfo, now func() time.Time, agents *directory) *metrics {
 	m := &metrics{}
 	admissions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "clodex_controlplane_admissions_total",
@@ -80,7 +80,7 @@ func newMetrics(policies PolicyStore, now func() time.Time, agents *registry) *m
 		Name: "clodex_controlplane_store_degraded",
 		Help: "1 while the store cannot be reached and this replica admits from its local share, else 0.",
 	}, func() float64 {
-		if policies.Info().Degraded {
+		if info.Info().Degraded {
 			return 1
 		}
 		return 0
@@ -178,7 +178,7 @@ func (m *metrics) cancelled(refunded bool) {
 // scrape time, and per-account counters for a bounded set of keys: the
 // first MaxTrackedAccounts the server admits.
 type accountCollector struct {
-	policies     PolicyStore
+	policies     PolicyReader
 	now          func() time.Time
 	tokens, rate *prometheus.Desc
 	effective    *prometheus.Desc

@@ -63,74 +63,32 @@ const MaxHeaderListSize = 16 << 10
 // Idle workers cost their stacks only (about 1 MB for 128).
 const streamWorkers = 128
 
-// Admitter runs admissions. *store.Memory and *store.Redis implement it.
-type Admitter interface {
-	Admit(ctx context.Context, key string, now time.Time) (store.Admission, error)
-	Cancel(ctx context.Context, key string, reservation uint64, now time.Time) (bool, error)
-	// HandOver debits grants a data plane made locally during an outage
-	// (store.HandOverResult); store.ErrUnavailable when it cannot be
-	// recorded now.
-	HandOver(ctx context.Context, key string, grants int, reportID string, now time.Time) (store.HandOverResult, error)
+// PolicyStore is the per-account state the server reads and changes:
+// the small interfaces its consumers declare (PolicyReader and
+// PolicyWriter in admin.go, AdaptiveRates in reports.go, StoreInfo).
+// *store.Memory and *redisstore.Store implement it. Account returns
+// store.ErrNotFound for an unknown key; a change the store cannot record
+// now is store.ErrUnavailable.
+type PolicyStore interface {
+	PolicyReader
+	PolicyWriter
+	AdaptiveRates
+	StoreInfo
 }
 
-// PolicyStore reads and changes per-account policy. *store.Memory and
-// *store.Redis implement it. Account returns store.ErrNotFound for an
-// unknown key; a change the store cannot record now is
-// store.ErrUnavailable.
-type PolicyStore interface {
-	UpdatePolicy(ctx context.Context, key string, now time.Time, update func(pacing.Policy) (pacing.Policy, error)) (store.Account, error)
-	Account(ctx context.Context, key string, now time.Time) (store.Account, error)
-	Accounts(ctx context.Context, now time.Time) ([]store.Account, error)
-	// Defaults is the policy of an account without a stored one.
-	Defaults() pacing.Policy
-	// SetAdaptive turns adaptive mode on or off (persisted with the policy).
-	SetAdaptive(ctx context.Context, key string, enabled bool, now time.Time) (store.Account, error)
-	// Report403 records an upstream 403; changed reports a lowered
-	// effective rate. store.ErrNotFound for an unknown key.
-	Report403(ctx context.Context, key string, now time.Time, retryAfter time.Duration) (acct store.Account, changed bool, err error)
-	// Adapt applies the adaptive raises due by now and returns the
-	// accounts whose effective rate changed.
-	Adapt(ctx context.Context, now time.Time) ([]store.Account, error)
-	// Info says which store serves and whether it is degraded.
+// StoreInfo says which store serves and whether it is degraded (the
+// health service, metrics, GetAccount and ListAccounts).
+type StoreInfo interface {
 	Info() store.Info
 }
 
 // PolicyWatcher is implemented by a store shared by several replicas
-// (*store.Redis): WatchPolicies registers fn to be called with each key
+// (*redisstore.Store): WatchPolicies registers fn to be called with each key
 // whose policy or effective rate another replica changed, and with ""
 // when every key may have changed. New registers the server, which pushes
 // the changes to its agents.
 type PolicyWatcher interface {
 	WatchPolicies(fn func(key string))
-}
-
-// AgentDirectory records the live agents of every replica sharing a store,
-// so the live counts pushed to agents (the divisor of their local share)
-// count the whole fleet. *store.Memory and *store.Redis implement it; a
-// PolicyStore that does not leaves each server counting its own agents.
-type AgentDirectory interface {
-	TouchAgent(ctx context.Context, s store.AgentStream, keys []string, until time.Time) error
-	DropAgent(ctx context.Context, s store.AgentStream, keys []string) error
-	LiveAgents(ctx context.Context, keys []string, now time.Time) ([]int, error)
-}
-
-// AgentRoster holds every agent of a fleet of replicas sharing a store,
-// with what ListAgents shows of it, so that any replica lists the whole
-// fleet and not only the agents whose streams it holds. *store.Redis
-// implements it; without it (one control plane) a server lists its own.
-type AgentRoster interface {
-	PutAgent(ctx context.Context, s store.AgentStream, info store.AgentInfo) error
-	RemoveAgent(ctx context.Context, s store.AgentStream) error
-	Agents(ctx context.Context, now time.Time) ([]store.AgentInfo, error)
-}
-
-// QuotaStore keeps the latest plan usage data planes report per account
-// and window (codex.rate_limits), for every replica sharing a store.
-// *store.Memory and *store.Redis implement it; with a PolicyStore that
-// does not, reports are dropped and ListQuotas answers Unimplemented.
-type QuotaStore interface {
-	PutQuota(ctx context.Context, q store.Quota) (prev, next store.Quota, err error)
-	Quotas(ctx context.Context, key string) ([]store.Quota, error)
 }
 
 // StoreHealthService is the health service name that reports the store:
@@ -145,6 +103,25 @@ type Options struct {
 	Admissions Admitter
 	// Policies reads and changes policies. (Required)
 	Policies PolicyStore
+	// Agents, when set, is the store's live-agent directory: every
+	// replica sharing the store records its agents' streams there, so the
+	// live count pushed to agents covers the fleet and an account the
+	// agents of another replica serve is known here. *store.Memory and
+	// *redisstore.Store implement it. (Optional; default none: the
+	// server counts its own agents)
+	Agents AgentCounter
+	// Roster, when set, holds every agent of the fleet, so that any
+	// replica lists them all (ListAgents). *redisstore.Store implements
+	// it. (Optional; default none: the server lists its own agents)
+	Roster AgentRoster
+	// Quotas, when set, keeps the plan usage agents report. *store.Memory
+	// and *redisstore.Store implement it. (Optional; default none:
+	// reports are dropped and ListQuotas answers Unimplemented)
+	Quotas QuotaStore
+	// PolicyChanges, when set, tells the server about the changes other
+	// replicas sharing the store made, which it pushes to its agents.
+	// *redisstore.Store implements it. (Optional; default none)
+	PolicyChanges PolicyWatcher
 	// AdminToken authorizes every RPC. (Required)
 	AdminToken bearer.Token
 	// AgentToken authorizes every RPC except AdminService. (Required;
@@ -209,14 +186,9 @@ type Server struct {
 	denied        *denials
 	accounts      *accountRegistry // accounts registered data planes serve
 	notices       pacing.Notices   // one-time operator notices, keyed per account
-	agents        *registry
-	scopes        *scopeSet      // scoped agent credentials (Options.AgentCreds)
-	dir           AgentDirectory // nil: count this server's agents only
-	roster        AgentRoster    // nil: list this server's agents only
-	streams       sync.WaitGroup // agent streams' receive loops
-
-	liveMu   sync.Mutex     // guards lastLive
-	lastLive map[string]int // the last fleet-wide live count per account
+	agents        *directory       // the agent directory
+	scopes        *scopeSet        // scoped agent credentials (Options.AgentCreds)
+	streams       sync.WaitGroup   // agent streams' receive loops
 
 	mu          sync.Mutex // guards the following fields
 	streamHooks []func(reason string)
@@ -280,20 +252,12 @@ func New(opts Options) (*Server, error) {
 		log:    opts.Logger.With("component", "controlplane"),
 		now:    opts.Now,
 		auth:   newAuthenticator(opts.AdminToken, opts.AgentToken, scopes),
-
-		agents:   newRegistry(opts.Now),
-		lastLive: map[string]int{},
 	}
 	s.denied = newDenials(s.log, opts.Now)
 	s.accounts = newAccountRegistry(opts.MaxAccountsPerCredential)
-	if d, ok := opts.Policies.(AgentDirectory); ok {
-		s.dir = d
-	}
-	if r, ok := opts.Policies.(AgentRoster); ok {
-		s.roster = r
-	}
+	s.agents = newDirectory(opts.Now, s.log, opts.Agents, opts.Roster)
 	s.OnShutdown(s.agents.closeAll)
-	s.metrics = newMetrics(opts.Policies, opts.Now, s.agents)
+	s.metrics = newMetrics(opts.Policies, opts.Policies, opts.Now, s.agents)
 	s.metrics.all = append(s.metrics.all, s.denied.counter)
 	if opts.Registerer != nil {
 		if err := s.metrics.register(opts.Registerer); err != nil {
@@ -334,8 +298,8 @@ func New(opts Options) (*Server, error) {
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.reportStoreHealth()
-	if w, ok := opts.Policies.(PolicyWatcher); ok {
-		w.WatchPolicies(s.policyChanged)
+	if opts.PolicyChanges != nil {
+		opts.PolicyChanges.WatchPolicies(s.policyChanged)
 	}
 	return s, nil
 }

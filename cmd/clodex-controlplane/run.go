@@ -22,6 +22,7 @@ import (
 	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
+	"github.com/clodex/clodex/controlplane/store/redisstore"
 	"github.com/clodex/clodex/internal/pacing"
 	"github.com/clodex/clodex/internal/telemetry"
 	"github.com/clodex/clodex/internal/tlsconfig"
@@ -116,11 +117,11 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		return nil
 	}
 	reg := telemetry.NewRegistry()
-	st, now, closeStore, err := openStore(ctx, cfg, log, reg)
+	st, err := openStore(ctx, cfg, log, reg)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer st.close()
 
 	instance := instanceID()
 	shutdownTelemetry, err := telemetry.Setup(ctx, telemetry.Config{
@@ -151,13 +152,17 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 	srv, err := controlplane.New(controlplane.Options{
 		Broker:        brk,
 		AgentCreds:    logins,
-		Admissions:    st,
-		Policies:      st,
+		Admissions:    st.admissions,
+		Policies:      st.policies,
+		Agents:        st.agents,
+		Roster:        st.roster,
+		Quotas:        st.quotas,
+		PolicyChanges: st.changes,
 		AdminToken:    adminTok,
 		AgentToken:    agentTok,
 		TLS:           tlsCfg,
 		Logger:        log,
-		Now:           now,
+		Now:           st.now,
 		Registerer:    reg,
 		EnableBench:   cfg.BenchService,
 		ShutdownGrace: cfg.ShutdownGrace,
@@ -183,7 +188,7 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 			return fmt.Errorf("admin listen: %w", err)
 		}
 	}
-	info := st.Info()
+	info := st.policies.Info()
 	log.Info("starting", "version", version, "instance", instance, "store", info.Kind, "store_address", info.Address,
 		"replica", info.Replica, "default_rate_per_minute", cfg.Defaults.RatePerMinute, "default_burst", cfg.Defaults.Burst)
 
@@ -204,7 +209,7 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis) })
-	g.Go(func() error { return st.Run(gctx) }) // memory: forgets idle accounts; redis: registration, clock, notifications, probes
+	g.Go(func() error { return st.run(gctx) })
 	if brk != nil {
 		g.Go(func() error { return brk.Run(gctx) }) // refreshes logins ahead of expiry
 		log.Info("credential broker", "token_endpoint", cfg.TokenEndpoint)
@@ -241,28 +246,51 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 	return err
 }
 
-// openStore opens the memory store (policies under --data-dir) or, with
-// --redis, the Redis store, whose clock (Redis's) the server then decides
-// on. closeStore releases it.
-func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheus.Registerer) (st store.Store, now func() time.Time, closeStore func(), err error) {
+// servedStore is the store a start serves from: the memory store
+// (policies under --data-dir) or, with --redis, the Redis store.
+type servedStore struct {
+	admissions controlplane.Admitter
+	policies   controlplane.PolicyStore
+	agents     controlplane.AgentCounter
+	roster     controlplane.AgentRoster // nil: one control plane lists its own agents
+	quotas     controlplane.QuotaStore
+	changes    controlplane.PolicyWatcher // nil: no other replica changes policies
+	// now is the clock the server decides on: Redis's for Redis.
+	now func() time.Time
+	// logins keeps the logins and scoped agent credentials when the
+	// replicas share them (Redis); nil: the data dir's logins.json.
+	logins loginStore
+	// run does the store's background work: memory forgets idle
+	// accounts; Redis registers the replica, reads its clock, delivers
+	// notifications and probes.
+	run func(context.Context) error
+	// close releases the store.
+	close func()
+}
+
+// openStore opens the store a start serves from.
+func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheus.Registerer) (*servedStore, error) {
 	if cfg.Redis == "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-			return nil, nil, nil, fmt.Errorf("create data dir: %w", &store.WriteError{Dir: cfg.DataDir, Err: err})
+			return nil, fmt.Errorf("create data dir: %w", &store.WriteError{Dir: cfg.DataDir, Err: err})
 		}
 		m, err := store.Open(store.Options{Dir: cfg.DataDir, Defaults: &cfg.Defaults, ColdStart: cfg.ColdStart})
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, err
 		}
-		return m, time.Now, func() {}, nil
+		return &servedStore{admissions: m, policies: m, agents: m, quotas: m, now: time.Now, run: m.Run, close: func() {}}, nil
 	}
-	r, err := store.OpenRedis(ctx, store.RedisOptions{
+	r, err := redisstore.Open(ctx, redisstore.Options{
 		URL: cfg.Redis, Prefix: cfg.RedisPrefix, Defaults: &cfg.Defaults, Timeout: cfg.RedisTimeout,
 		Replica: cfg.Replica, Logger: log, Registerer: reg,
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	return r, r.Now, func() { _ = r.Close() }, nil
+	return &servedStore{
+		admissions: r, policies: r, agents: r, roster: r, quotas: r, changes: r,
+		now: r.Now, logins: r, run: r.Run, close: func() { _ = r.Close() },
+	}, nil
 }
 
 // loginStore keeps the broker's logins and the scoped agent credentials.
@@ -273,9 +301,9 @@ type loginStore interface {
 
 // openLogins opens where the logins and scoped agent credentials live:
 // Redis when the replicas share one, else the data dir's logins.json.
-func openLogins(cfg *config, st store.Store) (loginStore, error) {
-	if r, ok := st.(*store.Redis); ok && cfg.Redis != "" {
-		return r, nil
+func openLogins(cfg *config, st *servedStore) (loginStore, error) {
+	if st.logins != nil {
+		return st.logins, nil
 	}
 	return store.OpenLogins(cfg.DataDir)
 }
@@ -289,7 +317,7 @@ func openLogins(cfg *config, st store.Store) (loginStore, error) {
 func checkStart(ctx context.Context, cfg *config, lookupEnv func(string) (string, bool)) error {
 	var errs []error
 	if cfg.Redis != "" {
-		if err := store.CheckRedis(ctx, cfg.Redis, cfg.RedisTimeout); err != nil {
+		if err := redisstore.Check(ctx, cfg.Redis, cfg.RedisTimeout); err != nil {
 			errs = append(errs, err)
 		}
 	} else if err := checkDataDir(cfg); err != nil {

@@ -361,8 +361,9 @@ func TestNoServerDeps(t *testing.T) {
 		t.Fatalf("go list: %v", err)
 	}
 	bad := map[string]bool{
-		"github.com/clodex/clodex/controlplane":       true,
-		"github.com/clodex/clodex/controlplane/store": true,
+		"github.com/clodex/clodex/controlplane":                  true,
+		"github.com/clodex/clodex/controlplane/store":            true,
+		"github.com/clodex/clodex/controlplane/store/redisstore": true,
 		"testing": true,
 	}
 	for _, pkg := range strings.Fields(string(out)) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
+	"github.com/clodex/clodex/controlplane/store/redisstore"
 	"github.com/clodex/clodex/controlplane/store/redistest"
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/codexauth"
@@ -152,7 +153,7 @@ func TestOneRefreshAcrossBrokers(t *testing.T) {
 			rs := redistest.Start(t)
 			var out []store.Logins
 			for range 3 {
-				r, err := store.OpenRedis(t.Context(), store.RedisOptions{URL: rs.URL, Timeout: time.Second})
+				r, err := redisstore.Open(t.Context(), redisstore.Options{URL: rs.URL, Timeout: time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -323,8 +324,8 @@ func TestReadKeyFile(t *testing.T) {
 // under the old one is refused.
 func TestRedisLeaseFencing(t *testing.T) {
 	rs := redistest.Start(t)
-	open := func() *store.Redis {
-		r, err := store.OpenRedis(t.Context(), store.RedisOptions{URL: rs.URL, Timeout: time.Second})
+	open := func() *redisstore.Store {
+		r, err := redisstore.Open(t.Context(), redisstore.Options{URL: rs.URL, Timeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
+	"github.com/clodex/clodex/controlplane/store/redisstore"
 	"github.com/clodex/clodex/internal/bearer"
 	"github.com/clodex/clodex/internal/pacing"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
@@ -58,10 +59,10 @@ type Options struct {
 	// of the memory store. (Optional)
 	RedisURL string
 	// RedisPrefix is the Redis store's key prefix; replicas of one store
-	// share it. (Optional; default store.DefaultPrefix)
+	// share it. (Optional; default redisstore.DefaultPrefix)
 	RedisPrefix string
 	// RedisTimeout is the Redis store's per-call deadline. (Optional;
-	// default store.DefaultRedisTimeout)
+	// default redisstore.DefaultTimeout)
 	RedisTimeout time.Duration
 	// RedisTick is the Redis store's tick (replica registration, clock,
 	// version check). (Optional; default 1s)
@@ -99,7 +100,7 @@ type Server struct {
 	opts Options
 
 	mu    sync.Mutex // guards the following fields
-	store store.Store
+	store servedStore
 	srv   *controlplane.Server
 	// registered are the key lists Register registered, again after a
 	// Restart.
@@ -161,18 +162,24 @@ func randBytes(n int) []byte {
 func (s *Server) start(addr string) {
 	t := s.t
 	t.Helper()
-	var st store.Store
+	var st servedStore
 	now := s.opts.Now
 	var closeStore func()
+	var logins interface {
+		store.Logins
+		store.AgentCreds
+	}
+	var roster controlplane.AgentRoster    // Redis only
+	var changes controlplane.PolicyWatcher // Redis only
 	if s.opts.RedisURL != "" {
-		r, err := store.OpenRedis(context.Background(), store.RedisOptions{
+		r, err := redisstore.Open(context.Background(), redisstore.Options{
 			URL: s.opts.RedisURL, Prefix: s.opts.RedisPrefix, Defaults: s.opts.Defaults, Now: s.opts.Now,
 			Timeout: s.opts.RedisTimeout, Tick: s.opts.RedisTick, Replica: s.opts.Replica, Logger: s.opts.Logger,
 		})
 		if err != nil {
 			t.Fatalf("controlplanetest: %v", err)
 		}
-		st, closeStore = r, func() { _ = r.Close() }
+		st, closeStore, logins, roster, changes = r, func() { _ = r.Close() }, r, r, r
 		if now == nil {
 			now = r.Now
 		}
@@ -183,13 +190,7 @@ func (s *Server) start(addr string) {
 		}
 		st, closeStore = m, func() {}
 	}
-	var logins interface {
-		store.Logins
-		store.AgentCreds
-	}
-	if r, ok := st.(*store.Redis); ok {
-		logins = r
-	} else {
+	if logins == nil {
 		f, err := store.OpenLogins(s.DataDir)
 		if err != nil {
 			t.Fatalf("controlplanetest: %v", err)
@@ -209,6 +210,10 @@ func (s *Server) start(addr string) {
 		AgentCreds:    logins,
 		Admissions:    st,
 		Policies:      st,
+		Agents:        st,
+		Roster:        roster,
+		Quotas:        st,
+		PolicyChanges: changes,
 		AdminToken:    s.AdminToken,
 		AgentToken:    s.AgentToken,
 		TLS:           s.opts.TLS,
@@ -263,8 +268,17 @@ func (s *Server) start(addr string) {
 	s.mu.Unlock()
 }
 
+// servedStore is what the server serves from: the memory store, or Redis.
+type servedStore interface {
+	controlplane.Admitter
+	controlplane.PolicyStore
+	controlplane.AgentCounter
+	controlplane.QuotaStore
+	Run(ctx context.Context) error
+}
+
 // Store returns the running server's store.
-func (s *Server) Store() store.Store {
+func (s *Server) Store() controlplane.PolicyStore {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.store

@@ -60,6 +60,12 @@ type Lease struct {
 	release func() error
 }
 
+// NewLease returns key's lease with fencing token fence (0 without one);
+// release gives it up, and runs once (Release). It is for the stores.
+func NewLease(key string, fence int64, release func() error) *Lease {
+	return &Lease{Key: key, Fence: fence, release: release}
+}
+
 // Release gives the lease up. Calls after the first do nothing.
 func (l *Lease) Release() error {
 	if l == nil || l.release == nil {
@@ -71,7 +77,7 @@ func (l *Lease) Release() error {
 }
 
 // Logins keeps the broker's logins. LoginFile (the data directory) and
-// Redis implement it.
+// redisstore.Store (Redis) implement it.
 type Logins interface {
 	// Login returns key's login, or ErrNotFound.
 	Login(ctx context.Context, key string) (Login, error)
@@ -89,10 +95,7 @@ type Logins interface {
 	AcquireLease(ctx context.Context, key string, ttl time.Duration) (*Lease, error)
 }
 
-var (
-	_ Logins = (*LoginFile)(nil)
-	_ Logins = (*Redis)(nil)
-)
+var _ Logins = (*LoginFile)(nil)
 
 var (
 	// ErrConflict reports a write over a generation that is no longer the
@@ -270,5 +273,5 @@ func (f *LoginFile) AcquireLease(ctx context.Context, key string, _ time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("refresh lease of %s: %w", key, err)
 	}
-	return &Lease{Key: key, release: lock.Close}, nil
+	return NewLease(key, 0, lock.Close), nil
 }

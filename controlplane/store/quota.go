@@ -3,14 +3,9 @@ package store
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Quota is the latest plan usage data planes reported for one account
@@ -37,10 +32,11 @@ type QuotaWindow struct {
 	ReportedAt  time.Time     `json:"reported_at"`
 }
 
-// merge applies report q to the account's latest quota cur (zero when
-// none) and returns the result: a report older than one already applied
+// Merge applies report q to cur, the account's latest quota (zero when
+// none), and returns the result: a report older than one already applied
 // to a window leaves that window; a window the report lacks is kept.
-func merge(cur, q Quota) Quota {
+// Every store merges reports this way.
+func (cur Quota) Merge(q Quota) Quota {
 	if cur.Key == "" || !q.ReportedAt.Before(cur.ReportedAt) {
 		out := q
 		out.Windows = nil
@@ -77,7 +73,7 @@ func (m *Memory) PutQuota(_ context.Context, q Quota) (prev, next Quota, err err
 		m.quotas.m = map[string]Quota{}
 	}
 	prev = m.quotas.m[q.Key]
-	next = merge(prev, q)
+	next = prev.Merge(q)
 	m.quotas.m[q.Key] = next
 	return prev, next, nil
 }
@@ -95,90 +91,4 @@ func (m *Memory) Quotas(_ context.Context, key string) ([]Quota, error) {
 	}
 	slices.SortFunc(out, func(a, b Quota) int { return cmp.Compare(a.Key, b.Key) })
 	return out, nil
-}
-
-// quotaRecord is a quota as Redis keeps it (JSON in one hash field per
-// account).
-type quotaRecord struct {
-	PlanType     string        `json:"plan_type"`
-	LimitReached bool          `json:"limit_reached"`
-	Windows      []QuotaWindow `json:"windows"`
-	ReportedAt   time.Time     `json:"reported_at"`
-	AgentID      string        `json:"agent_id"`
-}
-
-func (r *Redis) quotasKey() string { return r.prefix + "quotas" }
-
-// PutQuota records a report for q.Key in Redis, shared by every replica
-// (a read, a merge and a write: two replicas writing one account at once
-// keep one of the two reports, which the next report repairs). While
-// Redis cannot be reached it fails with ErrUnavailable.
-func (r *Redis) PutQuota(ctx context.Context, q Quota) (prev, next Quota, err error) {
-	err = r.call(ctx, "quota", func(ctx context.Context) error {
-		v, err := r.client.HGet(ctx, r.quotasKey(), q.Key).Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
-			return err
-		default:
-			if prev, err = decodeQuota(q.Key, v); err != nil {
-				return err
-			}
-		}
-		next = merge(prev, q)
-		b, err := json.Marshal(quotaRecord{PlanType: next.PlanType, LimitReached: next.LimitReached,
-			Windows: next.Windows, ReportedAt: next.ReportedAt, AgentID: next.AgentID})
-		if err != nil {
-			return err
-		}
-		return r.client.HSet(ctx, r.quotasKey(), q.Key, b).Err()
-	})
-	if err != nil {
-		return Quota{}, Quota{}, r.writeErr(ctx, "put quota", err)
-	}
-	return prev, next, nil
-}
-
-// Quotas returns the latest quota of key, or of every account when key is
-// "", ordered by key.
-func (r *Redis) Quotas(ctx context.Context, key string) ([]Quota, error) {
-	var vals map[string]string
-	err := r.call(ctx, "quotas", func(ctx context.Context) error {
-		if key != "" {
-			v, err := r.client.HGet(ctx, r.quotasKey(), key).Result()
-			if errors.Is(err, redis.Nil) {
-				return nil
-			}
-			vals = map[string]string{key: v}
-			return err
-		}
-		var err error
-		vals, err = r.client.HGetAll(ctx, r.quotasKey()).Result()
-		return err
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("quotas: %w: redis %s unreachable (%v)", ErrUnavailable, r.addr, err)
-	}
-	out := make([]Quota, 0, len(vals))
-	for k, v := range vals {
-		q, err := decodeQuota(k, v)
-		if err != nil {
-			return nil, fmt.Errorf("quotas: %w", err)
-		}
-		out = append(out, q)
-	}
-	slices.SortFunc(out, func(a, b Quota) int { return cmp.Compare(a.Key, b.Key) })
-	return out, nil
-}
-
-func decodeQuota(key, v string) (Quota, error) {
-	var rec quotaRecord
-	if err := json.Unmarshal([]byte(v), &rec); err != nil {
-		return Quota{}, fmt.Errorf("quota of %s is malformed: %w", key, err)
-	}
-	return Quota{Key: key, PlanType: rec.PlanType, LimitReached: rec.LimitReached, Windows: rec.Windows,
-		ReportedAt: rec.ReportedAt, AgentID: rec.AgentID}, nil
 }

@@ -1,62 +1,8 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"time"
-
-	"github.com/clodex/clodex/internal/pacing"
-)
-
-// Store is the state a control plane serves from: Memory for one process,
-// Redis for replicas sharing one Redis. Both decide with the same rules
-// (internal/pacing's bucket, adaptive mode, pending reservations); the
-// conformance suite runs against both.
-type Store interface {
-	// Admit runs key's bucket once at now, creating it with the default
-	// policy on first use.
-	Admit(ctx context.Context, key string, now time.Time) (Admission, error)
-	// Cancel refunds reservation id of key if it is still pending at now,
-	// and reports whether it did. Each reservation is refunded at most
-	// once.
-	Cancel(ctx context.Context, key string, id uint64, now time.Time) (bool, error)
-	// HandOver debits grants a data plane (or a replica) made on its own
-	// while it could not reach this store; see HandOverResult.
-	HandOver(ctx context.Context, key string, grants int, reportID string, now time.Time) (HandOverResult, error)
-	// UpdatePolicy changes key's policy (see Memory.UpdatePolicy).
-	UpdatePolicy(ctx context.Context, key string, now time.Time, update func(pacing.Policy) (pacing.Policy, error)) (Account, error)
-	// SetAdaptive turns adaptive mode on or off for key.
-	SetAdaptive(ctx context.Context, key string, enabled bool, now time.Time) (Account, error)
-	// Report403 records an upstream 403 for key; ErrNotFound for an
-	// unknown key.
-	Report403(ctx context.Context, key string, now time.Time, retryAfter time.Duration) (acct Account, changed bool, err error)
-	// Adapt applies the adaptive raises due by now and returns the
-	// accounts whose effective rate changed.
-	Adapt(ctx context.Context, now time.Time) ([]Account, error)
-	// Account returns key's snapshot at now, or ErrNotFound.
-	Account(ctx context.Context, key string, now time.Time) (Account, error)
-	// Accounts returns every known account at now, ordered by key.
-	Accounts(ctx context.Context, now time.Time) ([]Account, error)
-	// Defaults returns the policy for accounts without a stored policy.
-	Defaults() pacing.Policy
-	// Info describes the store for operators.
-	Info() Info
-	// Run does the store's background work until ctx ends.
-	Run(ctx context.Context) error
-	// TouchAgent records that an agent stream serves keys and counts as
-	// live until until, for every replica sharing the store.
-	TouchAgent(ctx context.Context, s AgentStream, keys []string, until time.Time) error
-	// DropAgent forgets an agent stream for keys (not a newer stream of
-	// the same agent).
-	DropAgent(ctx context.Context, s AgentStream, keys []string) error
-	// LiveAgents counts, per key, the agents live at now across every
-	// replica sharing the store.
-	LiveAgents(ctx context.Context, keys []string, now time.Time) ([]int, error)
-}
-
-var (
-	_ Store = (*Memory)(nil)
-	_ Store = (*Redis)(nil)
 )
 
 // ErrUnavailable reports a policy change (or another write that must not

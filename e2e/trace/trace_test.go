@@ -114,6 +114,8 @@ func startStack(t *testing.T) *stack {
 	cp, err := controlplane.New(controlplane.Options{
 		Admissions:     st,
 		Policies:       st,
+		Agents:         st,
+		Quotas:         st,
 		AdminToken:     adminTok,
 		AgentToken:     agentTok,
 		Logger:         logger, // it adds component=controlplane itself

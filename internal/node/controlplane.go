@@ -121,6 +121,8 @@ func startEmbedded(ctx context.Context, cfg *Config, logger *slog.Logger, reg pr
 	srv, err := controlplane.New(controlplane.Options{
 		Admissions:     st,
 		Policies:       st,
+		Agents:         st,
+		Quotas:         st,
 		AdminToken:     adminTok,
 		AgentToken:     agentTok,
 		Logger:         logger.With("embedded", true),

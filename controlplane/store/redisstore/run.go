@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -87,7 +87,7 @@ func newFallback(now func() time.Time) *fallback {
 	return &fallback{now: now, buckets: map[string]*localBucket{}}
 }
 
-func (f *fallback) admit(key string, p pacing.Policy, live int, now time.Time) Admission {
+func (f *fallback) admit(key string, p pacing.Policy, live int, now time.Time) store.Admission {
 	sh := share(p, live)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -105,7 +105,7 @@ func (f *fallback) admit(key string, p pacing.Policy, live int, now time.Time) A
 		}
 	}
 	d := lb.bucket.Take(now)
-	a := Admission{Decision: d}
+	a := store.Admission{Decision: d}
 	if d.Debited {
 		lb.grants++
 		a.Decision.ID = d.ID | localBit
@@ -191,7 +191,7 @@ func (c *redisClock) Now() time.Time {
 
 // syncClock re-reads Redis's clock, placing the reading halfway through
 // the round trip.
-func (r *Redis) syncClock(ctx context.Context) {
+func (r *Store) syncClock(ctx context.Context) {
 	if r.clock == nil {
 		return
 	}
@@ -214,30 +214,30 @@ func (r *Redis) syncClock(ctx context.Context) {
 // for reads while Redis cannot be reached.
 type policyCache struct {
 	mu      sync.RWMutex // guards the following fields
-	m       map[string]storedPolicy
+	m       map[string]record
 	version int64 // the highest store-wide version seen
 }
 
-func (c *policyCache) get(key string) (storedPolicy, bool) {
+func (c *policyCache) get(key string) (record, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	sp, ok := c.m[key]
 	return sp, ok
 }
 
-func (c *policyCache) put(key string, sp storedPolicy) {
+func (c *policyCache) put(key string, sp record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = map[string]storedPolicy{}
+		c.m = map[string]record{}
 	}
-	if cur, ok := c.m[key]; !ok || cur.Version <= sp.Version {
+	if cur, ok := c.m[key]; !ok || cur.version <= sp.version {
 		c.m[key] = sp
 	}
-	c.version = max(c.version, sp.Version)
+	c.version = max(c.version, sp.version)
 }
 
-func (c *policyCache) replace(m map[string]storedPolicy, version int64) {
+func (c *policyCache) replace(m map[string]record, version int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.m, c.version = m, max(c.version, version)
@@ -256,7 +256,7 @@ func (c *policyCache) keys() []string {
 }
 
 // reloadPolicies reads every stored policy and the version.
-func (r *Redis) reloadPolicies(ctx context.Context) error {
+func (r *Store) reloadPolicies(ctx context.Context) error {
 	var all map[string]string
 	var version int64
 	err := r.call(ctx, "policies", func(ctx context.Context) error {
@@ -273,7 +273,7 @@ func (r *Redis) reloadPolicies(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load policies: %w", err)
 	}
-	m := make(map[string]storedPolicy, len(all))
+	m := make(map[string]record, len(all))
 	for k, rec := range all {
 		sp, err := decodeRecord(rec)
 		if err != nil {
@@ -288,7 +288,7 @@ func (r *Redis) reloadPolicies(ctx context.Context) error {
 
 // checkDefaults records this replica's default policy in Redis, or warns
 // when another replica recorded different defaults.
-func (r *Redis) checkDefaults(ctx context.Context) {
+func (r *Store) checkDefaults(ctx context.Context) {
 	var cur string
 	err := r.call(ctx, "defaults", func(ctx context.Context) error {
 		if err := r.client.SetNX(ctx, r.defaultsKey(), r.defRec, 0).Err(); err != nil {
@@ -306,7 +306,7 @@ func (r *Redis) checkDefaults(ctx context.Context) {
 
 // register records this replica as live for ReplicaTTL and reads the
 // live replica count.
-func (r *Redis) register(ctx context.Context) {
+func (r *Store) register(ctx context.Context) {
 	now := r.now().UnixMilli()
 	var n int64
 	err := r.call(ctx, "replicas", func(ctx context.Context) error {
@@ -325,14 +325,14 @@ func (r *Redis) register(ctx context.Context) {
 	}
 }
 
-// Run keeps the store current until ctx ends: every RedisOptions.Tick it
+// Run keeps the store current until ctx ends: every Options.Tick it
 // registers this replica, re-reads Redis's clock and checks the policy
 // version (reloading and notifying every key when a change was missed);
 // it delivers other replicas' change notifications to WatchPolicies; and
 // while the breaker is open it pings Redis every ProbeEvery, and on an
 // answer closes the breaker, hands the local grants over and notifies
 // every key. It returns nil when ctx ends, after deregistering.
-func (r *Redis) Run(ctx context.Context) error {
+func (r *Store) Run(ctx context.Context) error {
 	ps := r.client.Subscribe(ctx, r.channel)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.receive(ctx, ps) })
@@ -368,7 +368,7 @@ func (r *Redis) Run(ctx context.Context) error {
 
 // tryClose pings Redis; on an answer it closes the breaker and resumes
 // central admission.
-func (r *Redis) tryClose(ctx context.Context) {
+func (r *Store) tryClose(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, r.timeout)
 	err := r.client.Ping(pctx).Err()
 	cancel()
@@ -404,7 +404,7 @@ func (r *Redis) tryClose(ctx context.Context) {
 
 // checkVersion reloads the policies and notifies every key when the
 // store-wide version moved past the last one seen (a missed notification).
-func (r *Redis) checkVersion(ctx context.Context) {
+func (r *Store) checkVersion(ctx context.Context) {
 	var v int64
 	err := r.call(ctx, "version", func(ctx context.Context) error {
 		var err error
@@ -421,7 +421,7 @@ func (r *Redis) checkVersion(ctx context.Context) {
 
 // receive delivers other replicas' notifications ("key version replica")
 // until ps closes.
-func (r *Redis) receive(ctx context.Context, ps *redis.PubSub) {
+func (r *Store) receive(ctx context.Context, ps *redis.PubSub) {
 	for msg := range ps.Channel() {
 		f := strings.Fields(msg.Payload)
 		if len(f) != 3 || f[2] == r.replica {
@@ -442,82 +442,3 @@ func (r *Redis) receive(ctx context.Context, ps *redis.PubSub) {
 		r.notify(key)
 	}
 }
-
-// redisMetrics are the Redis store's metrics.
-type redisMetrics struct {
-	seconds         *prometheus.HistogramVec
-	errors          *prometheus.CounterVec
-	observers       sync.Map // op -> prometheus.Observer
-	opened          prometheus.Counter
-	handover        prometheus.Counter
-	replicaHandover prometheus.Counter
-	fallback        prometheus.Counter
-	all             []prometheus.Collector
-}
-
-func newRedisMetrics(r *Redis) *redisMetrics {
-	m := &redisMetrics{
-		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "clodex_controlplane_redis_call_seconds",
-			Help:    "Latency of Redis calls by operation (each bounded by the Redis deadline).",
-			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25},
-		}, []string{"op"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "clodex_controlplane_redis_errors_total",
-			Help: "Failed Redis calls by operation (timeouts, connection errors, Redis errors).",
-		}, []string{"op"}),
-		opened: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "clodex_controlplane_redis_breaker_opened_total",
-			Help: "Times the Redis breaker opened (this replica switched to its local share).",
-		}),
-		handover: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "clodex_controlplane_redis_handover_debits_total",
-			Help: "Tokens debited in Redis for grants made elsewhere (hand-overs from data planes and from replicas after an outage).",
-		}),
-		replicaHandover: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "clodex_controlplane_redis_replica_handover_debits_total",
-			Help: "Tokens this replica handed over to Redis for admissions it made from its local share while Redis was unreachable.",
-		}),
-		fallback: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "clodex_controlplane_redis_fallback_admissions_total",
-			Help: "Admissions this replica decided from its local share because Redis could not be reached.",
-		}),
-	}
-	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "clodex_controlplane_redis_breaker_open",
-		Help: "1 while the Redis breaker is open and this replica admits from its local share, else 0.",
-	}, func() float64 {
-		if r.breaker.isOpen() {
-			return 1
-		}
-		return 0
-	})
-	replicas := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "clodex_controlplane_redis_replicas",
-		Help: "Live control-plane replicas registered in Redis, as last read.",
-	}, func() float64 { return float64(r.replicas.Load()) })
-	m.all = []prometheus.Collector{m.seconds, m.errors, m.opened, m.handover, m.replicaHandover, m.fallback, open, replicas}
-	return m
-}
-
-func (m *redisMetrics) register(reg prometheus.Registerer) error {
-	for _, c := range m.all {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (m *redisMetrics) observe(op string, d time.Duration, err error) {
-	o, ok := m.observers.Load(op)
-	if !ok {
-		o, _ = m.observers.LoadOrStore(op, m.seconds.WithLabelValues(op))
-	}
-	o.(prometheus.Observer).Observe(d.Seconds())
-	if err != nil && !errors.Is(err, redis.Nil) {
-		m.errors.WithLabelValues(op).Inc()
-	}
-}
-
-func (m *redisMetrics) breakerOpen() { m.opened.Inc() }

@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"context"
@@ -27,7 +27,7 @@ const (
 // EVALSHA pipeline. Under load a round trip, the syscalls on each side and
 // Redis's wake-up are shared by the whole batch instead of paid per call;
 // a lone call leaves at once, as before. Its dispatcher goroutines are
-// owned by the store: started by OpenRedis, stopped by Close.
+// owned by the store: started by Open, stopped by Close.
 type batcher struct {
 	client  redis.UniversalClient
 	script  *redis.Script

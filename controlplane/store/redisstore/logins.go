@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/clodex/clodex/controlplane/store"
 )
 
 var (
@@ -21,13 +23,13 @@ var (
 // the lease.
 const leasePoll = 50 * time.Millisecond
 
-func (r *Redis) loginKey(key string) string { return r.prefix + "login:" + key }
-func (r *Redis) leaseKey(key string) string { return r.prefix + "lease:" + key }
-func (r *Redis) fenceKey(key string) string { return r.prefix + "fence:" + key }
-func (r *Redis) loginsIndex() string        { return r.prefix + "logins" }
+func (r *Store) loginKey(key string) string { return r.prefix + "login:" + key }
+func (r *Store) leaseKey(key string) string { return r.prefix + "lease:" + key }
+func (r *Store) fenceKey(key string) string { return r.prefix + "fence:" + key }
+func (r *Store) loginsIndex() string        { return r.prefix + "logins" }
 
 // Login returns key's login from Redis, or ErrNotFound.
-func (r *Redis) Login(ctx context.Context, key string) (Login, error) {
+func (r *Store) Login(ctx context.Context, key string) (store.Login, error) {
 	var vals []any
 	err := r.call(ctx, "logins", func(ctx context.Context) error {
 		v, err := r.client.HMGet(ctx, r.loginKey(key), "gen", "data").Result()
@@ -35,31 +37,31 @@ func (r *Redis) Login(ctx context.Context, key string) (Login, error) {
 		return err
 	})
 	if err != nil {
-		return Login{}, fmt.Errorf("read login %s: %w", key, err)
+		return store.Login{}, fmt.Errorf("read login %s: %w", key, err)
 	}
 	return decodeLogin(key, vals)
 }
 
-func decodeLogin(key string, vals []any) (Login, error) {
+func decodeLogin(key string, vals []any) (store.Login, error) {
 	if len(vals) != 2 || vals[0] == nil || vals[1] == nil {
-		return Login{}, ErrNotFound
+		return store.Login{}, store.ErrNotFound
 	}
 	gs, _ := vals[0].(string)
 	ds, _ := vals[1].(string)
 	gen, err := strconv.ParseInt(gs, 10, 64)
 	if err != nil {
-		return Login{}, fmt.Errorf("read login %s: generation %q is not a number", key, gs)
+		return store.Login{}, fmt.Errorf("read login %s: generation %q is not a number", key, gs)
 	}
-	var l Login
+	var l store.Login
 	if err := json.Unmarshal([]byte(ds), &l); err != nil {
-		return Login{}, fmt.Errorf("read login %s: the record is not the expected JSON", key)
+		return store.Login{}, fmt.Errorf("read login %s: the record is not the expected JSON", key)
 	}
 	l.Key, l.Generation = key, gen
 	return l, nil
 }
 
 // Logins returns every login in Redis, ordered by key.
-func (r *Redis) Logins(ctx context.Context) ([]Login, error) {
+func (r *Store) Logins(ctx context.Context) ([]store.Login, error) {
 	var keys []string
 	err := r.call(ctx, "logins", func(ctx context.Context) error {
 		v, err := r.client.SMembers(ctx, r.loginsIndex()).Result()
@@ -70,10 +72,10 @@ func (r *Redis) Logins(ctx context.Context) ([]Login, error) {
 		return nil, fmt.Errorf("list logins: %w", err)
 	}
 	slices.Sort(keys)
-	out := make([]Login, 0, len(keys))
+	out := make([]store.Login, 0, len(keys))
 	for _, k := range keys {
 		l, err := r.Login(ctx, k)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			continue // removed meanwhile
 		}
 		if err != nil {
@@ -86,13 +88,13 @@ func (r *Redis) Logins(ctx context.Context) ([]Login, error) {
 
 // PutLogin writes l over generation l.Generation in one script that also
 // checks the lease's fencing token.
-func (r *Redis) PutLogin(ctx context.Context, l Login, lease *Lease) (Login, error) {
-	if err := ValidateKey(l.Key); err != nil {
-		return Login{}, err
+func (r *Store) PutLogin(ctx context.Context, l store.Login, lease *store.Lease) (store.Login, error) {
+	if err := store.ValidateKey(l.Key); err != nil {
+		return store.Login{}, err
 	}
 	data, err := json.Marshal(l)
 	if err != nil {
-		return Login{}, fmt.Errorf("encode login %s: %w", l.Key, err)
+		return store.Login{}, fmt.Errorf("encode login %s: %w", l.Key, err)
 	}
 	fence := ""
 	if lease != nil {
@@ -107,18 +109,18 @@ func (r *Redis) PutLogin(ctx context.Context, l Login, lease *Lease) (Login, err
 	})
 	switch {
 	case err != nil:
-		return Login{}, fmt.Errorf("write login %s: %w", l.Key, err)
+		return store.Login{}, fmt.Errorf("write login %s: %w", l.Key, err)
 	case gen == -1:
-		return Login{}, ErrConflict
+		return store.Login{}, store.ErrConflict
 	case gen == -2:
-		return Login{}, ErrFenced
+		return store.Login{}, store.ErrFenced
 	}
 	l.Generation = gen
 	return l, nil
 }
 
 // RemoveLogin deletes key's login from Redis, or returns ErrNotFound.
-func (r *Redis) RemoveLogin(ctx context.Context, key string) error {
+func (r *Store) RemoveLogin(ctx context.Context, key string) error {
 	var n int64
 	err := r.call(ctx, "logins", func(ctx context.Context) error {
 		pipe := r.client.TxPipeline()
@@ -134,7 +136,7 @@ func (r *Redis) RemoveLogin(ctx context.Context, key string) error {
 		return fmt.Errorf("remove login %s: %w", key, err)
 	}
 	if n == 0 {
-		return ErrNotFound
+		return store.ErrNotFound
 	}
 	return nil
 }
@@ -143,8 +145,8 @@ func (r *Redis) RemoveLogin(ctx context.Context, key string) error {
 // (INCR), then SET NX PX ttl with the token as value, retried every 50 ms
 // while another replica holds it. A holder that dies loses the lease after
 // ttl; a write it makes after that is refused (ErrFenced).
-func (r *Redis) AcquireLease(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
-	if err := ValidateKey(key); err != nil {
+func (r *Store) AcquireLease(ctx context.Context, key string, ttl time.Duration) (*store.Lease, error) {
+	if err := store.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	for {
@@ -163,13 +165,13 @@ func (r *Redis) AcquireLease(ctx context.Context, key string, ttl time.Duration)
 			return nil, fmt.Errorf("refresh lease of %s: %w", key, err)
 		}
 		if ok {
-			return &Lease{Key: key, Fence: fence, release: func() error {
+			return store.NewLease(key, fence, func() error {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 				defer cancel()
 				return r.call(rctx, "lease", func(ctx context.Context) error {
 					return scriptLeaseRelease.Run(ctx, r.client, []string{r.leaseKey(key)}, strconv.FormatInt(fence, 10)).Err()
 				})
-			}}, nil
+			}), nil
 		}
 		t := time.NewTimer(leasePoll)
 		select {

@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/controlplane/store/redistest"
 	"github.com/clodex/clodex/internal/pacing"
 )
@@ -147,7 +148,7 @@ func TestPropertyRedisMatchesMemory(t *testing.T) {
 		}
 		r := openRedisAt(t, srv, nil, defaults)
 		defer r.Close()
-		m, err := Open(Options{Defaults: defaults})
+		m, err := store.Open(store.Options{Defaults: defaults})
 		if err != nil {
 			rt.Fatal(err)
 		}

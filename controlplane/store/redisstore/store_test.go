@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"errors"
@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/controlplane/store/redistest"
+	"github.com/clodex/clodex/controlplane/store/storetest"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -24,18 +26,18 @@ func TestRedisURLForms(t *testing.T) {
 		{"redis://h:1?bogus=1", "", "redis URL \"redis://h:1?bogus=1\": redis: unexpected option: bogus"},
 	}
 	for _, tt := range tests {
-		c, display, err := newRedisClient(tt.url, time.Second)
+		c, display, err := newClient(tt.url, time.Second)
 		if c != nil {
 			_ = c.Close()
 		}
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) || strings.Contains(err.Error(), "secret") {
-				t.Errorf("newRedisClient(%q) = %v, want an error containing %q without the password", tt.url, err, tt.err)
+				t.Errorf("newClient(%q) = %v, want an error containing %q without the password", tt.url, err, tt.err)
 			}
 			continue
 		}
 		if err != nil || display != tt.display {
-			t.Errorf("newRedisClient(%q) = %q, %v; want %q", tt.url, display, err, tt.display)
+			t.Errorf("newClient(%q) = %q, %v; want %q", tt.url, display, err, tt.display)
 		}
 	}
 }
@@ -46,10 +48,10 @@ func TestRedisURLForms(t *testing.T) {
 // the breaker and the local grants are handed over.
 func TestRedisHungAdmitsFromShareWithinDeadline(t *testing.T) {
 	rs := redistest.Start(t)
-	clk := newFakeClock()
+	clk := storetest.NewClock(t0)
 	p := pacing.Policy{RatePerMinute: 60, Burst: 4, Budget: pacing.DefaultBudget()}
 	const deadline = 50 * time.Millisecond
-	r, err := OpenRedis(t.Context(), RedisOptions{URL: rs.URL, Now: clk.Now, Defaults: &p, Timeout: deadline, ProbeEvery: 10 * time.Millisecond})
+	r, err := Open(t.Context(), Options{URL: rs.URL, Now: clk.Now, Defaults: &p, Timeout: deadline, ProbeEvery: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +71,7 @@ func TestRedisHungAdmitsFromShareWithinDeadline(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Admit with Redis hung: %v", err)
 		}
-		got = append(got, describeAdmission(a))
+		got = append(got, storetest.Describe(a))
 		if a.Decision.Debited && !isLocalReservation(a.Decision.ID) {
 			t.Errorf("Admit with Redis hung = %+v, want a local decision", a)
 		}
@@ -86,7 +88,7 @@ func TestRedisHungAdmitsFromShareWithinDeadline(t *testing.T) {
 	if !r.Info().Degraded {
 		t.Error("Info().Degraded = false with Redis hung")
 	}
-	if _, err := r.UpdatePolicy(ctx, key, t0, func(p pacing.Policy) (pacing.Policy, error) { return p, nil }); !errors.Is(err, ErrUnavailable) {
+	if _, err := r.UpdatePolicy(ctx, key, t0, func(p pacing.Policy) (pacing.Policy, error) { return p, nil }); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("UpdatePolicy with Redis hung = %v, want ErrUnavailable", err)
 	}
 	if a, err := r.Account(ctx, key, t0); err != nil || a.Tokens != -4 {
@@ -121,7 +123,7 @@ func TestRedisHungAdmitsFromShareWithinDeadline(t *testing.T) {
 // batch.
 func TestRedisConcurrentAdmitsShareBatches(t *testing.T) {
 	rs := redistest.Start(t)
-	clk := newFakeClock()
+	clk := storetest.NewClock(t0)
 	r := openRedisAt(t, rs, clk.Now, nil)
 	ctx := t.Context()
 	run := func(k string) map[string]int {
@@ -136,7 +138,7 @@ func TestRedisConcurrentAdmitsShareBatches(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				got[describeAdmission(a)]++
+				got[storetest.Describe(a)]++
 				mu.Unlock()
 			})
 		}
@@ -163,7 +165,7 @@ func TestRedisConcurrentAdmitsShareBatches(t *testing.T) {
 // load; allocs/op are the store's per-Admit allocations (client side).
 func BenchmarkRedisAdmitParallel(b *testing.B) {
 	rs := redistest.Start(b)
-	r, err := OpenRedis(b.Context(), RedisOptions{URL: rs.URL, Defaults: &pacing.Policy{RatePerMinute: 600, Burst: 1000, Budget: pacing.DefaultBudget()}})
+	r, err := Open(b.Context(), Options{URL: rs.URL, Defaults: &pacing.Policy{RatePerMinute: 600, Burst: 1000, Budget: pacing.DefaultBudget()}})
 	if err != nil {
 		b.Fatal(err)
 	}

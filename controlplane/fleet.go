@@ -1,0 +1,51 @@
+package controlplane
+
+import (
+	"context"
+	"time"
+)
+
+// fleetLoop applies adaptive raises and expires silent agents every
+// Options.FleetTick until ctx ends, then closes stopped. Its owner is Serve.
+func (s *Server) fleetLoop(ctx context.Context, stopped chan<- struct{}) {
+	defer close(stopped)
+	t := time.NewTicker(s.opts.FleetTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.fleetTick(ctx)
+		}
+	}
+}
+
+// fleetTick runs one round of fleetLoop.
+func (s *Server) fleetTick(ctx context.Context) {
+	now := s.now()
+	s.denied.flush(ctx)
+	if s.opts.AgentCreds != nil {
+		rctx, cancel := context.WithTimeout(ctx, scopeReloadTimeout)
+		if err := s.reloadScopes(rctx); err != nil {
+			s.log.DebugContext(ctx, "reload agent credentials", "err", err)
+		}
+		cancel()
+	}
+	s.agents.reap(now)
+	// Open streams keep their accounts registered; the rest lapse.
+	s.agents.eachOpen(func(c *agentConn, accounts []string) { _ = s.accounts.register(c.credential, accounts, now) })
+	s.accounts.sweep(now)
+	s.agents.recount(ctx, now)
+	s.reportStoreHealth()
+	changed, err := s.opts.Policies.Adapt(ctx, now)
+	if err != nil {
+		s.log.ErrorContext(ctx, "adaptive rates", "err", err)
+		return
+	}
+	for _, a := range changed {
+		s.log.InfoContext(ctx, "adaptive rate raised", "account", a.Key, "effective_rate_per_minute", a.EffectiveRate,
+			"rate_per_minute", a.Policy.RatePerMinute)
+		s.agents.push(a.Key)
+	}
+}

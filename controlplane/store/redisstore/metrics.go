@@ -1,0 +1,89 @@
+package redisstore
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// redisMetrics are the Redis store's metrics.
+type redisMetrics struct {
+	seconds         *prometheus.HistogramVec
+	errors          *prometheus.CounterVec
+	observers       sync.Map // op -> prometheus.Observer
+	opened          prometheus.Counter
+	handover        prometheus.Counter
+	replicaHandover prometheus.Counter
+	fallback        prometheus.Counter
+	all             []prometheus.Collector
+}
+
+func newRedisMetrics(r *Store) *redisMetrics {
+	m := &redisMetrics{
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "clodex_controlplane_redis_call_seconds",
+			Help:    "Latency of Redis calls by operation (each bounded by the Redis deadline).",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25},
+		}, []string{"op"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clodex_controlplane_redis_errors_total",
+			Help: "Failed Redis calls by operation (timeouts, connection errors, Redis errors).",
+		}, []string{"op"}),
+		opened: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clodex_controlplane_redis_breaker_opened_total",
+			Help: "Times the Redis breaker opened (this replica switched to its local share).",
+		}),
+		handover: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clodex_controlplane_redis_handover_debits_total",
+			Help: "Tokens debited in Redis for grants made elsewhere (hand-overs from data planes and from replicas after an outage).",
+		}),
+		replicaHandover: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clodex_controlplane_redis_replica_handover_debits_total",
+			Help: "Tokens this replica handed over to Redis for admissions it made from its local share while Redis was unreachable.",
+		}),
+		fallback: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clodex_controlplane_redis_fallback_admissions_total",
+			Help: "Admissions this replica decided from its local share because Redis could not be reached.",
+		}),
+	}
+	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "clodex_controlplane_redis_breaker_open",
+		Help: "1 while the Redis breaker is open and this replica admits from its local share, else 0.",
+	}, func() float64 {
+		if r.breaker.isOpen() {
+			return 1
+		}
+		return 0
+	})
+	replicas := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "clodex_controlplane_redis_replicas",
+		Help: "Live control-plane replicas registered in Redis, as last read.",
+	}, func() float64 { return float64(r.replicas.Load()) })
+	m.all = []prometheus.Collector{m.seconds, m.errors, m.opened, m.handover, m.replicaHandover, m.fallback, open, replicas}
+	return m
+}
+
+func (m *redisMetrics) register(reg prometheus.Registerer) error {
+	for _, c := range m.all {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *redisMetrics) observe(op string, d time.Duration, err error) {
+	o, ok := m.observers.Load(op)
+	if !ok {
+		o, _ = m.observers.LoadOrStore(op, m.seconds.WithLabelValues(op))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
+	if err != nil && !errors.Is(err, redis.Nil) {
+		m.errors.WithLabelValues(op).Inc()
+	}
+}
+
+func (m *redisMetrics) breakerOpen() { m.opened.Inc() }
