@@ -190,7 +190,8 @@ type Client struct {
 	sleep      func(ctx context.Context, d time.Duration) error
 	notify     func(msg string)
 	rand       func() float64
-	log        *slog.Logger
+	log        *slog.Logger // scoped: component and agent id
+	pushLog    *slog.Logger // Config.Logger as given: the policy push line keeps the form operators and tests grep
 
 	reportPrefix string             // hand-over report ids are reportPrefix-gN
 	notices      pacing.Notices     // one-time notices other than the mode switches
@@ -289,6 +290,7 @@ func New(cfg Config) (*Client, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	c.log = logger.With("component", "dataplane/control", "agent_id", cfg.AgentID)
+	c.pushLog = logger
 	return c, nil
 }
 

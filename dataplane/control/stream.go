@@ -230,7 +230,7 @@ func (c *Client) applyPolicy(ctx context.Context, p *controlplanev1.PolicyPush) 
 		c.log.WarnContext(ctx, "ignoring an invalid policy push", "account", key, "err", err)
 		return
 	}
-	c.log.LogAttrs(ctx, slog.LevelInfo, "policy from the control plane", slog.String("account", key),
+	c.pushLog.LogAttrs(ctx, slog.LevelInfo, "policy from the control plane", slog.String("account", key),
 		slog.Int("rate_per_minute", pol.RatePerMinute), slog.Int("burst", pol.Burst), slog.Int("live_agents", live),
 		slog.Int("max_retries", pol.Budget.MaxRetries), slog.Duration("idle_timeout", pol.Budget.IdleTimeout),
 		slog.Duration("total_timeout", pol.Budget.TotalTimeout))
