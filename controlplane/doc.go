@@ -14,9 +14,10 @@
 // interface its consumer declares: Admitter (admission.go); PolicyStore,
 // made of PolicyReader and PolicyWriter (admin.go), AdaptiveRates
 // (reports.go) and StoreInfo; and, optional, AgentCounter and
-// AgentRoster (directory.go), QuotaStore (reports.go) and PolicyWatcher.
-// controlplane/store.Memory (one process) and redisstore.Store (replicas
-// sharing one Redis) implement them.
+// AgentRoster (directory.go), QuotaStore (reports.go), PolicyWatcher and
+// AgentCredStore (scope.go). controlplane/store.Memory (one process) and
+// redisstore.Store (replicas sharing one Redis) implement them; the data
+// directory's store.LoginFile keeps the agent credentials without Redis.
 //
 // The services (proto/clodex/controlplane/v1), by file:
 //

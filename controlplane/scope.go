@@ -19,6 +19,19 @@ import (
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
+// AgentCredStore keeps the scoped agent credentials (Options.AgentCreds).
+// *store.LoginFile (the data directory) and *redisstore.Store (Redis)
+// implement it.
+type AgentCredStore interface {
+	// PutAgentCred creates or replaces the credential named c.Name.
+	PutAgentCred(ctx context.Context, c store.AgentCred) error
+	// AgentCreds returns every credential, ordered by name.
+	AgentCreds(ctx context.Context) ([]store.AgentCred, error)
+	// RemoveAgentCred deletes the credential name, or returns
+	// store.ErrNotFound.
+	RemoveAgentCred(ctx context.Context, name string) error
+}
+
 // scopedCred is a scoped agent credential as the authenticator holds it.
 type scopedCred struct {
 	name     string

@@ -150,7 +150,7 @@ type Options struct {
 	// AgentCreds, when set, keeps scoped agent credentials (clodexctl
 	// agent create): tokens that may act only for the accounts they name.
 	// (Optional; default none)
-	AgentCreds store.AgentCreds
+	AgentCreds AgentCredStore
 	// Broker, when set, is the credential broker: AdminService's login
 	// RPCs and CredentialService are served from it. (Optional; default
 	// none: those RPCs answer FailedPrecondition)

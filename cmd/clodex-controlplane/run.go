@@ -295,8 +295,8 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheu
 
 // loginStore keeps the broker's logins and the scoped agent credentials.
 type loginStore interface {
-	store.Logins
-	store.AgentCreds
+	broker.Logins
+	controlplane.AgentCredStore
 }
 
 // openLogins opens where the logins and scoped agent credentials live:

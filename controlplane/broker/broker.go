@@ -37,10 +37,47 @@ const (
 	refreshTimeout = 30 * time.Second
 )
 
+// LoginReader reads the stored logins.
+type LoginReader interface {
+	// Login returns key's login, or store.ErrNotFound.
+	Login(ctx context.Context, key string) (store.Login, error)
+	// Logins returns every login, ordered by key.
+	Logins(ctx context.Context) ([]store.Login, error)
+}
+
+// LoginWriter writes and removes logins.
+type LoginWriter interface {
+	// PutLogin writes l if the stored generation is still l.Generation
+	// (0: no record) and lease, when not nil, is still held; it returns
+	// the record as written, its generation incremented. Otherwise
+	// store.ErrConflict (someone else wrote) or store.ErrFenced (the
+	// lease was lost).
+	PutLogin(ctx context.Context, l store.Login, lease *store.Lease) (store.Login, error)
+	// RemoveLogin deletes key's login, or returns store.ErrNotFound.
+	RemoveLogin(ctx context.Context, key string) error
+}
+
+// Leaser hands out the refresh leases: one holder per account at a time
+// across every process sharing the store.
+type Leaser interface {
+	// AcquireLease waits until it holds key's lease, for at most ttl once
+	// held, or ctx ends.
+	AcquireLease(ctx context.Context, key string, ttl time.Duration) (*store.Lease, error)
+}
+
+// Logins is what the broker needs of a logins store.
+// *store.LoginFile (the data directory) and *redisstore.Store (Redis)
+// implement it.
+type Logins interface {
+	LoginReader
+	LoginWriter
+	Leaser
+}
+
 // Options configures New. New copies it.
 type Options struct {
 	// Logins keeps the sealed logins. (Required)
-	Logins store.Logins
+	Logins Logins
 	// Key seals the tokens. (Required)
 	Key Key
 	// TokenEndpoint is the OAuth token endpoint. (Optional; default
@@ -71,7 +108,7 @@ type Options struct {
 // Broker holds every account's login for the fleet and is its only
 // refresher. It is safe for concurrent use.
 type Broker struct {
-	logins             store.Logins
+	logins             Logins
 	key                Key
 	endpoint, clientID string
 	client             *http.Client

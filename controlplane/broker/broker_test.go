@@ -64,7 +64,7 @@ func startIDP(t *testing.T, ttl time.Duration) *idp {
 	return &idp{a: a, clock: clk, url: srv.URL + "/oauth/token"}
 }
 
-func newBroker(t *testing.T, p *idp, logins store.Logins, key broker.Key) *broker.Broker {
+func newBroker(t *testing.T, p *idp, logins broker.Logins, key broker.Key) *broker.Broker {
 	t.Helper()
 	b, err := broker.New(broker.Options{Logins: logins, Key: key, TokenEndpoint: p.url, Now: p.clock.Now})
 	if err != nil {
@@ -143,15 +143,15 @@ func TestRefreshAheadOfExpiry(t *testing.T) {
 func TestOneRefreshAcrossBrokers(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		logins func(t *testing.T) []store.Logins
+		logins func(t *testing.T) []broker.Logins
 	}{
-		{"file", func(t *testing.T) []store.Logins {
+		{"file", func(t *testing.T) []broker.Logins {
 			dir := t.TempDir()
-			return []store.Logins{openLogins(t, dir), openLogins(t, dir), openLogins(t, dir)}
+			return []broker.Logins{openLogins(t, dir), openLogins(t, dir), openLogins(t, dir)}
 		}},
-		{"redis", func(t *testing.T) []store.Logins {
+		{"redis", func(t *testing.T) []broker.Logins {
 			rs := redistest.Start(t)
-			var out []store.Logins
+			var out []broker.Logins
 			for range 3 {
 				r, err := redisstore.Open(t.Context(), redisstore.Options{URL: rs.URL, Timeout: time.Second})
 				if err != nil {

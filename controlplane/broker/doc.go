@@ -3,12 +3,12 @@
 // rotating refresh token has exactly one holder however many data planes
 // use the account.
 //
-// A [Broker] keeps logins in a store.Logins (the data directory's
-// logins.json, or Redis shared by replicas) with the tokens sealed by a
-// [Key]: AES-256-GCM, the account key authenticated with them, a fresh
-// nonce per write. The key is read by [ReadKeyFile] from
-// --credential-key-file: 32 random bytes in base64
-// (`head -c 32 /dev/urandom | base64`), mode 0600.
+// A [Broker] keeps logins in a [Logins] store ([LoginReader],
+// [LoginWriter] and [Leaser]: the data directory's logins.json, or Redis
+// shared by replicas) with the tokens sealed by a [Key]: AES-256-GCM, the
+// account key authenticated with them, a fresh nonce per write. The key
+// is read by [ReadKeyFile] from --credential-key-file: 32 random bytes in
+// base64 (`head -c 32 /dev/urandom | base64`), mode 0600.
 //
 //	b, err := broker.New(broker.Options{Logins: st, Key: key, TokenEndpoint: url})
 //	st, err := b.Import(ctx, access, refresh, id, "")   // clodexctl account import / login

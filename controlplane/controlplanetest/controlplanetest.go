@@ -166,8 +166,8 @@ func (s *Server) start(addr string) {
 	now := s.opts.Now
 	var closeStore func()
 	var logins interface {
-		store.Logins
-		store.AgentCreds
+		broker.Logins
+		controlplane.AgentCredStore
 	}
 	var roster controlplane.AgentRoster    // Redis only
 	var changes controlplane.PolicyWatcher // Redis only

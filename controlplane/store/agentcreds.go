@@ -20,19 +20,6 @@ type AgentCred struct {
 	Created time.Time `json:"created"`
 }
 
-// AgentCreds keeps scoped agent credentials. LoginFile and
-// redisstore.Store implement it.
-type AgentCreds interface {
-	// PutAgentCred creates or replaces the credential named c.Name.
-	PutAgentCred(ctx context.Context, c AgentCred) error
-	// AgentCreds returns every credential, ordered by name.
-	AgentCreds(ctx context.Context) ([]AgentCred, error)
-	// RemoveAgentCred deletes the credential name, or returns ErrNotFound.
-	RemoveAgentCred(ctx context.Context, name string) error
-}
-
-var _ AgentCreds = (*LoginFile)(nil)
-
 func sortCreds(cs []AgentCred) {
 	slices.SortFunc(cs, func(a, b AgentCred) int { return cmp.Compare(a.Name, b.Name) })
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/clodex/clodex/controlplane"
+	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/controlplane/store/storetest"
 	"github.com/clodex/clodex/internal/pacing"
@@ -16,6 +17,12 @@ var (
 	_ controlplane.PolicyStore  = (*store.Memory)(nil)
 	_ controlplane.AgentCounter = (*store.Memory)(nil)
 	_ controlplane.QuotaStore   = (*store.Memory)(nil)
+)
+
+// What the credential broker and the server need of the logins file.
+var (
+	_ broker.Logins               = (*store.LoginFile)(nil)
+	_ controlplane.AgentCredStore = (*store.LoginFile)(nil)
 )
 
 // The memory store serves every handle of one process: a peer is the

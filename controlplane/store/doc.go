@@ -11,7 +11,8 @@
 //     (atomic writes, mode 0600), loaded by Open; bucket levels do not.
 //   - OpenLogins returns a *LoginFile: the credential broker's logins and
 //     the scoped agent credentials in the data dir's logins.json, with
-//     lock files as leases (Logins, AgentCreds, NewLease).
+//     lock files as leases (what broker.Logins and
+//     controlplane.AgentCredStore ask of it; NewLease is for stores).
 //   - Shared values: Admission, Account, HandOverResult, Info, Quota and
 //     QuotaWindow (Quota.Merge is how every store applies a report),
 //     AgentStream and AgentInfo, Login, Lease and AgentCred; the errors

@@ -76,27 +76,6 @@ func (l *Lease) Release() error {
 	return f()
 }
 
-// Logins keeps the broker's logins. LoginFile (the data directory) and
-// redisstore.Store (Redis) implement it.
-type Logins interface {
-	// Login returns key's login, or ErrNotFound.
-	Login(ctx context.Context, key string) (Login, error)
-	// Logins returns every login, ordered by key.
-	Logins(ctx context.Context) ([]Login, error)
-	// PutLogin writes l if the stored generation is still l.Generation
-	// (0: no record) and lease, when not nil, is still held; it returns
-	// the record as written, its generation incremented. Otherwise
-	// ErrConflict (someone else wrote) or ErrFenced (the lease was lost).
-	PutLogin(ctx context.Context, l Login, lease *Lease) (Login, error)
-	// RemoveLogin deletes key's login, or returns ErrNotFound.
-	RemoveLogin(ctx context.Context, key string) error
-	// AcquireLease waits until it holds key's lease, for at most ttl once
-	// held, or ctx ends.
-	AcquireLease(ctx context.Context, key string, ttl time.Duration) (*Lease, error)
-}
-
-var _ Logins = (*LoginFile)(nil)
-
 var (
 	// ErrConflict reports a write over a generation that is no longer the
 	// stored one: another writer got there first.
@@ -121,7 +100,8 @@ type loginsDoc struct {
 // LoginFile keeps logins in DIR/logins.json, written atomically with mode
 // 0600 under DIR/logins.json.lock; leases are lock files
 // DIR/leases/KEY.lock. It is safe for concurrent use, and for several
-// processes sharing the directory.
+// processes sharing the directory. It is the credential broker's
+// broker.Logins and the server's controlplane.AgentCredStore.
 type LoginFile struct {
 	dir string
 	mu  sync.Mutex // serialises this process's read-modify-writes

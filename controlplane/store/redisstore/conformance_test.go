@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/clodex/clodex/controlplane"
+	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/controlplane/store/redistest"
 	"github.com/clodex/clodex/controlplane/store/storetest"
@@ -25,6 +26,12 @@ var (
 	_ controlplane.AgentRoster   = (*Store)(nil)
 	_ controlplane.QuotaStore    = (*Store)(nil)
 	_ controlplane.PolicyWatcher = (*Store)(nil)
+)
+
+// What the credential broker and the server need of its logins.
+var (
+	_ broker.Logins               = (*Store)(nil)
+	_ controlplane.AgentCredStore = (*Store)(nil)
 )
 
 // Every store of the suite is another replica's view of one redis-server

@@ -11,7 +11,7 @@
 //     agents with what clodexctl agents lists of them.
 //   - WatchPolicies delivers the policy changes other replicas made.
 //   - The broker's logins and leases and the scoped agent credentials
-//     (store.Logins, store.AgentCreds).
+//     (broker.Logins, controlplane.AgentCredStore).
 //   - Now is the clock decisions are made on (Redis's TIME); Info says
 //     whether the store is degraded; Check proves a Redis answers.
 //

@@ -158,11 +158,6 @@ type Store struct {
 	watchers []func(key string)
 }
 
-var (
-	_ store.Logins     = (*Store)(nil)
-	_ store.AgentCreds = (*Store)(nil)
-)
-
 // Open connects to Redis and returns the store. A malformed URL or a
 // Redis that refuses the credentials is an error; an unreachable one is
 // not: the store starts degraded (admitting from its share, with the
