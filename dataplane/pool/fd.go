@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"syscall"
+
+	"github.com/clodex/clodex/dataplane/upstream"
 )
 
 // Ways descriptor exhaustion was detected.
@@ -72,8 +74,8 @@ func exhaustionErrno(err error) syscall.Errno {
 // dial opens a socket. When the dial fails for lack of file descriptors
 // (the error says so, or a probe open fails with EMFILE/ENFILE) it closes
 // every idle head, oldest first, and retries once.
-func (p *Pool) dial(ctx context.Context, part Partition) (Conn, error) {
-	conn, err := p.cfg.Dialer.Dial(ctx, part)
+func (p *Pool) dial(ctx context.Context, part Partition) (*upstream.Conn, error) {
+	conn, err := p.dialUpstream(ctx, part)
 	if err == nil {
 		return conn, nil
 	}
@@ -94,7 +96,7 @@ func (p *Pool) dial(ctx context.Context, part Partition) (Conn, error) {
 	if len(shed) == 0 {
 		return nil, &DescriptorExhaustionError{Errno: errno, DetectedBy: by, Held: held, Err: err}
 	}
-	conn, err = p.cfg.Dialer.Dial(ctx, part)
+	conn, err = p.dialUpstream(ctx, part)
 	if err != nil {
 		return nil, &DescriptorExhaustionError{Errno: errno, DetectedBy: by, Held: held, Shed: len(shed), Err: err}
 	}
