@@ -180,6 +180,16 @@ func New(cfg Config) (*Pool, error) {
 
 func (p *Pool) now() time.Time { return p.cfg.Clock() }
 
+// frameHook is the upstream.DialOptions.OnFrame of a new socket of
+// account: Config.OnFrame with the account, or nil.
+func (p *Pool) frameHook(account string) func(frame []byte) {
+	onFrame := p.cfg.OnFrame
+	if onFrame == nil || account == "" {
+		return nil
+	}
+	return func(frame []byte) { onFrame(account, frame) }
+}
+
 // bestMatchLocked returns the idle head of pt whose conversation is the
 // longest strict prefix of full; ties prefer an exact match. When rec is
 // non-nil it records, for a miss, where each idle head diverged.
