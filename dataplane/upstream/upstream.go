@@ -128,7 +128,8 @@ func Key(rawURL string) string {
 // Dial opens a Responses WebSocket and starts its reader. A refused
 // upgrade is an *UpgradeError (a 5xx one wrapped in an *UnreachableError);
 // a dial that opened no socket otherwise is an *UnreachableError, unless
-// ctx ended first.
+// ctx ended first. Invalid options (the URL, no access token) are plain
+// errors, returned before any dial.
 func Dial(ctx context.Context, opts DialOptions) (*Conn, error) {
 	u, err := dialURL(opts.URL)
 	if err != nil {
