@@ -15,7 +15,6 @@ import (
 
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/translate"
-	"github.com/clodex/clodex/dataplane/upstream"
 )
 
 // toolResultBytes is the size of every tool result a cc turn adds.
@@ -391,12 +390,3 @@ func runConversation(ctx context.Context, p *pool.Pool, tp *template, account, s
 	}
 	return nil
 }
-
-// connAdapter makes an *upstream.Conn a pool.Conn whose Close is a hard
-// close, and a pool.Pinger, as the data plane's adapter is.
-type connAdapter struct{ c *upstream.Conn }
-
-func (a connAdapter) Ping(ctx context.Context) error               { return a.c.Ping(ctx) }
-func (a connAdapter) Send(ctx context.Context, frame []byte) error { return a.c.Send(ctx, frame) }
-func (a connAdapter) Next(ctx context.Context) ([]byte, error)     { return a.c.Next(ctx) }
-func (a connAdapter) Close(string) error                           { return a.c.CloseNow() }

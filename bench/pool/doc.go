@@ -11,7 +11,7 @@
 // events through a translate.Stream, Complete the lease with the output
 // items, and append the assistant message the Collector rebuilt plus a
 // 2 KB tool result to the history. Sockets are coder/websocket
-// connections opened by dataplane/upstream.Dial with a static credential;
+// connections the pool opens (dataplane/upstream.Dial) with a static credential;
 // clodex-sim runs in a separate process, so only the client side is
 // measured.
 //

@@ -162,13 +162,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 
 // bench holds what every part of the run shares.
 type bench struct {
-	opts   *options
-	tp     *template
-	stats  string // the emulator's /sim/stats URL
-	dialer pool.Dialer
-	http   *http.Client // for /sim/stats; its idle connections are closed when run returns
-	out    io.Writer
-	logw   io.Writer
+	opts  *options
+	tp    *template
+	stats string // the emulator's /sim/stats URL
+	cred  codexauth.Credential
+	http  *http.Client // for /sim/stats; its idle connections are closed when run returns
+	out   io.Writer
+	logw  io.Writer
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -187,14 +187,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer tr.CloseIdleConnections()
 	b := &bench{opts: o, tp: tp, out: stdout, logw: stderr, http: &http.Client{Transport: tr},
 		stats: (&url.URL{Scheme: "http", Host: u.Host, Path: "/sim/stats"}).String()}
-	cred := codexauth.Credential{AccessToken: codexauth.Secret(o.token), AccountID: o.account}
-	b.dialer = pool.DialerFunc(func(ctx context.Context, _ pool.Partition) (pool.Conn, error) {
-		c, err := upstream.Dial(ctx, upstream.DialOptions{URL: o.url, Credential: cred, Version: "poolbench"})
-		if err != nil {
-			return nil, err
-		}
-		return connAdapter{c}, nil
-	})
+	b.cred = codexauth.Credential{AccessToken: codexauth.Secret(o.token), AccountID: o.account}
 	if _, err := b.simStats(ctx); err != nil {
 		return err
 	}
@@ -299,7 +292,13 @@ func (b *bench) waitClosed(ctx context.Context) error {
 func (b *bench) newPool() (*pool.Pool, error) {
 	// Retention is not what is measured: idle TTLs above the run's length
 	// keep every head until the pool is closed.
-	return pool.New(pool.Config{Dialer: b.dialer, NurseryIdleTTL: 50 * time.Minute, IdleTTL: 50 * time.Minute})
+	return pool.New(pool.Config{
+		Upstream: upstream.DialOptions{URL: b.opts.url, Version: "poolbench"},
+		Credentials: pool.CredentialsFunc(func(context.Context, string) (codexauth.Credential, error) {
+			return b.cred, nil
+		}),
+		NurseryIdleTTL: 50 * time.Minute, IdleTTL: 50 * time.Minute,
+	})
 }
 
 // mem is the process's memory now, after a GC that returns freed pages.

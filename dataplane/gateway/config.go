@@ -36,8 +36,8 @@ type CredentialsSource interface {
 // the credential of a named account (a ChatGPT account id, the pool's
 // Partition.Account) and one refresh of its rejected token. With
 // Config.Accounts holding more than one account, the gateway gives each
-// new conversation an account and PoolDialer dials with that account's
-// credential.
+// new conversation an account, whose credential the pool's new sockets
+// are then dialled with.
 type AccountCredentials interface {
 	CredentialFor(ctx context.Context, accountID string) (codexauth.Credential, error)
 	RejectedFor(ctx context.Context, accountID string, token codexauth.Secret) (codexauth.Credential, error)
@@ -94,10 +94,9 @@ type Config struct {
 	// account is at its limit the turn is answered 429 with retry-after
 	// the first reset. Otherwise every turn takes Credentials.Credential.
 	Accounts *accounts.Set
-	// Pool hands out upstream sockets (continuation heads) and paces new
-	// ones through its Admitter (Required). Build its Dialer with
-	// PoolDialer. The gateway does not close it: its owner closes it after
-	// Server.Close.
+	// Pool hands out upstream sockets (continuation heads), opens and
+	// paces new ones (Required). The gateway does not close it: its owner
+	// closes it after Server.Close.
 	Pool *pool.Pool
 	// Budget bounds every request's attempts: the shared no-data deadline
 	// (IdleTimeout), the total deadline (TotalTimeout) and MaxRetries
@@ -118,12 +117,13 @@ type Config struct {
 	// Health is the data plane's memory of failing upstreams: it decides
 	// how many retries a turn spends inside the data plane on a failure the
 	// client retries itself, and what retry-after the client is told. Give
-	// the same Health to PoolDialer, which refuses new sockets to an
-	// unreachable upstream at once (Optional; default a private Health with
-	// retry.DefaultFailureRetries, whose dials are not gated).
+	// the same Health to the pool (pool.Config.Health), which refuses new
+	// sockets to an unreachable upstream at once (Optional; default a
+	// private Health with retry.DefaultFailureRetries, whose dials are not
+	// gated).
 	Health *retry.Health
 	// Upstream names the upstream in Health and in messages: the backend's
-	// host, UpstreamKey of its URL (Optional; default "the upstream").
+	// host, upstream.Key of its URL (Optional; default "the upstream").
 	Upstream string
 	// ListenAddr is the address the Handler is served on (Optional;
 	// default DefaultListenAddr). It selects the listener security mode: a

@@ -3,12 +3,12 @@
 // from the connection pool. Package internal/node assembles it as
 // clodex-dataplane runs it:
 //
-//	p, err := pool.New(pool.Config{Dialer: gateway.PoolDialer(opts, src, health), Admitter: a, Registerer: reg})
+//	p, err := pool.New(pool.Config{Upstream: opts, Credentials: c, Health: health, Admitter: a, Registerer: reg})
 //	srv, err := gateway.New(gateway.Config{
 //		Credentials: src, // *credentials.RefreshingFile, or gateway.NoRefresh(static)
 //		Pool:        p,
-//		Health:      health, // retry.NewHealth: the failure memory PoolDialer shares
-//		Upstream:    gateway.UpstreamKey(opts.URL),
+//		Health:      health, // retry.NewHealth: the failure memory the pool shares
+//		Upstream:    upstream.Key(opts.URL),
 //		Budget:      budget,
 //		ListenAddr:  "127.0.0.1:17645",
 //		Logger:      logger,
@@ -52,7 +52,9 @@
 // (instructions and tools are resent), a new socket the full context. A
 // completed response makes the socket the conversation's head
 // (Lease.Complete with Stream.OutputItems and the usage); a failure or a
-// cancelled turn discards it.
+// cancelled turn discards it. The turn reads the socket's events from
+// the Conn's own reader (upstream.Conn.Frames), in one select with its
+// context and the ping ticker.
 //
 // Retries happen only before the client got anything it keeps (a delta,
 // a tool call): a failure after message_start and empty blocks alone is
@@ -100,9 +102,9 @@
 // Shutdown: Server.Close cancels the turns in flight (the client is told
 // the data plane is shutting down; their sockets are discarded, which
 // closes them at once); closing the pool afterwards (Pool.Close, by its
-// owner) closes every idle socket with 1001 "pool closed", waiting about
-// GoingAwayTimeout for the backend's answer. Every other close of a
-// PoolDialer socket is a hard close that frees the descriptor at once,
+// owner) closes every idle socket with 1001 "pool closed", waiting at
+// most upstream.CloseTimeout for the backend's answer. Every other close
+// of a pooled socket is a hard close that frees the descriptor at once,
 // with no close frame.
 //
 // Tracing: one span per turn (Gateway.Messages) and a child span per

@@ -19,8 +19,8 @@ import (
 )
 
 // The tests of this package run the gateway as the data plane runs it,
-// assembled by package node: the pool dialing through gateway.PoolDialer,
-// the admission client asking the embedded control plane over its gRPC
+// assembled by package node: the pool opening its own sockets, the
+// admission client asking the embedded control plane over its gRPC
 // path, the agent, in front of clodex-sim over loopback sockets. They
 // assert what the client got and what the emulator saw (its counters and
 // its record of each socket's frames). The gateway's own options that the

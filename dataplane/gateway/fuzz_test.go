@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -25,9 +23,7 @@ func FuzzMessages(f *testing.F) {
 	f.Add([]byte("\x1f\x8b\x08\x00"), "gzip", "/v1/messages")
 	f.Add([]byte(`{}`), "br", "/v1/messages")
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","data":"AA"}}]}]}`), "", "/v1/messages/count_tokens")
-	p, err := pool.New(pool.Config{Dialer: pool.DialerFunc(func(context.Context, pool.Partition) (pool.Conn, error) {
-		return nil, errors.New("no upstream in the fuzzer")
-	})})
+	p, err := pool.New(pool.Config{Credentials: noUpstream("no upstream in the fuzzer")})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +16,7 @@ import (
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/codexsim"
 )
 
@@ -26,8 +29,7 @@ const (
 	simAccount = "acct-test"
 )
 
-// unitEnv is the gateway alone over a pool of PoolDialer sockets to a
-// clodex-sim: for tests of the gateway's own options (BudgetFor,
+// unitEnv is the gateway alone over a pool of sockets to a clodex-sim: for tests of the gateway's own options (BudgetFor,
 // MaxBodyBytes, a non-loopback ListenAddr, a pool's Admitter) that the
 // assembly does not expose. Tests of the data plane as it runs build it
 // with package node, in gateway_test.
@@ -59,7 +61,7 @@ func newUnitEnv(t *testing.T, o unitOptions) *unitEnv {
 	simTS := httptest.NewServer(sim.Handler())
 	simURL := "ws" + strings.TrimPrefix(simTS.URL, "http") + codexsim.ChatGPTPath
 	creds := NoRefresh(credentials.Static{AccessToken: simToken, AccountID: simAccount})
-	p, err := pool.New(pool.Config{Dialer: PoolDialer(upstream.DialOptions{URL: simURL}, creds, nil), Admitter: o.admitter})
+	p, err := pool.New(pool.Config{Upstream: upstream.DialOptions{URL: simURL}, Credentials: poolCredentials(creds), Admitter: o.admitter})
 	if err != nil {
 		t.Fatalf("pool.New: %v", err)
 	}
@@ -86,6 +88,19 @@ func newUnitEnv(t *testing.T, o unitOptions) *unitEnv {
 		simTS.Close()
 	})
 	return e
+}
+
+// poolCredentials gives the pool's sockets src's credential.
+func poolCredentials(src CredentialsSource) pool.Credentials {
+	return pool.CredentialsFunc(func(ctx context.Context, _ string) (codexauth.Credential, error) { return src.Credential(ctx) })
+}
+
+// noUpstream is a pool's credential source for a gateway that must never
+// reach an upstream: every dial fails with msg.
+func noUpstream(msg string) pool.Credentials {
+	return pool.CredentialsFunc(func(context.Context, string) (codexauth.Credential, error) {
+		return codexauth.Credential{}, errors.New(msg)
+	})
 }
 
 // post sends a JSON POST to the gateway with the given extra headers ("" deletes one).

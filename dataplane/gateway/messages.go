@@ -105,8 +105,8 @@ func (s *Server) serveMessages(w *record, r *http.Request) {
 	}
 }
 
-// Reasons a turn gives Lease.Discard, which passes them to the socket's
-// Close (PoolDialer's sockets close at once whatever the reason).
+// Reasons a turn gives Lease.Discard (the pool closes the socket at once
+// and counts the reason).
 const (
 	reasonClientGone = "client disconnected"
 	reasonShutdown   = "server shutting down"
@@ -139,13 +139,6 @@ type turnRun struct {
 	collector *translate.Collector // nil for a streaming request
 	stream    *translate.Stream    // the current attempt's stream
 	outcome   string               // set by the attempt that ended the turn
-}
-
-// frameResult is one upstream event (or the read error that ended the
-// socket), handed from the reader to the turn.
-type frameResult struct {
-	data []byte
-	err  error
 }
 
 // errClientGone ends a turn whose client stopped reading.
@@ -234,7 +227,7 @@ func (t *turnRun) upstreamError(err error) *translate.UpstreamError {
 	var re *admission.RefusedError
 	var le *loginError
 	var down *retry.DownError
-	var unreach *UnreachableError
+	var unreach *upstream.UnreachableError
 	var upg *upstream.UpgradeError
 	switch {
 	case errors.As(err, &le):
@@ -276,7 +269,7 @@ func (t *turnRun) unreachable(cause error) *translate.UpstreamError {
 		e.Message = "Upstream " + t.s.cfg.Upstream + ": " + e.Message
 		return e
 	}
-	var unreach *UnreachableError
+	var unreach *upstream.UnreachableError
 	why := "connection failed"
 	if errors.As(cause, &unreach) {
 		why = unreach.Cause
@@ -370,9 +363,9 @@ func (t *turnRun) obtain(ctx context.Context, a retry.Attempt) (*pool.Lease, err
 			}
 			return l, nil
 		}
-		var rej *rejectedError
-		if errors.As(err, &rej) && !t.refreshed && ctx.Err() == nil {
-			if ferr := t.refresh(ctx, rej.token); ferr != nil {
+		var rej *upstream.UpgradeError
+		if errors.As(err, &rej) && rej.Status == http.StatusUnauthorized && !t.refreshed && ctx.Err() == nil {
+			if ferr := t.refresh(ctx, rej.Token); ferr != nil {
 				return nil, ferr
 			}
 			continue
@@ -520,26 +513,24 @@ func (t *turnRun) send(ctx context.Context, l *pool.Lease) error {
 	return nil
 }
 
-// receive streams the response: one upstream event at a time is
-// translated and written downstream, and a committed stream is pinged
-// while the backend works without producing output. It returns when the
-// response completes or fails, the socket or the client fails, or the
-// turn's context ends.
+// receive streams the response: one upstream event at a time, as the
+// socket's reader hands it over (Conn.Frames), is translated and written
+// downstream, and a committed stream is pinged while the backend works
+// without producing output. It returns when the response completes or
+// fails, the socket or the client fails, or the turn's context ends.
 func (t *turnRun) receive(ctx context.Context, a retry.Attempt, l *pool.Lease) error {
-	rd := startReader(ctx, l.Conn)
-	defer rd.stop()
+	frames := l.Conn.Frames()
 	p := t.startPinger()
 	defer p.stop()
-	rd.more()
 	for {
 		select {
-		case fr := <-rd.out:
-			if fr.err != nil {
-				return t.transportFailed(ctx, l, fmt.Errorf("read upstream: %w", fr.err), reasonReadFailed)
+		case data, ok := <-frames:
+			if !ok {
+				return t.transportFailed(ctx, l, fmt.Errorf("read upstream: %w", l.Conn.Err()), reasonReadFailed)
 			}
 			a.Idle.Reset()
 			p.sawUpstream()
-			state, err := t.stream.Handle(fr.data) // one flush per upstream event
+			state, err := t.stream.Handle(data) // one flush per upstream event
 			if err != nil {
 				// The response goes on upstream; the socket cannot be
 				// reused mid-response.
@@ -553,7 +544,6 @@ func (t *turnRun) receive(ctx context.Context, a retry.Attempt, l *pool.Lease) e
 			case translate.StateFailed:
 				return t.responseFailed(ctx, l)
 			}
-			rd.more()
 		case now := <-p.c():
 			if p.due(now, t.sse.LastWrite()) {
 				if _, err := t.stream.Ping(); err != nil {
@@ -705,44 +695,6 @@ func (t *turnRun) cancelReason(ctx context.Context) string {
 	default:
 		return reasonClientGone
 	}
-}
-
-// reader reads one upstream event per request, so that no read is in
-// flight on a pooled socket once the turn is done with it.
-type reader struct {
-	want chan struct{}
-	out  chan frameResult
-	done chan struct{}
-}
-
-func startReader(ctx context.Context, conn pool.Conn) *reader {
-	r := &reader{want: make(chan struct{}), out: make(chan frameResult, 1), done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		for range r.want {
-			data, err := conn.Next(ctx)
-			r.out <- frameResult{data: data, err: err}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return r
-}
-
-// more asks for the next event.
-func (r *reader) more() {
-	select {
-	case r.want <- struct{}{}:
-	case <-r.done:
-	}
-}
-
-// stop ends the reader and waits for it. The caller has either consumed
-// every event it asked for, or ended the read's context.
-func (r *reader) stop() {
-	close(r.want)
-	<-r.done
 }
 
 // complete ends a completed response downstream.

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,62 +10,73 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
+	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/dataplane/upstream/upstreamtest"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
-// fakeConn is an in-memory upstream socket driven by the test inside a
-// synctest bubble, so deadlines and pings run on the bubble's clock. The
-// pool dials it through pool.Config.Dialer, the seam the data plane's own
-// dialer (PoolDialer) plugs into.
-type fakeConn struct {
-	frames chan []byte
-	closed chan struct{}
+// fakeUpstream is the backend of a synctest turn: an in-memory
+// upstreamtest server made inside the bubble (so deadlines and pings run
+// on the bubble's clock) that the pool dials like any upstream. The test
+// plays the backend's side of the turn's first socket.
+type fakeUpstream struct {
+	t    *testing.T
+	srv  *upstreamtest.Server
+	pool *pool.Pool // set by fakeTurn
 
-	mu     sync.Mutex // guards the following fields
-	sent   [][]byte
-	reason string // the reason the pool closed it with
-	done   bool
+	mu   sync.Mutex // guards peer
+	peer *upstreamtest.Peer
 }
 
-func newFakeConn() *fakeConn {
-	return &fakeConn{frames: make(chan []byte), closed: make(chan struct{})}
+func newFakeUpstream(t *testing.T) *fakeUpstream {
+	return &fakeUpstream{t: t, srv: upstreamtest.NewPipe(t)}
 }
 
-func (c *fakeConn) Send(ctx context.Context, frame []byte) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sent = append(c.sent, frame)
-	return nil
+// socket is the backend's side of the first socket the pool dialled.
+func (u *fakeUpstream) socket() *upstreamtest.Peer {
+	u.t.Helper()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.peer == nil {
+		p, err := u.srv.Accept(u.t.Context())
+		if err != nil {
+			u.t.Fatalf("no socket dialled: %v", err)
+		}
+		u.peer = p
+	}
+	return u.peer
 }
 
-func (c *fakeConn) Next(ctx context.Context) ([]byte, error) {
+// send makes the backend send frame on the socket.
+func (u *fakeUpstream) send(frame string) {
+	u.t.Helper()
+	if err := u.socket().Send(u.t.Context(), []byte(frame)); err != nil {
+		u.t.Fatalf("backend send: %v", err)
+	}
+}
+
+// wantDiscarded checks that the turn discarded the socket for reason: the
+// backend saw it close, with no close frame, and the pool counted the
+// reason.
+func (u *fakeUpstream) wantDiscarded(reason string) {
+	u.t.Helper()
+	p := u.socket()
 	select {
-	case f := <-c.frames:
-		return f, nil
-	case <-c.closed:
-		return nil, errors.New("socket closed")
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	case <-p.Gone():
+		if code := websocket.CloseStatus(p.Err()); code != -1 {
+			u.t.Errorf("socket closed with close frame %v, want a hard close", code)
+		}
+	default:
+		u.t.Errorf("socket open, want it closed (%q)", reason)
 	}
-}
-
-func (c *fakeConn) Close(reason string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.done {
-		c.done, c.reason = true, reason
-		close(c.closed)
+	if d := u.pool.Stats().Discards; d[reason] != 1 {
+		u.t.Errorf("socket discarded for %v, want once for %q", d, reason)
 	}
-	return nil
-}
-
-// closeReason is the reason the socket was closed with ("" while open).
-func (c *fakeConn) closeReason() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.reason
 }
 
 // syncWriter is a ResponseWriter safe to read while the handler writes.
@@ -101,19 +111,22 @@ func (w *syncWriter) snapshot() (int, string) {
 }
 
 // fakeTurn starts one /v1/messages request against a Server whose pool
-// dials conn. It returns the writer and a channel closed when the handler
+// dials up. It returns the writer and a channel closed when the handler
 // returns. The server and its pool are closed at t's cleanup (in the
 // data plane's order: turns first, then the pool).
-func fakeTurn(t *testing.T, conn *fakeConn, budget pacing.Budget, stream bool) (*Server, *syncWriter, chan struct{}, context.CancelFunc) {
+func fakeTurn(t *testing.T, up *fakeUpstream, budget pacing.Budget, stream bool) (*Server, *syncWriter, chan struct{}, context.CancelFunc) {
 	t.Helper()
-	p, err := pool.New(pool.Config{Dialer: pool.DialerFunc(func(context.Context, pool.Partition) (pool.Conn, error) {
-		return conn, nil
-	})})
+	cred := codexauth.Credential{AccessToken: "tok", AccountID: "acct"}
+	p, err := pool.New(pool.Config{
+		Upstream:    upstream.DialOptions{URL: up.srv.URL, HTTPClient: up.srv.Client()},
+		Credentials: poolCredentials(NoRefresh(credentials.Static(cred))),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	up.pool = p
 	srv, err := New(Config{
-		Credentials: NoRefresh(credentials.Static{AccessToken: "tok", AccountID: "acct"}),
+		Credentials: NoRefresh(credentials.Static(cred)),
 		Pool:        p,
 		Budget:      budget,
 	})
@@ -162,16 +175,16 @@ const (
 
 func TestPingWhileUpstreamWorks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newFakeConn()
-		_, w, done, cancel := fakeTurn(t, conn, pacing.Budget{}, true)
+		up := newFakeUpstream(t)
+		_, w, done, cancel := fakeTurn(t, up, pacing.Budget{}, true)
 		defer cancel()
-		conn.frames <- []byte(evCreated)
-		conn.frames <- []byte(evCallAdded) // commits the stream: content_block_start
+		up.send(evCreated)
+		up.send(evCallAdded) // commits the stream: content_block_start
 		// The backend streams tool arguments (buffered, nothing goes
 		// downstream) every 10 s for a minute: 5, 15, ..., 55 s.
 		time.Sleep(5 * time.Second)
 		for i := 0; i < 6; i++ {
-			conn.frames <- []byte(evArgDelta)
+			up.send(evArgDelta)
 			time.Sleep(10 * time.Second)
 		}
 		// t = 65 s. Ticks at 20, 40, 60 s each found no downstream write
@@ -180,8 +193,8 @@ func TestPingWhileUpstreamWorks(t *testing.T) {
 		if n := strings.Count(body, "event: ping\ndata: {\"type\":\"ping\"}\n\n"); n != 3 {
 			t.Errorf("pings after 65 s of buffered tool arguments = %d, want 3; body:\n%s", n, body)
 		}
-		conn.frames <- []byte(evCallDone)
-		conn.frames <- []byte(evCompleted)
+		up.send(evCallDone)
+		up.send(evCompleted)
 		<-done
 		status, body := w.snapshot()
 		if status != 200 || !strings.HasSuffix(body, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n") {
@@ -192,40 +205,40 @@ func TestPingWhileUpstreamWorks(t *testing.T) {
 
 func TestNoPingWhileUpstreamSilentOrUncommitted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newFakeConn()
-		_, w, done, cancel := fakeTurn(t, conn, pacing.Budget{}, true)
+		up := newFakeUpstream(t)
+		_, w, done, cancel := fakeTurn(t, up, pacing.Budget{}, true)
 		defer cancel()
-		conn.frames <- []byte(evCreated)
+		up.send(evCreated)
 		// Upstream keeps working but nothing is committed downstream yet:
 		// no ping, so a later failure can still get a real status.
 		for i := 0; i < 6; i++ {
 			time.Sleep(10 * time.Second)
-			conn.frames <- []byte(evInProgress)
+			up.send(evInProgress)
 		}
 		if status, body := w.snapshot(); status != 0 || body != "" {
 			t.Fatalf("wrote %d %q before any output, want nothing", status, body)
 		}
-		conn.frames <- []byte(evCallAdded) // commit at t = 60 s
-		time.Sleep(100 * time.Second)      // upstream silent: no pings
+		up.send(evCallAdded)          // commit at t = 60 s
+		time.Sleep(100 * time.Second) // upstream silent: no pings
 		_, body := w.snapshot()
 		if strings.Contains(body, "event: ping") {
 			t.Errorf("pinged while upstream was silent:\n%s", body)
 		}
-		conn.frames <- []byte(evCallDone)
-		conn.frames <- []byte(evCompleted)
+		up.send(evCallDone)
+		up.send(evCompleted)
 		<-done
 	})
 }
 
 func TestIdleTimeoutBeforeOutput(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newFakeConn()
-		_, w, done, cancel := fakeTurn(t, conn, budgetWith(30*time.Second, 0), true)
+		up := newFakeUpstream(t)
+		_, w, done, cancel := fakeTurn(t, up, budgetWith(30*time.Second, 0), true)
 		defer cancel()
 		start := time.Now()
-		conn.frames <- []byte(evCreated)
+		up.send(evCreated)
 		time.Sleep(20 * time.Second)
-		conn.frames <- []byte(evInProgress) // resets the idle deadline
+		up.send(evInProgress) // resets the idle deadline
 		<-done
 		if got := time.Since(start); got != 50*time.Second {
 			t.Errorf("turn ended after %v, want 50s (20 s + a 30 s idle deadline)", got)
@@ -235,19 +248,17 @@ func TestIdleTimeoutBeforeOutput(t *testing.T) {
 			t.Errorf("got %d %s, want 502 api_error naming the idle deadline", status, body)
 		}
 		synctest.Wait()
-		if reason := conn.closeReason(); reason != "idle timeout" {
-			t.Errorf("socket closed with reason %q, want \"idle timeout\"", reason)
-		}
+		up.wantDiscarded("idle timeout")
 	})
 }
 
 func TestIdleTimeoutAfterOutputIsSSEError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newFakeConn()
-		_, w, done, cancel := fakeTurn(t, conn, budgetWith(30*time.Second, 0), true)
+		up := newFakeUpstream(t)
+		_, w, done, cancel := fakeTurn(t, up, budgetWith(30*time.Second, 0), true)
 		defer cancel()
-		conn.frames <- []byte(evCreated)
-		conn.frames <- []byte(evCallAdded)
+		up.send(evCreated)
+		up.send(evCallAdded)
 		<-done
 		status, body := w.snapshot()
 		if status != 200 || !strings.Contains(body, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\"") || strings.Contains(body, "message_stop") {
@@ -258,19 +269,18 @@ func TestIdleTimeoutAfterOutputIsSSEError(t *testing.T) {
 
 func TestTotalTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newFakeConn()
-		_, w, done, cancel := fakeTurn(t, conn, budgetWith(0, 45*time.Second), false)
+		up := newFakeUpstream(t)
+		_, w, done, cancel := fakeTurn(t, up, budgetWith(0, 45*time.Second), false)
 		defer cancel()
 		start := time.Now()
-		conn.frames <- []byte(evCreated)
+		up.send(evCreated)
 		feeder := make(chan struct{})
 		go func() { // a backend that keeps the socket busy forever
 			defer close(feeder)
+			peer := up.socket()
 			for {
-				select {
-				case conn.frames <- []byte(evInProgress):
-				case <-conn.closed:
-					return
+				if err := peer.Send(context.Background(), []byte(evInProgress)); err != nil {
+					return // the socket closed
 				}
 				time.Sleep(10 * time.Second)
 			}
@@ -291,15 +301,13 @@ func TestTotalTimeout(t *testing.T) {
 // shutting down and the pool closes the socket.
 func TestShutdownEndsTurnInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newFakeConn()
-		srv, w, done, cancel := fakeTurn(t, conn, pacing.Budget{}, true)
+		up := newFakeUpstream(t)
+		srv, w, done, cancel := fakeTurn(t, up, pacing.Budget{}, true)
 		defer cancel()
-		conn.frames <- []byte(evCreated)
+		up.send(evCreated)
 		srv.Close() // returns once the socket is released
 		<-done
-		if reason := conn.closeReason(); reason != "server shutting down" {
-			t.Errorf("socket closed with reason %q, want \"server shutting down\"", reason)
-		}
+		up.wantDiscarded("server shutting down")
 		status, body := w.snapshot()
 		if status != http.StatusServiceUnavailable || !strings.Contains(body, "shutting down") {
 			t.Errorf("got %d %s, want 503 naming the shutdown", status, body)
@@ -309,19 +317,17 @@ func TestShutdownEndsTurnInFlight(t *testing.T) {
 
 func TestUpstreamFailedBeforeOutputNonStreaming(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newFakeConn()
-		_, w, done, cancel := fakeTurn(t, conn, pacing.Budget{}, false)
+		up := newFakeUpstream(t)
+		_, w, done, cancel := fakeTurn(t, up, pacing.Budget{}, false)
 		defer cancel()
-		conn.frames <- []byte(evCreated)
-		conn.frames <- []byte(evFailed)
+		up.send(evCreated)
+		up.send(evFailed)
 		<-done
 		status, body := w.snapshot()
 		if status != http.StatusBadGateway || strings.Contains(body, "boom") {
 			t.Errorf("got %d %s, want 502 without upstream prose", status, body)
 		}
 		synctest.Wait()
-		if reason := conn.closeReason(); reason != "turn failed" {
-			t.Errorf("socket closed with reason %q, want \"turn failed\"", reason)
-		}
+		up.wantDiscarded("turn failed")
 	})
 }

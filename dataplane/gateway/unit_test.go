@@ -7,32 +7,23 @@ import (
 	"compress/zlib"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/clodex/clodex/dataplane/admission"
 	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/retry"
-	"github.com/clodex/clodex/dataplane/upstream"
-	"github.com/clodex/clodex/internal/codexauth"
-	"github.com/clodex/clodex/internal/codexsim"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
 func TestNewRequiresKeyOffLoopback(t *testing.T) {
-	p, err := pool.New(pool.Config{Dialer: pool.DialerFunc(func(context.Context, pool.Partition) (pool.Conn, error) {
-		return nil, errors.New("no upstream")
-	})})
+	p, err := pool.New(pool.Config{Credentials: noUpstream("no upstream")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,99 +284,5 @@ func TestBudgetForIsConsulted(t *testing.T) {
 				t.Errorf("BudgetFor asked for %q, want once for %q", asked, simAccount)
 			}
 		})
-	}
-}
-
-// refreshingSource hands out current until Rejected is called with it.
-type refreshingSource struct {
-	mu       sync.Mutex
-	current  codexauth.Credential
-	next     codexauth.Credential
-	rejected []codexauth.Secret
-}
-
-func (s *refreshingSource) Credential(context.Context) (codexauth.Credential, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.current, nil
-}
-
-func (s *refreshingSource) Rejected(_ context.Context, tok codexauth.Secret) (codexauth.Credential, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.rejected = append(s.rejected, tok)
-	s.current = s.next
-	return s.current, nil
-}
-
-func (s *refreshingSource) set(c codexauth.Credential) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.current = c
-}
-
-// PoolDialer reads the credential at each dial (a refreshed token is used
-// for new sockets), its Close releases the socket at once, and a 401 on
-// the upgrade carries (but never prints) the refused token.
-func TestPoolDialerUsesCurrentCredentialAndHardCloses(t *testing.T) {
-	e := newUnitEnv(t, unitOptions{sim: codexsim.Config{AcceptTokens: map[string]string{"tok-a": "acct-a", "tok-b": "acct-b"}}})
-	src := &refreshingSource{current: codexauth.Credential{AccessToken: "tok-a", AccountID: "acct-a"},
-		next: codexauth.Credential{AccessToken: "tok-b", AccountID: "acct-b"}}
-	d := PoolDialer(upstream.DialOptions{URL: e.simURL}, src, nil)
-	c1, err := d.Dial(t.Context(), pool.Partition{})
-	if err != nil {
-		t.Fatalf("first dial: %v", err)
-	}
-	if _, err := src.Rejected(t.Context(), "tok-a"); err != nil {
-		t.Fatal(err)
-	}
-	c2, err := d.Dial(t.Context(), pool.Partition{})
-	if err != nil {
-		t.Fatalf("second dial: %v", err)
-	}
-	if st := e.sim.Stats(); st.UpgradesByAccount["acct-a"] != 1 || st.UpgradesByAccount["acct-b"] != 1 || st.OpenSockets != 2 {
-		t.Errorf("sim upgrades by account %v open %d, want one each and 2 open", st.UpgradesByAccount, st.OpenSockets)
-	}
-	c1.Close("test")
-	c2.Close("test")
-	WaitFor(t, "the sim to see both sockets closed", func() bool { return e.sim.Stats().OpenSockets == 0 })
-
-	src.set(codexauth.Credential{AccessToken: "tok-unknown", AccountID: "acct-a"})
-	_, err = d.Dial(t.Context(), pool.Partition{})
-	var rej *rejectedError
-	if !errors.As(err, &rej) || rej.token != "tok-unknown" || strings.Contains(err.Error(), "tok-unknown") {
-		t.Errorf("dial with a refused token: %v, want a 401 rejection carrying (but not printing) the token", err)
-	}
-}
-
-// A peer that does not answer the close frame cannot hold a shutdown:
-// closeGoingAway gives up after its timeout and releases the socket; the
-// close frame was still sent.
-func TestCloseGoingAwayIsBounded(t *testing.T) {
-	release := make(chan struct{})
-	got := make(chan websocket.StatusCode, 1)
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer func() { _ = c.CloseNow() }()
-		<-release // deaf until the client gave up
-		_, _, err = c.Read(context.Background())
-		got <- websocket.CloseStatus(err)
-	}))
-	defer ts.Close()
-	c, err := upstream.Dial(t.Context(), upstream.DialOptions{URL: "ws" + strings.TrimPrefix(ts.URL, "http"),
-		Credential: codexauth.Credential{AccessToken: "tok"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = closeGoingAway(c, pool.ReasonPoolClosed, 20*time.Millisecond) // returns: the peer never answered
-	close(release)
-	if code := <-got; code != websocket.StatusGoingAway {
-		t.Errorf("peer read close status %v, want 1001", code)
-	}
-	if err := c.Send(t.Context(), []byte("{}")); err == nil {
-		t.Error("Send after closeGoingAway succeeded; want the socket released")
 	}
 }

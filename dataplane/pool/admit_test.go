@@ -113,8 +113,8 @@ func TestAdmissionWaitEndsWhenAHeadFrees(t *testing.T) {
 	if cause := <-causes; !errors.Is(cause, errHeadFreed) {
 		t.Errorf("the admission wait ended with %v, want errHeadFreed", cause)
 	}
-	if l.Decision != DecisionContinuation || connID(l.Conn) != 1 || l.PreviousResponseID != "r2" {
-		t.Fatalf("lease %q conn %d prev %q, want a continuation on conn 1 after r2", l.Decision, connID(l.Conn), l.PreviousResponseID)
+	if l.Decision != DecisionContinuation || e.connID(l.Conn) != 1 || l.PreviousResponseID != "r2" {
+		t.Fatalf("lease %q conn %d prev %q, want a continuation on conn 1 after r2", l.Decision, e.connID(l.Conn), l.PreviousResponseID)
 	}
 	if s := e.pool.Stats(); e.dialer.dials() != 1 || s.Rematches != 1 || s.ReturnedAdmissions != 1 {
 		t.Errorf("dials %d, rematches %d, returned admissions %d; want 1, 1, 1", e.dialer.dials(), s.Rematches, s.ReturnedAdmissions)

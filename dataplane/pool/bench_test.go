@@ -10,9 +10,11 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/dataplane/upstream/upstreamtest"
 )
 
 // ccShape is the Claude Code 2.1.332 request shape from the captured
@@ -115,32 +117,17 @@ func ccTurn(conv string, i int) (assistantOut [][]byte, toolResult []byte) {
 		callOutput(id, filler(fmt.Sprintf("%s-%d", conv, i), 2048))
 }
 
-// benchConn stands in for a socket whose peer is silent: Next blocks until
-// Close, as the pool's idle reader expects. It holds a little state so that
-// the pool's per-head figure is not flattered by a zero-size fake. A real
-// socket's buffers (coder/websocket + TLS) are measured by bench/pool.
-type benchConn struct {
-	id     int
-	done   chan struct{}
-	closed sync.Once
-}
-
-func (c *benchConn) Send(context.Context, []byte) error { return nil }
-func (c *benchConn) Next(ctx context.Context) ([]byte, error) {
-	select {
-	case <-c.done:
-		return nil, errFakeClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-func (c *benchConn) Close(string) error { c.closed.Do(func() { close(c.done) }); return nil }
-
-type benchDialer struct{ n int }
-
-func (d *benchDialer) Dial(context.Context, Partition) (Conn, error) {
-	d.n++
-	return &benchConn{id: d.n, done: make(chan struct{})}, nil
+// benchConfig is a pool over in-memory sockets to an upstreamtest pipe
+// server whose peers read but never send: real coder/websocket sockets
+// (both sides), without a descriptor per socket, so that 10,000 heads fit
+// in one test process. A loopback socket's kernel buffers and TLS are
+// measured by bench/pool.
+func benchConfig(tb testing.TB) (Config, *upstreamtest.Server) {
+	srv := upstreamtest.NewPipe(tb)
+	return Config{
+		Upstream:    upstream.DialOptions{URL: srv.URL, HTTPClient: srv.Client()},
+		Credentials: staticCredentials(testCred),
+	}, srv
 }
 
 func rssBytes() uint64 {
@@ -164,8 +151,8 @@ func heapAfterGC() uint64 {
 	return ms.HeapAlloc
 }
 
-// BenchmarkIdleHeadMemory measures what the pool keeps per idle pooled
-// conversation: heap after runtime.GC() and RSS growth, per head, with
+// BenchmarkIdleHeadMemory measures what an idle pooled conversation keeps:
+// heap after runtime.GC() and RSS growth, per head, with
 // 1,000 and 10,000 heads, for a one-message conversation and a 20-turn
 // Claude Code 2.1.332-shaped one. Run with -benchtime=1x.
 func BenchmarkIdleHeadMemory(b *testing.B) {
@@ -194,9 +181,9 @@ func BenchmarkIdleHeadMemory(b *testing.B) {
 					inputBytes += len(it)
 				}
 				for b.Loop() {
-					d := &benchDialer{}
+					cfg, _ := benchConfig(b)
 					heap0, rss0 := heapAfterGC(), rssBytes()
-					p, err := New(Config{Dialer: d})
+					p, err := New(cfg)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -232,7 +219,8 @@ func BenchmarkIdleHeadMemory(b *testing.B) {
 // same for resending the full history every turn.
 func upstreamBytes(tb testing.TB) (pooledInput, fullInput, pooledFrame, fullFrame int) {
 	sh := loadCCShape(tb)
-	p, err := New(Config{Dialer: &benchDialer{}})
+	cfg, _ := benchConfig(tb)
+	p, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -306,9 +294,10 @@ func BenchmarkUpstreamBytes30Turns(b *testing.B) {
 // how many sockets were opened. keepParallel false replays the original
 // design, which closed a parallel socket after its response.
 func fanOutSockets(tb testing.TB, keepParallel bool) (sockets int, saved uint64) {
-	d := &benchDialer{}
+	cfg, srv := benchConfig(tb)
 	clock := newFakeClock()
-	p, err := New(Config{Dialer: d, Clock: clock.Now})
+	cfg.Clock = clock.Now
+	p, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -339,7 +328,7 @@ func fanOutSockets(tb testing.TB, keepParallel bool) (sockets int, saved uint64)
 			hist[a] = append(append(hist[a], out...), res)
 		}
 	}
-	return d.n, p.Stats().SavedSockets
+	return srv.Upgrades(), p.Stats().SavedSockets
 }
 
 func TestSubagentFanOutSockets(t *testing.T) {
@@ -370,7 +359,8 @@ func BenchmarkSubagentFanOutSockets(b *testing.B) {
 // BenchmarkAcquireContinuation is the per-turn cost of Acquire + Complete
 // on a continuation while 10,000 other idle heads are pooled.
 func BenchmarkAcquireContinuation(b *testing.B) {
-	p, err := New(Config{Dialer: &benchDialer{}})
+	cfg, _ := benchConfig(b)
+	p, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clodex/clodex/dataplane/retry"
+	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/codexauth"
 )
 
 // Default retention policy (docs/pool.md §5 and §9).
@@ -35,34 +39,21 @@ const (
 	EnvMaxNurseryConnections = "CLODEX_WS_MAX_NURSERY_CONNECTIONS"
 )
 
-// Conn is one upstream socket as the pool and its caller see it. Send and
-// Next are for the caller driving a turn on a [Lease]; while a head is idle
-// the pool itself keeps one Next in progress (its idle reader, which is how
-// coder/websocket answers pings and sees close frames), and pings it when
-// the Conn is also a [Pinger].
-type Conn interface {
-	Send(ctx context.Context, frame []byte) error
-	// Next reads one frame. It must return once Close is called or ctx
-	// ends (ending ctx may close the socket).
-	Next(ctx context.Context) ([]byte, error)
-	// Close is a hard close: it must release the socket's file descriptor
-	// before it returns (coder/websocket CloseNow, not a close handshake).
-	// With [ReasonPoolClosed] it may do a close handshake first; the pool
-	// ends its idle reader's read after one second, which must release
-	// the socket.
-	Close(reason string) error
+// Credentials gives each new socket its credential, read at dial time (a
+// refreshed token is used by new sockets; existing heads keep theirs).
+type Credentials interface {
+	// Credential returns the current credential of account, the
+	// partition's Partition.Account ("" when it names none).
+	Credential(ctx context.Context, account string) (codexauth.Credential, error)
 }
 
-// Dialer opens a new upstream socket for a partition.
-type Dialer interface {
-	Dial(ctx context.Context, p Partition) (Conn, error)
+// CredentialsFunc adapts a function to [Credentials].
+type CredentialsFunc func(ctx context.Context, account string) (codexauth.Credential, error)
+
+// Credential calls f.
+func (f CredentialsFunc) Credential(ctx context.Context, account string) (codexauth.Credential, error) {
+	return f(ctx, account)
 }
-
-// DialerFunc adapts a function to [Dialer].
-type DialerFunc func(ctx context.Context, p Partition) (Conn, error)
-
-// Dial calls f.
-func (f DialerFunc) Dial(ctx context.Context, p Partition) (Conn, error) { return f(ctx, p) }
 
 // Admitter is asked before the pool dials a NEW socket for a request: a new
 // head, a parallel head, an unpartitioned socket, a rotation, or the
@@ -86,10 +77,33 @@ func (f AdmitterFunc) Admit(ctx context.Context, account string) error { return 
 
 // Config configures [New]. New copies it; it is never modified.
 type Config struct {
-	// Dialer opens new sockets (Required).
-	Dialer Dialer
+	// Upstream is what every new socket is dialled with (Optional: its
+	// zero value dials the Codex backend): URL, version, HTTP client, read
+	// limit, logger. Its Credential and OnFrame are the pool's to set for
+	// each socket.
+	Upstream upstream.DialOptions
+	// Credentials gives each new socket its credential (Required).
+	Credentials Credentials
 	// Admitter paces new sockets (Optional; nil admits every dial).
 	Admitter Admitter
+	// Health is the upstream's failure memory (Optional; nil gates
+	// nothing; give the gateway the same one). While the upstream
+	// (upstream.Key of Upstream.URL) is unreachable a new socket is refused
+	// at once with a *retry.DownError, before admission and without a dial,
+	// until the next probe is due. A dial that opens no socket
+	// (*upstream.UnreachableError) is recorded as Unreachable; one the
+	// backend answered (a socket, or an upgrade refused below 500) as
+	// Reached.
+	Health *retry.Health
+	// OnFrame is called with every text frame a socket reads, with the
+	// socket's account (Optional; only for partitions that name one). It
+	// runs synchronously on the socket's reader: it must not block.
+	OnFrame func(account string, frame []byte)
+	// OnForbidden is called when the backend refuses a new socket's
+	// upgrade with 403, with the partition's account and the raw
+	// Retry-After header (Optional; only for partitions that name an
+	// account). It runs synchronously on the dialing request's goroutine.
+	OnForbidden func(account, retryAfter string)
 	// Clock returns the current time (Optional; default time.Now). Every
 	// TTL, promotion and rotation decision reads it.
 	Clock func() time.Time
@@ -129,11 +143,10 @@ type Config struct {
 
 	// KeepaliveInterval is how long a head sits idle before the pool pings
 	// its socket, and the pause between pings while it stays idle
-	// (Optional; default 1m; negative disables pings). Only a Conn that
-	// implements [Pinger] is pinged. A socket that dies without a close
-	// frame (a NAT or proxy that dropped it, a peer that vanished) is then
-	// dropped within about KeepaliveInterval + KeepaliveTimeout of going
-	// silent, not found dead by the next request.
+	// (Optional; default 1m; negative disables pings). A socket that dies
+	// without a close frame (a NAT or proxy that dropped it, a peer that
+	// vanished) is then dropped within about KeepaliveInterval +
+	// KeepaliveTimeout of going silent, not found dead by the next request.
 	KeepaliveInterval time.Duration
 	// KeepaliveTimeout is how long a ping waits for its pong before the
 	// head is dropped (Optional; default 15s).
@@ -152,8 +165,8 @@ type Config struct {
 // Validate reports every problem of c at once.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.Dialer == nil {
-		errs = append(errs, errors.New("Dialer is required"))
+	if c.Credentials == nil {
+		errs = append(errs, errors.New("Credentials is required"))
 	}
 	if c.MaxConnections < 0 {
 		errs = append(errs, fmt.Errorf("MaxConnections is %d; allowed: 0 (unbounded) or a positive integer", c.MaxConnections))

@@ -122,7 +122,7 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
 		}
 	}
-	if _, err := New(Config{Dialer: e.dialer, Registerer: reg}); err == nil {
+	if _, err := New(Config{Credentials: staticCredentials(testCred), Registerer: reg}); err == nil {
 		t.Error("second pool on the same registry: want a registration error")
 	}
 }
@@ -149,17 +149,17 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 }
 
 func TestConfigValidate(t *testing.T) {
-	d := &fakeDialer{}
+	d := staticCredentials(testCred)
 	tests := []struct {
 		name    string
 		cfg     Config
 		wantErr []string
 	}{
-		{"minimal", Config{Dialer: d}, nil},
-		{"no dialer", Config{}, []string{"Dialer is required"}},
-		{"negative caps and TTL", Config{Dialer: d, MaxConnections: -1, MaxNurseryConnections: -2, IdleTTL: -time.Second},
+		{"minimal", Config{Credentials: d}, nil},
+		{"no credentials", Config{}, []string{"Credentials is required"}},
+		{"negative caps and TTL", Config{Credentials: d, MaxConnections: -1, MaxNurseryConnections: -2, IdleTTL: -time.Second},
 			[]string{"MaxConnections is -1", "MaxNurseryConnections is -2", "IdleTTL is -1s"}},
-		{"rotation after max age", Config{Dialer: d, RotateAge: time.Hour, MaxSocketAge: time.Minute}, []string{"RotateAge 1h0m0s exceeds MaxSocketAge"}},
+		{"rotation after max age", Config{Credentials: d, RotateAge: time.Hour, MaxSocketAge: time.Minute}, []string{"RotateAge 1h0m0s exceeds MaxSocketAge"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -183,12 +183,12 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	c := Config{Dialer: &fakeDialer{}}.withDefaults()
+	c := Config{Credentials: staticCredentials(testCred)}.withDefaults()
 	if c.NurseryIdleTTL != 5*time.Minute || c.IdleTTL != 30*time.Minute || c.HardTTL != 55*time.Minute ||
 		c.RotateAge != 50*time.Minute || c.MaxSocketAge != 58*time.Minute || c.MaxConnections != 0 || c.MaxNurseryConnections != 0 {
 		t.Errorf("defaults %+v", c)
 	}
-	c = Config{Dialer: &fakeDialer{}, IdleTTL: time.Minute}.withDefaults()
+	c = Config{Credentials: staticCredentials(testCred), IdleTTL: time.Minute}.withDefaults()
 	if c.NurseryIdleTTL != time.Minute {
 		t.Errorf("nursery TTL %v, want capped at the idle TTL 1m", c.NurseryIdleTTL)
 	}

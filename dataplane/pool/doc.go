@@ -1,13 +1,15 @@
 // Package pool keeps upstream Responses WebSockets open as continuation
 // heads, so a conversation's next turn sends only its new items with
 // previous_response_id and is served from the backend's prompt cache
-// (docs/pool.md describes the behaviour). It holds no socket
-// code: sockets come from a [Dialer] and are used through the three-method
-// [Conn]; new sockets are paced by an optional [Admitter].
+// (docs/pool.md describes the behaviour). It opens its own sockets
+// (upstream.Dial with Config.Upstream and the partition's credential from
+// [Credentials]), after asking the failure memory (Config.Health) and the
+// optional [Admitter]; the sockets themselves are package upstream's.
 //
-//	p, err := pool.New(pool.Config{Dialer: d, Admitter: a, Logger: logger})
+//	p, err := pool.New(pool.Config{Upstream: opts, Credentials: c, Health: health, Admitter: a,
+//		OnFrame: sink, OnForbidden: report403, Logger: logger})
 //	lease, err := p.Acquire(ctx, part, items) // items: canonical item bytes of the full input
-//	// send lease.PreviousResponseID (if set) + items[lease.Delta:] on lease.Conn,
+//	// send lease.PreviousResponseID (if set) + items[lease.Delta:] on lease.Conn (an *upstream.Conn),
 //	// with the current instructions and tools, and read the response; then one of
 //	lease.Complete(responseID, outputItems, usage) // the socket becomes (or stays) a head
 //	lease.Discard("client cancelled")              // close it, drop the head
@@ -35,7 +37,7 @@
 // # Decisions
 //
 // [Pool.Acquire] sweeps expired idle heads, then decides, under one mutex
-// that is never held across Admit, Dial or a Close:
+// that is never held across Admit, a dial or a close:
 //
 //   - continuation: an idle head matches; a nursery head is promoted to
 //     established (after the established cap's evictions).
@@ -75,24 +77,26 @@
 //
 // # Idle heads are watched
 //
-// An idle head's socket always has a reader: one goroutine per idle head,
-// blocked in Conn.Next. coder/websocket answers pings and sees close
-// frames only inside a read, so without it a close from the backend, or a
-// socket that died, would be found by the head's next request as a failed
-// attempt and a replacement. With it the head is dropped at once, its
+// Every socket has a reader, its own (upstream.Conn's one goroutine):
+// coder/websocket answers pings and sees close frames only inside a read,
+// so without it a close from the backend, or a socket that died, would be
+// found by the head's next request as a failed attempt and a replacement.
+// While a head is idle the pool watches its socket (upstream.Conn.Watch):
+// what the socket says goes to the pool instead of a request, the head is
+// dropped at once, its
 // socket closed (the descriptor released), counted under the eviction
 // reasons peer_closed (a close frame), connection_lost (a read error
 // without one), unexpected_frame (a data frame with no request in flight)
 // or keepalive_timeout, and reported in a ws_head_lost line. Its next
 // request dials once, as a new head, with nothing failed.
 //
-// A read cannot be stopped without closing the socket, so when a request
-// takes an idle head the reader is handed over, not stopped: if it is
-// still in Next, the request's first Next returns what that read returns
-// (the request's first frame, or the error that ended the socket). The
-// decision between "the head is idle: drop it" and "a request holds it:
-// deliver" is made under the pool's mutex, the same one that hands heads
-// to requests, so a frame is never lost or read twice.
+// A request that takes an idle head claims its socket
+// (upstream.Conn.Claim): the watch ends, and what the reader reads next
+// (the request's first frame, or the error that ended the socket) goes to
+// the request. The decision between "the head is idle: drop it" and "a
+// request holds it: deliver" is made once, under the socket's lock, so a
+// frame is never lost or read twice; a claim that finds the watch already
+// told leaves the head to be dropped and matches again.
 //
 // A socket can also die without a word: a NAT or firewall that forgot the
 // flow, a proxy that hung, a peer host that vanished. Kernel TCP
@@ -100,7 +104,7 @@
 // backend is a TLS-terminating edge that answers it while the WebSocket
 // behind it may be gone, and a NAT that dropped the flow is found only
 // after minutes. So the pool uses WebSocket pings, which reach whatever
-// serves the WebSocket: an idle head whose Conn is a [Pinger] is pinged
+// serves the WebSocket: an idle head is pinged (upstream.Conn.Ping)
 // after KeepaliveInterval (1m) idle and every interval after; no pong
 // within KeepaliveTimeout (15s) drops it. A request then meets a dead
 // socket only if it died in the last ~75 s, instead of waiting out the
@@ -111,14 +115,14 @@
 // a busy 2-core machine), under 1 % of a core. Pings stop while
 // a request holds the head (one already sent is then ignored, whatever
 // its outcome). The reader costs one goroutine stack per
-// idle head, within the pool's 64 KiB per held conversation (make
+// socket, within the pool's 64 KiB per held conversation (make
 // bench-pool measures it).
 //
-// The reader and the keepalive belong to the head's socket: whoever
-// closes it (an eviction, Close, a lease ending) waits for them. A Conn's
-// own close handshake (Close with [ReasonPoolClosed]) needs that reader to
-// read the peer's answer; it gets a second, then the reader's read ends,
-// which releases the socket.
+// The keepalive belongs to the head, the reader to its socket: whoever
+// closes the socket (an eviction, Close, a lease ending) waits for both.
+// Every close is a hard one (upstream.Conn.CloseNow) except Pool.Close's:
+// a 1001 [ReasonPoolClosed] close frame whose answer the reader reads,
+// within upstream.CloseTimeout.
 //
 // # File-descriptor exhaustion
 //

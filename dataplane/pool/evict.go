@@ -67,6 +67,7 @@ func (p *Pool) sweepLocked(now time.Time, evicted []*head, rec *decisionRecord) 
 				if reason := p.expiryLocked(h, now); reason != "" {
 					h.removed = true
 					p.adjustGenLocked(h.gen, -1)
+					p.disarmLocked(h)
 					p.countEvictionLocked(reason, h, rec)
 					evicted = append(evicted, h)
 					continue

@@ -5,9 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"syscall"
+
+	"github.com/clodex/clodex/dataplane/retry"
+	"github.com/clodex/clodex/dataplane/upstream"
 )
+
+// Opening a new socket: dialUpstream, and dial around it, which sheds idle
+// heads and retries once when the process runs out of file descriptors
+// (docs/pool.md §8).
 
 // Ways descriptor exhaustion was detected.
 const (
@@ -72,8 +80,8 @@ func exhaustionErrno(err error) syscall.Errno {
 // dial opens a socket. When the dial fails for lack of file descriptors
 // (the error says so, or a probe open fails with EMFILE/ENFILE) it closes
 // every idle head, oldest first, and retries once.
-func (p *Pool) dial(ctx context.Context, part Partition) (Conn, error) {
-	conn, err := p.cfg.Dialer.Dial(ctx, part)
+func (p *Pool) dial(ctx context.Context, part Partition) (*upstream.Conn, error) {
+	conn, err := p.dialUpstream(ctx, part)
 	if err == nil {
 		return conn, nil
 	}
@@ -94,11 +102,50 @@ func (p *Pool) dial(ctx context.Context, part Partition) (Conn, error) {
 	if len(shed) == 0 {
 		return nil, &DescriptorExhaustionError{Errno: errno, DetectedBy: by, Held: held, Err: err}
 	}
-	conn, err = p.cfg.Dialer.Dial(ctx, part)
+	conn, err = p.dialUpstream(ctx, part)
 	if err != nil {
 		return nil, &DescriptorExhaustionError{Errno: errno, DetectedBy: by, Held: held, Shed: len(shed), Err: err}
 	}
 	return conn, nil
+}
+
+// dialUpstream opens one socket for part: its account's current
+// credential, the failure memory's ticket around the dial, and the hooks
+// of Config (frames watched, a 403 reported).
+func (p *Pool) dialUpstream(ctx context.Context, part Partition) (*upstream.Conn, error) {
+	cred, err := p.cfg.Credentials.Credential(ctx, part.Account)
+	if err != nil {
+		return nil, fmt.Errorf("dial upstream: get credential: %w", err)
+	}
+	var ticket *retry.DialTicket // nil-safe: a nil Health gates nothing
+	if p.cfg.Health != nil {
+		if ticket, err = p.cfg.Health.Dial(p.upstream); err != nil {
+			return nil, err
+		}
+		defer ticket.Done()
+	}
+	opts := p.cfg.Upstream
+	opts.Credential = cred
+	opts.OnFrame = p.frameHook(part.Account)
+	c, err := upstream.Dial(ctx, opts)
+	if err == nil {
+		ticket.Reached()
+		return c, nil
+	}
+	var unreach *upstream.UnreachableError
+	var ue *upstream.UpgradeError
+	refused := errors.As(err, &ue)
+	switch {
+	case ctx.Err() != nil:
+	case errors.As(err, &unreach):
+		ticket.Unreachable(err)
+	case refused:
+		ticket.Reached() // the backend answered: up
+	}
+	if refused && ue.Status == http.StatusForbidden && p.cfg.OnForbidden != nil && part.Account != "" {
+		p.cfg.OnForbidden(part.Account, ue.RetryAfter)
+	}
+	return nil, err
 }
 
 // shedIdle unregisters every idle head and hard-closes their sockets,

@@ -50,7 +50,7 @@ func TestDescriptorExhaustionShedsIdleHeadsOldestFirst(t *testing.T) {
 	if got := e.dialer.closed(); !slices.Equal(got, []int{2, 3, 1}) {
 		t.Fatalf("closed %v, want idle heads least recently used first [2 3 1]", got)
 	}
-	if fake(busy.Conn).isClosed() {
+	if e.conn(busy.Conn).isClosed() {
 		t.Fatal("busy head was shed")
 	}
 	if len(*e.notes) != 1 {
@@ -171,7 +171,7 @@ func TestDescriptorExhaustionWithNothingIdleFailsOnceWithAdvice(t *testing.T) {
 	if e.dialer.attempts != 2 {
 		t.Errorf("dial attempts = %d, want 2 (no retry with nothing freed)", e.dialer.attempts)
 	}
-	if fake(busy.Conn).isClosed() {
+	if e.conn(busy.Conn).isClosed() {
 		t.Error("busy socket closed")
 	}
 	if s := e.pool.Stats(); s.InFlight != 1 || s.Nursery != 1 {

@@ -13,7 +13,7 @@ func TestHolderAndForget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send(t, l, first)
+	e.send(l, first)
 	out := items(assistant("hi"))
 	l.Complete(respID(1), out, Usage{})
 	next := cat(first, out, items(user("more")))

@@ -3,6 +3,8 @@ package pool
 import (
 	"context"
 	"fmt"
+
+	"github.com/clodex/clodex/dataplane/upstream"
 )
 
 // Lease is one request's use of a socket. The caller sends on Conn:
@@ -12,8 +14,9 @@ import (
 // Complete, Discard, or a successful Replace (which returns the lease that
 // takes over). The exported fields are read-only.
 type Lease struct {
-	// Conn is the socket to send the turn on.
-	Conn Conn
+	// Conn is the socket to send the turn on and read the response from
+	// (Frames or Next). The lease's end closes it or keeps it as a head.
+	Conn *upstream.Conn
 	// PreviousResponseID is the head's response id on a continuation, ""
 	// when the full context must be sent.
 	PreviousResponseID string
@@ -75,7 +78,7 @@ func (l *Lease) Complete(responseID string, output [][]byte, usage Usage) {
 			p.removeLocked(h)
 		}
 		p.mu.Unlock()
-		_ = l.Conn.Close("response done; socket not kept")
+		closeSocket(h, l.Conn) // response done; the socket is not kept
 		return
 	}
 	h.ttlPaused += now.Sub(h.inFlightSince)
@@ -91,7 +94,8 @@ func (l *Lease) Complete(responseID string, output [][]byte, usage Usage) {
 }
 
 // Discard ends the lease after a failure or cancellation: the socket is
-// closed and its head dropped.
+// closed at once and its head dropped. reason is counted in
+// [Stats.Discards].
 func (l *Lease) Discard(reason string) {
 	p := l.p
 	p.mu.Lock()
@@ -103,8 +107,9 @@ func (l *Lease) Discard(reason string) {
 	if l.h != nil && !l.h.removed {
 		p.removeLocked(l.h)
 	}
+	p.stats.Discards[reason]++
 	p.mu.Unlock()
-	_ = l.Conn.Close(reason)
+	closeSocket(l.h, l.Conn)
 }
 
 // Replace closes the lease's socket and opens a new one for the same
@@ -141,7 +146,7 @@ func (l *Lease) Replace(ctx context.Context, reason string) (*Lease, error) {
 	p.stats.Replacements++
 	p.metrics.replacements.WithLabelValues(metricLabel(reason)).Inc()
 	p.mu.Unlock()
-	_ = l.Conn.Close("replaced: " + reason)
+	closeSocket(h, l.Conn) // replaced
 
 	var err error
 	outcome := "dial_failed"
@@ -150,7 +155,7 @@ func (l *Lease) Replace(ctx context.Context, reason string) (*Lease, error) {
 			outcome = "admission_refused"
 		}
 	}
-	var conn Conn
+	var conn *upstream.Conn
 	if err == nil {
 		conn, err = p.dial(ctx, l.part)
 	}
@@ -169,8 +174,7 @@ func (l *Lease) Replace(ctx context.Context, reason string) (*Lease, error) {
 	gen := GenerationIsolated
 	if h != nil {
 		h.id = id
-		h.conn = p.newSock(h, conn)
-		conn = h.conn
+		p.setConnLocked(h, conn)
 		h.created = now
 		h.ttlPaused = 0
 		h.inFlightSince = now

@@ -48,6 +48,8 @@ type Stats struct {
 	Rotations, RotationsDeferred uint64
 	// Replacements counts Lease.Replace calls.
 	Replacements uint64
+	// Discards counts Lease.Discard calls, by the reason given.
+	Discards map[string]uint64
 	// DescriptorExhaustions counts dials that ran out of descriptors;
 	// ShedConnections the idle heads closed to make room.
 	DescriptorExhaustions, ShedConnections uint64
@@ -78,6 +80,7 @@ func newStats() Stats {
 		Decisions: map[string]uint64{},
 		Misses:    map[string]uint64{},
 		Evictions: map[string]uint64{},
+		Discards:  map[string]uint64{},
 	}
 }
 
@@ -89,6 +92,7 @@ func (p *Pool) Stats() Stats {
 	s.Decisions = maps.Clone(p.stats.Decisions)
 	s.Misses = maps.Clone(p.stats.Misses)
 	s.Evictions = maps.Clone(p.stats.Evictions)
+	s.Discards = maps.Clone(p.stats.Discards)
 	s.Nursery, s.Established, s.InFlight = p.nNursery, p.nEstablish, p.nBusy
 	return s
 }

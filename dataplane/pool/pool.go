@@ -1,12 +1,15 @@
 package pool
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/clodex/clodex/dataplane/upstream"
 )
 
 // Generations of a socket.
@@ -70,7 +73,8 @@ const (
 	EvictKeepaliveTimeout = "keepalive_timeout" // no pong within KeepaliveTimeout
 )
 
-// ReasonPoolClosed is the reason [Pool.Close] passes to Conn.Close.
+// ReasonPoolClosed is the reason of the 1001 close frame [Pool.Close]
+// sends on every idle socket.
 const ReasonPoolClosed = "pool closed"
 
 // ErrClosed is returned by [Pool.Acquire] after [Pool.Close].
@@ -94,7 +98,8 @@ type Usage struct {
 type head struct {
 	id   uint64
 	part *partition
-	conn *sock // nil while the socket is being dialled
+	conn *upstream.Conn // nil while the socket is being dialled
+	lost func(error)    // conn's watch (watch.go)
 	gen  string
 
 	created       time.Time     // when the current socket opened (physical age)
@@ -114,6 +119,12 @@ type head struct {
 
 	bornParallel bool
 	reused       bool
+	dead         bool // the idle socket's watch fired: it drops the head (watch.go)
+
+	// the keepalive of the idle socket (watch.go), guarded by Pool.mu
+	ping    *time.Timer
+	pingSeq uint64         // bumped on every arm and disarm; a stale callback does nothing
+	pings   sync.WaitGroup // keepalive callbacks armed or running; closers of the socket wait for them
 }
 
 type partition struct {
@@ -123,11 +134,12 @@ type partition struct {
 }
 
 // Pool holds upstream sockets as continuation heads. Every decision runs
-// on the requesting goroutine; the only goroutines the pool starts watch
+// on the requesting goroutine; the only goroutines the pool starts ping
 // idle heads (watch.go), and Close waits for them.
 type Pool struct {
-	cfg     Config
-	metrics *metrics
+	cfg      Config
+	upstream string // upstream.Key of cfg.Upstream.URL: the failure memory's key
+	metrics  *metrics
 
 	diagMu sync.Mutex     // serialises writes to cfg.Diagnostics
 	drops  sync.WaitGroup // idle heads being dropped by their watchers
@@ -152,10 +164,11 @@ func New(cfg Config) (*Pool, error) {
 		return nil, err
 	}
 	p := &Pool{
-		cfg:     cfg.withDefaults(),
-		parts:   make(map[Partition]*partition),
-		waiting: make(map[Partition][]*admissionWait),
-		stats:   newStats(),
+		cfg:      cfg.withDefaults(),
+		upstream: upstream.Key(cfg.Upstream.URL),
+		parts:    make(map[Partition]*partition),
+		waiting:  make(map[Partition][]*admissionWait),
+		stats:    newStats(),
 	}
 	m, err := newMetrics(cfg.Registerer, p)
 	if err != nil {
@@ -167,430 +180,14 @@ func New(cfg Config) (*Pool, error) {
 
 func (p *Pool) now() time.Time { return p.cfg.Clock() }
 
-// Acquire returns a socket for one request whose full input, as canonical
-// item bytes (docs/pool.md §3.1), is items. It reuses the idle head whose
-// conversation is the longest strict prefix of items (exact, or with the
-// head's reasoning items omitted), or asks the Admitter and dials. After
-// the Admitter returns it matches again, so a head that freed up during
-// the wait is used instead of a new socket. The caller must end the lease
-// with exactly one of Complete, Discard or a successful Replace.
-func (p *Pool) Acquire(ctx context.Context, part Partition, items [][]byte) (*Lease, error) {
-	if len(items) == 0 {
-		return nil, errors.New("acquire socket: empty input; want at least one item")
-	}
-	full := digestAll(items)
-	rec := p.newRecord(part, items)
-	l, err := p.acquire(ctx, part, items, full, rec)
-	if rec != nil {
-		if err != nil && rec.Outcome == "" {
-			rec.Outcome = outcomeOf(err)
-		}
-		if rec.Outcome == "" {
-			rec.Outcome = "ok"
-		}
-		p.writeRecord(rec)
-	}
-	return l, err
-}
-
-// acquire runs the three steps of a keyed request in order: look for an
-// idle head, ask for admission, look again or dial. A head that frees up
-// and matches while the request waits for admission ends the wait: the
-// Admitter hands the reservation back (its context is cancelled), and the
-// request takes the head without a new socket; if another request took
-// the head first, it asks again.
-func (p *Pool) acquire(ctx context.Context, part Partition, items [][]byte, full []digest, rec *decisionRecord) (*Lease, error) {
-	if !part.keyed() {
-		return p.acquireUnpartitioned(ctx, part, full, rec)
-	}
-	if l, found, err := p.firstLook(ctx, part, items, full, rec); found {
-		return l, err
-	}
-	for {
-		err := p.admitWatching(ctx, part, full)
-		if errors.Is(err, errHeadFreed) {
-			// Not admitted (the reservation went back): take the head.
-			if l, found, err := p.lookAgain(ctx, part, items, full, rec); found {
-				return l, err
-			}
-			continue
-		}
-		if err != nil {
-			if rec != nil {
-				rec.Outcome = "admission_refused"
-			}
-			return nil, err
-		}
-		return p.secondLook(ctx, part, items, full, rec)
-	}
-}
-
-// errHeadFreed ends an admission wait because a head that matches the
-// request freed up.
-var errHeadFreed = errors.New("pool: a matching head freed up during the admission wait")
-
-// admissionWait is a request waiting for admission of a new socket: a
-// head of its partition that completes a response and matches it cancels
-// the wait (headFreedLocked).
-type admissionWait struct {
-	full   []digest
-	cancel context.CancelCauseFunc
-}
-
-// admitWatching asks the Admitter for a new socket of part while watching
-// the partition's heads. It returns errHeadFreed when a matching head
-// freed up before the admission returned (the Admitter saw its context
-// cancelled and handed back what it had reserved).
-func (p *Pool) admitWatching(ctx context.Context, part Partition, full []digest) error {
-	if p.cfg.Admitter == nil {
+// frameHook is the upstream.DialOptions.OnFrame of a new socket of
+// account: Config.OnFrame with the account, or nil.
+func (p *Pool) frameHook(account string) func(frame []byte) {
+	onFrame := p.cfg.OnFrame
+	if onFrame == nil || account == "" {
 		return nil
 	}
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	w := &admissionWait{full: full, cancel: cancel}
-	p.mu.Lock()
-	p.waiting[part] = append(p.waiting[part], w)
-	p.mu.Unlock()
-	err := p.admit(actx, part.Account)
-	p.mu.Lock()
-	ws := slices.DeleteFunc(p.waiting[part], func(x *admissionWait) bool { return x == w })
-	if len(ws) == 0 {
-		delete(p.waiting, part)
-	} else {
-		p.waiting[part] = ws
-	}
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errHeadFreed) {
-		p.stats.ReturnedAdmissions++
-		p.mu.Unlock()
-		return errHeadFreed
-	}
-	p.mu.Unlock()
-	return err
-}
-
-// headFreedLocked ends the admission waits of h's partition that h, idle
-// with a completed response, now matches.
-func (p *Pool) headFreedLocked(h *head) {
-	if h.removed || h.busy || h.responseID == "" {
-		return
-	}
-	for _, w := range p.waiting[h.part.key] {
-		if mode, _ := matchHead(h, w.full); mode != "" {
-			w.cancel(errHeadFreed)
-		}
-	}
-}
-
-// firstLook continues, or rotates, the idle head whose conversation the
-// request extends. found is false when there is none: the request needs a
-// new socket, and rec holds the miss's decision.
-func (p *Pool) firstLook(ctx context.Context, part Partition, items [][]byte, full []digest, rec *decisionRecord) (l *Lease, found bool, err error) {
-	now := p.now()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, true, ErrClosed
-	}
-	var evicted []*head
-	pt, m := p.lookLocked(now, part, full, items, rec, rec, &evicted)
-	if m.h != nil {
-		l, err := p.takeHeadUnlock(ctx, part, m, full, now, rec, evicted, false)
-		return l, true, err
-	}
-	if rec != nil {
-		rec.Decision = p.missDecisionLocked(pt)
-	}
-	p.mu.Unlock()
-	closeHeads(evicted)
-	return nil, false, nil
-}
-
-// secondLook runs after admission, which may have waited: a head that
-// freed up meanwhile is used instead of a new socket (docs/pool.md §6);
-// otherwise the new head is registered, in flight, and dialled.
-func (p *Pool) secondLook(ctx context.Context, part Partition, items [][]byte, full []digest, rec *decisionRecord) (*Lease, error) {
-	now := p.now()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, ErrClosed
-	}
-	var evicted []*head
-	pt, m := p.lookLocked(now, part, full, items, rec, nil, &evicted)
-	if m.h != nil {
-		p.countRematchLocked(rec)
-		return p.takeHeadUnlock(ctx, part, m, full, now, rec, evicted, true)
-	}
-	h, decision := p.newHeadLocked(part, pt, now, rec, &evicted)
-	p.mu.Unlock()
-	closeHeads(evicted)
-	return p.dialHead(ctx, part, h, decision, full, rec)
-}
-
-// lookAgain takes a head that matches the request after its admission
-// wait was ended by that head freeing up: the request holds no admission.
-// found is false when another request took the head first.
-func (p *Pool) lookAgain(ctx context.Context, part Partition, items [][]byte, full []digest, rec *decisionRecord) (l *Lease, found bool, err error) {
-	now := p.now()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, true, ErrClosed
-	}
-	var evicted []*head
-	_, m := p.lookLocked(now, part, full, items, rec, nil, &evicted)
-	if m.h == nil {
-		p.mu.Unlock()
-		closeHeads(evicted)
-		return nil, false, nil
-	}
-	p.countRematchLocked(rec)
-	l, err = p.takeHeadUnlock(ctx, part, m, full, now, rec, evicted, false)
-	return l, true, err
-}
-
-// lookLocked sweeps expired idle heads into *evicted, then returns the
-// request's partition and its best idle match. sweepRec records the
-// evictions, matchRec the candidates (the second look does not).
-func (p *Pool) lookLocked(now time.Time, part Partition, full []digest, items [][]byte, sweepRec, matchRec *decisionRecord, evicted *[]*head) (*partition, match) {
-	*evicted = p.sweepLocked(now, *evicted, sweepRec)
-	pt := p.parts[part]
-	return pt, p.bestMatchLocked(pt, full, items, matchRec, now)
-}
-
-// takeHeadUnlock gives the matched idle head to the request: a
-// continuation on its socket, or a rotation when the socket reached
-// RotateAge (admitted says whether the request already passed admission).
-// It is called with p.mu held and unlocks it.
-func (p *Pool) takeHeadUnlock(ctx context.Context, part Partition, m match, full []digest, now time.Time, rec *decisionRecord, evicted []*head, admitted bool) (*Lease, error) {
-	if now.Sub(m.h.created) < p.cfg.RotateAge {
-		l := p.continueLocked(m, full, now, rec, &evicted)
-		l.admitted = admitted
-		p.mu.Unlock()
-		closeHeads(evicted)
-		return l, nil
-	}
-	p.reserveLocked(m.h, now)
-	p.mu.Unlock()
-	closeHeads(evicted)
-	return p.rotate(ctx, part, m, full, rec, admitted)
-}
-
-func (p *Pool) countRematchLocked(rec *decisionRecord) {
-	p.stats.Rematches++
-	p.metrics.rematches.Inc()
-	if rec != nil {
-		rec.RematchedAfterAdmission = true
-		rec.Heads = nil
-	}
-}
-
-// newHeadLocked counts the miss, makes room under the nursery cap and
-// registers a new head, in flight, for the socket about to be dialled.
-func (p *Pool) newHeadLocked(part Partition, pt *partition, now time.Time, rec *decisionRecord, evicted *[]*head) (*head, string) {
-	decision := p.missDecisionLocked(pt)
-	p.countMissLocked(decision)
-	*evicted = p.evictCapLocked(GenerationNursery, p.cfg.MaxNurseryConnections, nil, *evicted, rec)
-	h := p.registerLocked(part, decision == DecisionParallelHead, now)
-	if rec != nil {
-		rec.Decision = decision
-		rec.CreatedConnectionID = h.id
-		rec.Generation = GenerationNursery
-		rec.fillCountsLocked(p)
-	}
-	return h, decision
-}
-
-// dialHead dials the socket of new head h; on failure h is unregistered.
-func (p *Pool) dialHead(ctx context.Context, part Partition, h *head, decision string, full []digest, rec *decisionRecord) (*Lease, error) {
-	conn, err := p.dial(ctx, part)
-	p.mu.Lock()
-	if err != nil {
-		if !h.removed {
-			p.removeLocked(h)
-		}
-		p.mu.Unlock()
-		if rec != nil {
-			rec.Outcome = "dial_failed"
-		}
-		return nil, fmt.Errorf("acquire socket: %w", err)
-	}
-	now := p.now()
-	h.conn = p.newSock(h, conn)
-	h.created = now
-	h.inFlightSince = now
-	p.countDecisionLocked(decision)
-	p.mu.Unlock()
-	return &Lease{
-		Conn:         h.conn,
-		Decision:     decision,
-		Generation:   GenerationNursery,
-		ConnectionID: h.id,
-		p:            p,
-		h:            h,
-		part:         part,
-		req:          full,
-		admitted:     true,
-	}, nil
-}
-
-func (p *Pool) acquireUnpartitioned(ctx context.Context, part Partition, full []digest, rec *decisionRecord) (*Lease, error) {
-	if rec != nil {
-		rec.Decision = DecisionUnpartitioned
-		rec.Generation = GenerationIsolated
-	}
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
-	}
-	if err := p.admit(ctx, part.Account); err != nil {
-		if rec != nil {
-			rec.Outcome = "admission_refused"
-		}
-		return nil, err
-	}
-	conn, err := p.dial(ctx, part)
-	if err != nil {
-		if rec != nil {
-			rec.Outcome = "dial_failed"
-		}
-		return nil, fmt.Errorf("acquire socket: %w", err)
-	}
-	p.mu.Lock()
-	p.nextID++
-	id := p.nextID
-	p.countMissLocked(DecisionUnpartitioned)
-	p.countDecisionLocked(DecisionUnpartitioned)
-	p.mu.Unlock()
-	if rec != nil {
-		rec.CreatedConnectionID = id
-	}
-	return &Lease{
-		Conn:         conn,
-		Decision:     DecisionUnpartitioned,
-		Generation:   GenerationIsolated,
-		ConnectionID: id,
-		p:            p,
-		part:         part,
-		req:          full,
-		admitted:     true,
-	}, nil
-}
-
-func (p *Pool) admit(ctx context.Context, account string) error {
-	if p.cfg.Admitter == nil {
-		return nil
-	}
-	if err := p.cfg.Admitter.Admit(ctx, account); err != nil {
-		return fmt.Errorf("admit new socket: %w", err)
-	}
-	return nil
-}
-
-// rotate replaces the socket of m.h, which the caller reserved, with a new
-// one carrying the full context. If admission is refused or the dial fails
-// while the old socket is younger than MaxSocketAge, the turn continues on
-// the old socket.
-func (p *Pool) rotate(ctx context.Context, part Partition, m match, full []digest, rec *decisionRecord, admitted bool) (*Lease, error) {
-	var err error
-	if !admitted {
-		err = p.admit(ctx, part.Account)
-		admitted = err == nil
-	}
-	var conn Conn
-	if err == nil {
-		conn, err = p.dial(ctx, part)
-	}
-	now := p.now()
-	h := m.h
-	p.mu.Lock()
-	if err != nil {
-		if ctx.Err() != nil {
-			// The request is gone; the head stays as it was, unless it
-			// was dropped meanwhile (then nobody else will close it).
-			p.releaseLocked(h)
-			dropped := h.removed
-			p.mu.Unlock()
-			if dropped && h.conn != nil {
-				_ = h.conn.Close("dropped")
-			}
-			if rec != nil {
-				rec.Outcome = "cancelled"
-			}
-			return nil, err
-		}
-		if !h.removed && now.Sub(h.created) < p.cfg.MaxSocketAge {
-			p.stats.RotationsDeferred++
-			p.metrics.rotationsDeferred.Inc()
-			var evicted []*head
-			p.releaseLocked(h)
-			l := p.continueLocked(m, full, now, rec, &evicted)
-			l.admitted = admitted // admitted, but the dial failed
-			p.mu.Unlock()
-			closeHeads(evicted)
-			if rec != nil {
-				rec.Rotation = "deferred"
-			}
-			return l, nil
-		}
-		if !h.removed {
-			p.removeLocked(h)
-			p.countEvictionLocked(EvictMaxSocketAge, h, rec)
-		}
-		old := h.conn
-		p.mu.Unlock()
-		if old != nil {
-			_ = old.Close(EvictMaxSocketAge)
-		}
-		if rec != nil {
-			rec.Decision = DecisionRotation
-			rec.Outcome = "rotation_failed"
-		}
-		return nil, fmt.Errorf("rotate socket: %w", err)
-	}
-	old := h.conn
-	p.nextID++
-	h.id = p.nextID
-	h.conn = p.newSock(h, conn)
-	h.created = now
-	h.ttlPaused = 0
-	h.inFlightSince = now
-	gen := h.gen
-	var evicted []*head
-	if gen == GenerationNursery && !h.removed {
-		evicted = p.evictCapLocked(GenerationEstablished, p.cfg.MaxConnections, h, evicted, rec)
-		p.setGenLocked(h, GenerationEstablished)
-		gen = GenerationEstablished
-	}
-	p.stats.Rotations++
-	p.metrics.rotations.Inc()
-	p.countDecisionLocked(DecisionRotation)
-	if rec != nil {
-		rec.Decision = DecisionRotation
-		rec.Rotation = "rotated"
-		rec.Generation = gen
-		rec.CreatedConnectionID = h.id
-		rec.ContinuationMatchMode = m.mode
-		rec.fillCountsLocked(p)
-	}
-	p.mu.Unlock()
-	closeHeads(evicted)
-	if old != nil {
-		_ = old.Close("rotated: socket reached rotation age")
-	}
-	return &Lease{
-		Conn:         h.conn,
-		Decision:     DecisionRotation,
-		Generation:   gen,
-		ConnectionID: h.id,
-		p:            p,
-		h:            h,
-		part:         part,
-		req:          full,
-		admitted:     true,
-	}, nil
+	return func(frame []byte) { onFrame(account, frame) }
 }
 
 // bestMatchLocked returns the idle head of pt whose conversation is the
@@ -603,7 +200,7 @@ func (p *Pool) bestMatchLocked(pt *partition, full []digest, items [][]byte, rec
 	}
 	matching := 0
 	for _, h := range pt.heads {
-		if h.busy || h.responseID == "" {
+		if h.busy || h.dead || h.responseID == "" {
 			continue
 		}
 		mode, n := matchHead(h, full)
@@ -618,6 +215,7 @@ func (p *Pool) bestMatchLocked(pt *partition, full []digest, items [][]byte, rec
 	if rec != nil {
 		rec.CandidateCount = len(pt.heads)
 		rec.MatchingCandidateCount = matching
+		rec.IdleCandidateCount = 0
 		for _, h := range pt.heads {
 			if !h.busy {
 				rec.IdleCandidateCount++
@@ -631,13 +229,20 @@ func (p *Pool) bestMatchLocked(pt *partition, full []digest, items [][]byte, rec
 }
 
 func (p *Pool) missDecisionLocked(pt *partition) string {
-	if pt == nil || len(pt.heads) == 0 {
+	if pt == nil {
 		return DecisionNewPartition
 	}
+	live := 0
 	for _, h := range pt.heads {
 		if h.busy {
 			return DecisionParallelHead
 		}
+		if !h.dead { // a dead head is being dropped by its watch
+			live++
+		}
+	}
+	if live == 0 {
+		return DecisionNewPartition
 	}
 	return DecisionHistoryMismatch
 }
@@ -716,16 +321,12 @@ func (p *Pool) continueLocked(m match, full []digest, now time.Time, rec *decisi
 	}
 }
 
-// reserveLocked marks h in flight; its socket's idle watch hands over to
-// the request.
+// reserveLocked marks h in flight (lookLocked claimed its socket).
 func (p *Pool) reserveLocked(h *head, now time.Time) {
 	if !h.busy {
 		h.busy = true
 		if !h.removed {
 			p.nBusy++
-		}
-		if h.conn != nil {
-			h.conn.handOverLocked()
 		}
 	}
 	h.inFlightSince = now
@@ -738,9 +339,7 @@ func (p *Pool) releaseLocked(h *head) {
 		if !h.removed {
 			p.nBusy--
 			p.noteIdleLocked(h)
-			if h.conn != nil {
-				h.conn.watchLocked()
-			}
+			p.watchLocked(h)
 		}
 	}
 }
@@ -809,13 +408,13 @@ func (p *Pool) removeLocked(h *head) {
 		p.nBusy--
 	}
 	h.removed = true
+	p.disarmLocked(h)
 }
 
+// closeHeads hard-closes the sockets of unregistered idle heads.
 func closeHeads(hs []*head) {
 	for _, h := range hs {
-		if h.conn != nil {
-			_ = h.conn.Close("evicted")
-		}
+		closeSocket(h, h.conn)
 	}
 }
 
@@ -860,20 +459,20 @@ func (p *Pool) Close() error {
 		}
 	}
 	p.mu.Unlock()
-	// Close the idle sockets side by side: each close may wait (bounded)
-	// for the peer's close frame, and shutdown must not take that wait once
-	// per socket. The goroutines are owned here and waited for.
+	// Close the idle sockets side by side, each with a 1001 close frame:
+	// each close may wait (upstream.CloseTimeout) for the peer's answer,
+	// and shutdown must not take that wait once per socket. The goroutines
+	// are owned here and waited for.
 	errs := make([]error, len(idle))
 	var wg sync.WaitGroup
 	for i, h := range idle {
 		if h.conn == nil {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = h.conn.Close(ReasonPoolClosed)
-		}()
+		wg.Go(func() {
+			errs[i] = h.conn.Close(websocket.StatusGoingAway, ReasonPoolClosed)
+			h.pings.Wait()
+		})
 	}
 	wg.Wait()
 	p.drops.Wait()

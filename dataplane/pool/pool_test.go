@@ -25,8 +25,8 @@ func TestThirtyTurnConversationUsesOneSocket(t *testing.T) {
 		if err != nil {
 			t.Fatalf("turn %d: Acquire: %v", i, err)
 		}
-		send(t, l, hist)
-		f := lastFrame(t, l.Conn)
+		e.send(l, hist)
+		f := e.lastFrame(l.Conn)
 		if i == 1 {
 			if l.Decision != DecisionNewPartition || f.PreviousResponseID != "" || len(f.Input) != 1 {
 				t.Fatalf("turn 1: decision %q, previous_response_id %q, %d items; want new_partition_head, none, 1",
@@ -46,7 +46,7 @@ func TestThirtyTurnConversationUsesOneSocket(t *testing.T) {
 				t.Fatalf("turn %d: generation %q, want established", i, l.Generation)
 			}
 		}
-		if got := connID(l.Conn); got != 1 {
+		if got := e.connID(l.Conn); got != 1 {
 			t.Fatalf("turn %d: conn %d, want 1", i, got)
 		}
 		out := items(call(fmt.Sprintf("call_%d", i), fmt.Sprintf(`{"command": "make step%d"}`, i)))
@@ -99,20 +99,20 @@ func TestRewindAndBranchKeepBothHeads(t *testing.T) {
 
 	// Rewind to after a1 and say something else: a new head.
 	l := e.turn(pt, items(u1, a1, user("u2 rewritten")), "r2b", items(assistant("a2b")))
-	if l.Decision != DecisionHistoryMismatch || connID(l.Conn) != 2 {
-		t.Fatalf("rewind: decision %q conn %d, want history_mismatch_new_head on conn 2", l.Decision, connID(l.Conn))
+	if l.Decision != DecisionHistoryMismatch || e.connID(l.Conn) != 2 {
+		t.Fatalf("rewind: decision %q conn %d, want history_mismatch_new_head on conn 2", l.Decision, e.connID(l.Conn))
 	}
 
 	// The original branch continues on conn 1 ...
 	l = e.turn(pt, items(u1, a1, user("u2"), assistant("a2"), user("u3")), "r3", items(assistant("a3")))
-	if l.Decision != DecisionContinuation || connID(l.Conn) != 1 || l.PreviousResponseID != "r2" || l.Delta != 4 {
+	if l.Decision != DecisionContinuation || e.connID(l.Conn) != 1 || l.PreviousResponseID != "r2" || l.Delta != 4 {
 		t.Fatalf("original branch: decision %q conn %d prev %q delta %d, want continuation on 1 after r2 at 4",
-			l.Decision, connID(l.Conn), l.PreviousResponseID, l.Delta)
+			l.Decision, e.connID(l.Conn), l.PreviousResponseID, l.Delta)
 	}
 	// ... and the rewound one on conn 2.
 	l = e.turn(pt, items(u1, a1, user("u2 rewritten"), assistant("a2b"), user("u3b")), "r3b", items(assistant("a3b")))
-	if l.Decision != DecisionContinuation || connID(l.Conn) != 2 || l.PreviousResponseID != "r2b" {
-		t.Fatalf("rewound branch: decision %q conn %d prev %q, want continuation on 2 after r2b", l.Decision, connID(l.Conn), l.PreviousResponseID)
+	if l.Decision != DecisionContinuation || e.connID(l.Conn) != 2 || l.PreviousResponseID != "r2b" {
+		t.Fatalf("rewound branch: decision %q conn %d prev %q, want continuation on 2 after r2b", l.Decision, e.connID(l.Conn), l.PreviousResponseID)
 	}
 	if d := e.dialer.dials(); d != 2 {
 		t.Errorf("dials = %d, want 2", d)
@@ -154,7 +154,7 @@ func TestParallelFanOutOfTwentyKeepsEverySocketAsAHead(t *testing.T) {
 		seen := map[int]bool{}
 		for a, l := range leases {
 			decisions[l.Decision]++
-			id := connID(l.Conn)
+			id := e.connID(l.Conn)
 			if seen[id] {
 				t.Fatalf("round %d: conn %d shared by two requests in flight", r, id)
 			}
@@ -360,21 +360,21 @@ func TestRotation(t *testing.T) {
 		if l.Decision != DecisionRotation || l.Delta != 0 || l.PreviousResponseID != "" || l.Reused {
 			t.Fatalf("lease %q delta %d prev %q reused %v, want rotation with full context", l.Decision, l.Delta, l.PreviousResponseID, l.Reused)
 		}
-		if connID(l.Conn) != 2 || !e.dialer.conns[0].isClosed() {
-			t.Fatalf("conn %d, old closed %v; want new conn 2 and old closed", connID(l.Conn), e.dialer.conns[0].isClosed())
+		if e.connID(l.Conn) != 2 || !e.dialer.conns[0].isClosed() {
+			t.Fatalf("conn %d, old closed %v; want new conn 2 and old closed", e.connID(l.Conn), e.dialer.conns[0].isClosed())
 		}
 		if e.admit.count() != 2 {
 			t.Errorf("admissions = %d, want 2 (first socket, rotation)", e.admit.count())
 		}
-		send(t, l, hist)
-		if f := lastFrame(t, l.Conn); len(f.Input) != len(hist) || f.PreviousResponseID != "" {
+		e.send(l, hist)
+		if f := e.lastFrame(l.Conn); len(f.Input) != len(hist) || f.PreviousResponseID != "" {
 			t.Errorf("rotation frame: %d items prev %q, want %d items and none", len(f.Input), f.PreviousResponseID, len(hist))
 		}
 		l.Complete("r-rot", items(assistant("a6")), Usage{})
 		e.clock.Advance(time.Minute)
 		l = e.turn(pt, cat(hist, items(assistant("a6"), user("u7"))), "r7", items(assistant("a7")))
-		if l.Decision != DecisionContinuation || connID(l.Conn) != 2 || l.PreviousResponseID != "r-rot" {
-			t.Errorf("after rotation: %q on conn %d prev %q, want continuation on 2 after r-rot", l.Decision, connID(l.Conn), l.PreviousResponseID)
+		if l.Decision != DecisionContinuation || e.connID(l.Conn) != 2 || l.PreviousResponseID != "r-rot" {
+			t.Errorf("after rotation: %q on conn %d prev %q, want continuation on 2 after r-rot", l.Decision, e.connID(l.Conn), l.PreviousResponseID)
 		}
 		if l.Generation != GenerationEstablished {
 			t.Errorf("rotated head generation %q, want established", l.Generation)
@@ -388,8 +388,8 @@ func TestRotation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Decision != DecisionContinuation || connID(l.Conn) != 1 || l.PreviousResponseID != respID(5) {
-			t.Fatalf("lease %q conn %d prev %q, want continuation on old conn 1 after %s", l.Decision, connID(l.Conn), l.PreviousResponseID, respID(5))
+		if l.Decision != DecisionContinuation || e.connID(l.Conn) != 1 || l.PreviousResponseID != respID(5) {
+			t.Fatalf("lease %q conn %d prev %q, want continuation on old conn 1 after %s", l.Decision, e.connID(l.Conn), l.PreviousResponseID, respID(5))
 		}
 		if e.dialer.dials() != 1 || e.dialer.conns[0].isClosed() {
 			t.Errorf("dials %d, old closed %v; want 1 and open", e.dialer.dials(), e.dialer.conns[0].isClosed())
@@ -439,14 +439,14 @@ func TestReplace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send(t, l, in2)
+	e.send(l, in2)
 	// The backend answers previous_response_not_found.
 	r, err := l.Replace(t.Context(), ReplacePreviousResponseNotFound)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Decision != DecisionReplacement || r.Delta != 0 || r.PreviousResponseID != "" || connID(r.Conn) != 2 {
-		t.Fatalf("replacement %q delta %d prev %q conn %d, want full context on conn 2", r.Decision, r.Delta, r.PreviousResponseID, connID(r.Conn))
+	if r.Decision != DecisionReplacement || r.Delta != 0 || r.PreviousResponseID != "" || e.connID(r.Conn) != 2 {
+		t.Fatalf("replacement %q delta %d prev %q conn %d, want full context on conn 2", r.Decision, r.Delta, r.PreviousResponseID, e.connID(r.Conn))
 	}
 	if !e.dialer.conns[0].isClosed() {
 		t.Errorf("failed socket not closed")
@@ -460,14 +460,14 @@ func TestReplace(t *testing.T) {
 	if _, err := l.Replace(t.Context(), ReplaceTransport); !errors.Is(err, ErrLeaseDone) {
 		t.Errorf("Replace on replaced lease err = %v, want ErrLeaseDone", err)
 	}
-	send(t, r, in2)
-	if f := lastFrame(t, r.Conn); len(f.Input) != 3 {
+	e.send(r, in2)
+	if f := e.lastFrame(r.Conn); len(f.Input) != 3 {
 		t.Errorf("replacement sent %d items, want 3", len(f.Input))
 	}
 	r.Complete("r2", items(assistant("a2")), Usage{})
 	l3 := e.turn(pt, items(user("u1"), assistant("a1"), user("u2"), assistant("a2"), user("u3")), "r3", nil)
-	if l3.Decision != DecisionContinuation || connID(l3.Conn) != 2 || l3.PreviousResponseID != "r2" {
-		t.Errorf("after replacement: %q conn %d prev %q, want continuation on 2 after r2", l3.Decision, connID(l3.Conn), l3.PreviousResponseID)
+	if l3.Decision != DecisionContinuation || e.connID(l3.Conn) != 2 || l3.PreviousResponseID != "r2" {
+		t.Errorf("after replacement: %q conn %d prev %q, want continuation on 2 after r2", l3.Decision, e.connID(l3.Conn), l3.PreviousResponseID)
 	}
 	if s := e.pool.Stats(); s.Replacements != 1 || s.Nursery+s.Established != 1 {
 		t.Errorf("replacements %d heads %d, want 1 and 1", s.Replacements, s.Nursery+s.Established)
@@ -518,7 +518,7 @@ func TestCapsEvictOldestIdle(t *testing.T) {
 			t.Fatal(err)
 		}
 		l := e.turn(part("B"), items(user("b")), "rb", nil) // conn 2: cap exceeded, nothing idle
-		if len(e.dialer.closed()) != 0 || connID(l.Conn) != 2 {
+		if len(e.dialer.closed()) != 0 || e.connID(l.Conn) != 2 {
 			t.Fatalf("closed %v, want none", e.dialer.closed())
 		}
 		e.clock.Advance(time.Second)
@@ -621,12 +621,12 @@ func TestLongestMatchWins(t *testing.T) {
 	b.Complete("r2", items(assistant("a2")), Usage{}) // head 1: [u1 a1 u2 a2]
 
 	l := e.turn(pt, items(u1, a1, user("u2"), assistant("a2"), user("u3")), "r3", items(assistant("a3")))
-	if connID(l.Conn) != 1 || l.Delta != 4 {
-		t.Fatalf("long history went to conn %d delta %d, want conn 1 at 4", connID(l.Conn), l.Delta)
+	if e.connID(l.Conn) != 1 || l.Delta != 4 {
+		t.Fatalf("long history went to conn %d delta %d, want conn 1 at 4", e.connID(l.Conn), l.Delta)
 	}
 	l = e.turn(pt, items(u1, a1, user("other question")), "r4", nil)
-	if connID(l.Conn) != 2 || l.Delta != 2 || l.PreviousResponseID != "s1" {
-		t.Fatalf("short history went to conn %d delta %d prev %q, want conn 2 at 2 after s1", connID(l.Conn), l.Delta, l.PreviousResponseID)
+	if e.connID(l.Conn) != 2 || l.Delta != 2 || l.PreviousResponseID != "s1" {
+		t.Fatalf("short history went to conn %d delta %d prev %q, want conn 2 at 2 after s1", e.connID(l.Conn), l.Delta, l.PreviousResponseID)
 	}
 	if s := e.pool.Stats(); s.SavedSockets != 1 {
 		t.Errorf("saved sockets = %d, want 1 (the side request's socket was reused)", s.SavedSockets)
@@ -646,8 +646,8 @@ func TestLongestMatchWinsOverAnOlderHead(t *testing.T) {
 	e.turn(pt, items(u1, a1, u2, a2, u3), "r3", items(a3)) // conn 2: [u1 a1 u2 a2 u3 a3]
 	b.Complete("r2", items(a2), Usage{})                   // conn 1: [u1 a1 u2 a2]
 	l := e.turn(pt, items(u1, a1, u2, a2, u3, a3, user("u4")), "r4", nil)
-	if connID(l.Conn) != 2 || l.Delta != 6 || l.PreviousResponseID != "r3" {
-		t.Errorf("conn %d delta %d prev %q, want the longer head: conn 2 at 6 after r3", connID(l.Conn), l.Delta, l.PreviousResponseID)
+	if e.connID(l.Conn) != 2 || l.Delta != 6 || l.PreviousResponseID != "r3" {
+		t.Errorf("conn %d delta %d prev %q, want the longer head: conn 2 at 6 after r3", e.connID(l.Conn), l.Delta, l.PreviousResponseID)
 	}
 }
 
@@ -673,8 +673,8 @@ func TestAdmissionRematchesAHeadFreedDuringTheWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Decision != DecisionContinuation || connID(l.Conn) != 1 || l.PreviousResponseID != "r2" || l.Delta != 4 {
-		t.Fatalf("lease %q conn %d prev %q delta %d, want continuation on conn 1 after r2 at 4", l.Decision, connID(l.Conn), l.PreviousResponseID, l.Delta)
+	if l.Decision != DecisionContinuation || e.connID(l.Conn) != 1 || l.PreviousResponseID != "r2" || l.Delta != 4 {
+		t.Fatalf("lease %q conn %d prev %q delta %d, want continuation on conn 1 after r2 at 4", l.Decision, e.connID(l.Conn), l.PreviousResponseID, l.Delta)
 	}
 	if e.dialer.dials() != 1 || e.pool.Stats().Rematches != 1 {
 		t.Errorf("dials %d rematches %d, want 1 and 1", e.dialer.dials(), e.pool.Stats().Rematches)
@@ -748,10 +748,10 @@ func TestUnpartitionedSocketIsNeverAHead(t *testing.T) {
 	pt := Partition{Account: "acct-1", Model: "gpt-5-codex"} // no prompt_cache_key
 	for i := 1; i <= 2; i++ {
 		l := e.turn(pt, items(user("u1")), respID(i), items(assistant("a1")))
-		if l.Decision != DecisionUnpartitioned || l.Generation != GenerationIsolated || connID(l.Conn) != i {
-			t.Fatalf("request %d: %q %q conn %d, want unpartitioned_socket isolated on conn %d", i, l.Decision, l.Generation, connID(l.Conn), i)
+		if l.Decision != DecisionUnpartitioned || l.Generation != GenerationIsolated || e.connID(l.Conn) != i {
+			t.Fatalf("request %d: %q %q conn %d, want unpartitioned_socket isolated on conn %d", i, l.Decision, l.Generation, e.connID(l.Conn), i)
 		}
-		if !fake(l.Conn).isClosed() {
+		if !e.conn(l.Conn).isClosed() {
 			t.Fatalf("request %d: socket left open", i)
 		}
 	}
@@ -781,7 +781,7 @@ func TestFailedTurnsDropTheHead(t *testing.T) {
 			}
 			tt.end(l)
 			tt.end(l) // a second end is a no-op
-			if !fake(l.Conn).isClosed() {
+			if !e.conn(l.Conn).isClosed() {
 				t.Fatal("socket left open")
 			}
 			if s := e.pool.Stats(); s.Nursery+s.Established+s.InFlight != 0 {
@@ -815,8 +815,8 @@ func TestTieBetweenExactAndOmittedReasoningPrefersExact(t *testing.T) {
 	e.turn(pt, items(u1, r), "rb", items(r2, a1)) // conn 1: [u1 r | r2 a1]; without reasoning [u1 r a1]
 	e.turn(pt, items(u1), "ra", items(r, a1))     // conn 2: [u1 | r a1]
 	l := e.turn(pt, items(u1, r, a1, user("u2")), "rc", nil)
-	if connID(l.Conn) != 2 || l.MatchMode != "exact" || l.Delta != 3 {
-		t.Errorf("conn %d mode %q delta %d, want the exact match: conn 2 at 3", connID(l.Conn), l.MatchMode, l.Delta)
+	if e.connID(l.Conn) != 2 || l.MatchMode != "exact" || l.Delta != 3 {
+		t.Errorf("conn %d mode %q delta %d, want the exact match: conn 2 at 3", e.connID(l.Conn), l.MatchMode, l.Delta)
 	}
 }
 

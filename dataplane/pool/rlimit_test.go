@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
+	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/codexsim"
 )
 
@@ -116,22 +116,6 @@ func TestDescriptorExhaustionRealSockets(t *testing.T) {
 	}
 }
 
-// wsConn adapts a coder/websocket connection to Conn.
-type wsConn struct{ c *websocket.Conn }
-
-func (w wsConn) Send(ctx context.Context, frame []byte) error {
-	return w.c.Write(ctx, websocket.MessageText, frame)
-}
-
-func (w wsConn) Next(ctx context.Context) ([]byte, error) {
-	_, b, err := w.c.Read(ctx)
-	return b, err
-}
-
-func (w wsConn) Close(reason string) error { return w.c.CloseNow() }
-
-func (w wsConn) Ping(ctx context.Context) error { return w.c.Ping(ctx) }
-
 func fdChild(t *testing.T, wsURL string) {
 	lim := syscall.Rlimit{Cur: fdChildLimit, Max: fdChildLimit}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
@@ -141,23 +125,14 @@ func fdChild(t *testing.T, wsURL string) {
 	var res fdChildResult
 	var diag bytes.Buffer
 	attempts := 0
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	tr := &http.Transport{DisableKeepAlives: true}
 	p, err := New(Config{
-		Dialer: DialerFunc(func(ctx context.Context, _ Partition) (Conn, error) {
-			attempts++
-			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			h := http.Header{}
-			h.Set("Authorization", "Bearer "+fdSimToken)
-			h.Set("chatgpt-account-id", fdSimAccount)
-			h.Set("OpenAI-Beta", codexsim.BetaHeaderValue)
-			c, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: client, HTTPHeader: h, CompressionMode: websocket.CompressionDisabled})
-			if err != nil {
-				return nil, err
-			}
-			c.SetReadLimit(1 << 20)
-			return wsConn{c}, nil
-		}),
+		Upstream: upstream.DialOptions{URL: wsURL, DialTimeout: 10 * time.Second, ReadLimit: 1 << 20,
+			HTTPClient: &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				attempts++
+				return tr.RoundTrip(r)
+			})}},
+		Credentials: staticCredentials(codexauth.Credential{AccessToken: fdSimToken, AccountID: fdSimAccount}),
 		Notify:      func(msg string) { mu.Lock(); res.Notices = append(res.Notices, msg); mu.Unlock() },
 		Diagnostics: &diag,
 	})

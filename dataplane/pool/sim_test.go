@@ -5,15 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
+	"github.com/clodex/clodex/dataplane/upstream"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/codexsim"
 )
 
@@ -46,7 +45,7 @@ func newSimEnv(t *testing.T, simCfg codexsim.Config, mutate func(*Config)) *simE
 		ts.Close()
 	})
 	addr := strings.TrimPrefix(ts.URL, "http://")
-	cfg := Config{Dialer: simDialer(addr), Clock: clock.Now}
+	cfg := Config{Upstream: simUpstream(addr), Credentials: staticCredentials(simCred), Clock: clock.Now}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -58,24 +57,12 @@ func newSimEnv(t *testing.T, simCfg codexsim.Config, mutate func(*Config)) *simE
 	return &simEnv{t: t, clock: clock, sim: sim, pool: p, addr: addr}
 }
 
-// simDialer dials the emulator's ChatGPT endpoint at host:port addr with
-// the test's credential, over a real coder/websocket socket.
-func simDialer(addr string) Dialer {
-	url := "ws://" + addr + codexsim.ChatGPTPath
-	return DialerFunc(func(ctx context.Context, _ Partition) (Conn, error) {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		h := http.Header{}
-		h.Set("Authorization", "Bearer "+simToken)
-		h.Set("Chatgpt-Account-Id", simAccount)
-		h.Set("OpenAI-Beta", codexsim.BetaHeaderValue)
-		c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h, CompressionMode: websocket.CompressionDisabled})
-		if err != nil {
-			return nil, err
-		}
-		c.SetReadLimit(32 << 20)
-		return wsConn{c}, nil
-	})
+// simCred is the credential the emulator accepts.
+var simCred = codexauth.Credential{AccessToken: simToken, AccountID: simAccount}
+
+// simUpstream dials the emulator's ChatGPT endpoint at host:port addr.
+func simUpstream(addr string) upstream.DialOptions {
+	return upstream.DialOptions{URL: "ws://" + addr + codexsim.ChatGPTPath, DialTimeout: 10 * time.Second}
 }
 
 // simResult is one turn as the client saw it.

@@ -2,9 +2,9 @@ package pool
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,16 +61,20 @@ func (d *diagLog) wait(t *testing.T, event string, n int) []map[string]any {
 	}
 }
 
-// countDials wraps the pool's dialer to count dial attempts.
+// countDials makes the pool's HTTP client count dial attempts.
 func countDials(n *atomic.Int64) func(*Config) {
 	return func(c *Config) {
-		inner := c.Dialer
-		c.Dialer = DialerFunc(func(ctx context.Context, p Partition) (Conn, error) {
+		tr := &http.Transport{DisableKeepAlives: true}
+		c.Upstream.HTTPClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			n.Add(1)
-			return inner.Dial(ctx, p)
-		})
+			return tr.RoundTrip(r)
+		})}
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestSimIdleSocketClosedByTheBackend(t *testing.T) {
 	tests := []struct {
@@ -261,7 +265,7 @@ func TestSimDeadTCPDroppedByKeepalive(t *testing.T) {
 		// ping, so what fires is the pong's deadline, never a slow pong.
 		c.KeepaliveInterval = 50 * time.Millisecond
 		c.KeepaliveTimeout = time.Second
-		c.Dialer = simDialer(proxy.addr())
+		c.Upstream = simUpstream(proxy.addr())
 		countDials(&dials)(c)
 	})
 	proxy.setTarget(e.addr)

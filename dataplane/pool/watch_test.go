@@ -4,50 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clodex/clodex/dataplane/upstream"
 )
-
-// push makes the fake peer of c send r; it returns once a reader took it.
-func push(t *testing.T, c *fakeConn, r readResult) {
-	t.Helper()
-	if err := <-pushAsync(c, r); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// pushAsync is push on its own goroutine; the channel yields its outcome.
-func pushAsync(c *fakeConn, r readResult) <-chan error {
-	errc := make(chan error, 1)
-	go func() {
-		select {
-		case c.in <- r:
-			errc <- nil
-		case <-time.After(30 * time.Second):
-			errc <- fmt.Errorf("conn %d: nobody read the peer's frame within 30 s; want an idle reader", c.id)
-		}
-	}()
-	return errc
-}
 
 func TestIdleHeadDroppedWhenItsSocketSpeaks(t *testing.T) {
 	tests := []struct {
 		name      string
-		peer      readResult
+		peer      peerAct
 		reason    string
 		closeCode float64
 		frameType string
 	}{
-		{"close frame", readResult{err: fmt.Errorf("read: %w", websocket.CloseError{Code: websocket.StatusGoingAway, Reason: "idle"})},
-			EvictPeerClosed, 1001, ""},
-		{"reset without a close frame", readResult{err: io.ErrUnexpectedEOF}, EvictConnectionLost, 0, ""},
-		{"unexpected data frame", readResult{data: []byte(`{"type":"error","error":{"code":"idle_timeout"}}`)},
+		{"close frame", closeWith(websocket.StatusGoingAway, "idle"), EvictPeerClosed, 1001, ""},
+		{"reset without a close frame", dropConn(), EvictConnectionLost, 0, ""},
+		{"unexpected data frame", sendFrame(`{"type":"error","error":{"code":"idle_timeout"}}`),
 			EvictUnexpectedFrame, 0, "error"},
 	}
 	for _, tt := range tests {
@@ -106,16 +83,17 @@ func TestHandOverGivesTheIdleReadersFrameToTheRequest(t *testing.T) {
 	if err != nil || l.Decision != DecisionContinuation {
 		t.Fatalf("Acquire = %v, %v; want a continuation", l, err)
 	}
-	send(t, l, in)
+	e.send(l, in)
 	// The response's first frame arrives before the request reads: the
-	// idle reader, still in Next, takes it and must hand it over.
-	push(t, conn, readResult{data: []byte(`{"type":"response.created","n":1}`)})
+	// socket's reader, which watched the idle head, takes it and must hand
+	// it to the request.
+	push(t, conn, sendFrame(`{"type":"response.created","n":1}`))
 	got, err := l.Conn.Next(t.Context())
 	if err != nil || string(got) != `{"type":"response.created","n":1}` {
 		t.Fatalf("first Next = %q, %v; want the frame the idle reader took", got, err)
 	}
 	// Later frames are read by the request itself.
-	pushed := pushAsync(conn, readResult{data: []byte(`{"type":"response.completed","n":2}`)})
+	pushed := pushAsync(t, conn, sendFrame(`{"type":"response.completed","n":2}`))
 	if got, err := l.Conn.Next(t.Context()); err != nil || string(got) != `{"type":"response.completed","n":2}` {
 		t.Fatalf("second Next = %q, %v; want the second frame", got, err)
 	}
@@ -128,7 +106,7 @@ func TestHandOverGivesTheIdleReadersFrameToTheRequest(t *testing.T) {
 	}
 
 	// Idle again: a new reader watches it.
-	push(t, conn, readResult{err: websocket.CloseError{Code: websocket.StatusNormalClosure}})
+	push(t, conn, closeWith(websocket.StatusNormalClosure, ""))
 	if lost := e.waitRecords("ws_head_lost", 1)[0]; lost["reason"] != EvictPeerClosed {
 		t.Errorf("after the second turn: %v, want the head dropped for peer_closed", lost)
 	}
@@ -154,7 +132,7 @@ func TestHandOverWhenTheRequestReadsFirst(t *testing.T) {
 		b, err := l.Conn.Next(t.Context())
 		got <- res{b, err}
 	}()
-	push(t, conn, readResult{data: []byte(`{"type":"response.created"}`)})
+	push(t, conn, sendFrame(`{"type":"response.created"}`))
 	if r := <-got; r.err != nil || string(r.b) != `{"type":"response.created"}` {
 		t.Fatalf("Next = %q, %v; want the frame", r.b, r.err)
 	}
@@ -199,7 +177,7 @@ func TestHandOverRace(t *testing.T) {
 	for i := 1; i <= 200; i++ {
 		conn := e.dialer.conns[len(e.dialer.conns)-1]
 		frame := fmt.Sprintf(`{"type":"response.created","i":%d}`, i)
-		pushed := pushAsync(conn, readResult{data: []byte(frame)})
+		pushed := pushAsync(t, conn, sendFrame(frame))
 		hist = cat(hist, items(user(fmt.Sprintf("#%d", i))))
 		l, err := e.pool.Acquire(t.Context(), pt, hist)
 		if err != nil {
@@ -241,18 +219,18 @@ func TestHandOverRace(t *testing.T) {
 	t.Logf("200 races: %d frames handed to the request, %d heads dropped while idle", handed, dropped)
 }
 
+// The keepalive runs over in-memory sockets in a synctest bubble: the
+// pings are real WebSocket pings, counted by the peer as it reads them.
 func TestKeepalive(t *testing.T) {
 	t.Run("an answering peer keeps the head", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			var pings atomic.Int64
-			e := newEnv(t, nil)
-			e.dialer.ping = func(ctx context.Context) error { pings.Add(1); return nil }
+			e := newPipeEnv(t, nil)
 			pt := part("pong")
 			in := items(user("#1"))
 			e.turn(pt, in, "r1", items(assistant("a1")))
 			time.Sleep(10*DefaultKeepaliveInterval + DefaultKeepaliveInterval/2)
 			synctest.Wait()
-			if n := pings.Load(); n != 10 {
+			if n := e.dialer.conns[0].peerSide(t).Pings(); n != 10 {
 				t.Errorf("pings in 10.5 idle intervals = %d, want 10", n)
 			}
 			l := e.turn(pt, cat(in, items(assistant("a1"), user("#2"))), "r2", nil)
@@ -263,8 +241,8 @@ func TestKeepalive(t *testing.T) {
 	})
 	t.Run("a silent peer is dropped after interval + timeout", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			e := newEnv(t, nil)
-			e.dialer.ping = func(ctx context.Context) error { <-ctx.Done(); return fmt.Errorf("ping: %w", ctx.Err()) }
+			e := newPipeEnv(t, nil)
+			e.srv.IgnorePings(true)
 			e.turn(part("silent"), items(user("#1")), "r1", items(assistant("a1")))
 			time.Sleep(DefaultKeepaliveInterval + DefaultKeepaliveTimeout - time.Second)
 			synctest.Wait()
@@ -281,11 +259,11 @@ func TestKeepalive(t *testing.T) {
 			}
 		})
 	})
-	t.Run("a ping error other than the deadline is a lost connection", func(t *testing.T) {
+	t.Run("a broken connection is a lost connection", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			e := newEnv(t, nil)
-			e.dialer.ping = func(ctx context.Context) error { return errors.New("write: broken pipe") }
+			e := newPipeEnv(t, nil)
 			e.turn(part("broken"), items(user("#1")), "r1", items(assistant("a1")))
+			e.dialer.conns[0].peerSide(t).Drop()
 			time.Sleep(DefaultKeepaliveInterval + time.Second)
 			synctest.Wait()
 			if lost := e.waitRecords("ws_head_lost", 1)[0]; lost["reason"] != EvictConnectionLost {
@@ -295,16 +273,12 @@ func TestKeepalive(t *testing.T) {
 	})
 	t.Run("a ping that times out after a request took the head is ignored", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			var pings atomic.Int64
-			e := newEnv(t, nil)
-			e.dialer.ping = func(ctx context.Context) error {
-				pings.Add(1)
-				<-ctx.Done()
-				return ctx.Err()
-			}
+			e := newPipeEnv(t, nil)
+			e.srv.IgnorePings(true)
 			pt := part("taken")
 			in := items(user("#1"))
 			e.turn(pt, in, "r1", items(assistant("a1")))
+			peer := e.dialer.conns[0].peerSide(t)
 			time.Sleep(DefaultKeepaliveInterval + time.Second) // the ping is waiting
 			synctest.Wait()
 			in = cat(in, items(assistant("a1"), user("#2")))
@@ -318,82 +292,77 @@ func TestKeepalive(t *testing.T) {
 				t.Fatalf("evictions %v in flight %d; a ping that failed while a request holds the head must not drop it", s.Evictions, s.InFlight)
 			}
 			l.Complete("r2", nil, Usage{})
-			if n := pings.Load(); n != 1 {
+			if n := peer.Pings(); n != 1 {
 				t.Errorf("pings = %d, want 1", n)
 			}
 			// Idle again: the next ping comes one interval later.
 			time.Sleep(DefaultKeepaliveInterval - time.Second)
 			synctest.Wait()
-			if n := pings.Load(); n != 1 {
+			if n := peer.Pings(); n != 1 {
 				t.Errorf("pings before the next interval = %d, want 1", n)
 			}
 			time.Sleep(2 * time.Second)
 			synctest.Wait()
-			if n := pings.Load(); n != 2 {
+			if n := peer.Pings(); n != 2 {
 				t.Errorf("pings after the next interval = %d, want 2", n)
 			}
 		})
 	})
 	t.Run("a negative interval disables pings", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			var pings atomic.Int64
-			e := newEnv(t, func(c *Config) { c.KeepaliveInterval = -1 })
-			e.dialer.ping = func(ctx context.Context) error { pings.Add(1); return nil }
+			e := newPipeEnv(t, func(c *Config) { c.KeepaliveInterval = -1 })
 			e.turn(part("off"), items(user("#1")), "r1", items(assistant("a1")))
 			time.Sleep(time.Hour)
 			synctest.Wait()
-			if n := pings.Load(); n != 0 {
+			if n := e.dialer.conns[0].peerSide(t).Pings(); n != 0 {
 				t.Errorf("pings with KeepaliveInterval < 0 = %d, want 0", n)
 			}
 		})
 	})
 }
 
-// handshakeConn is a socket whose close handshake for ReasonPoolClosed
-// ends only when the socket is released, which here happens when its
-// reader's context ends (as coder/websocket does when the peer never
-// answers the close frame).
-type handshakeConn struct {
-	released chan struct{}
-	closed   atomic.Bool
-}
-
-func (c *handshakeConn) Send(context.Context, []byte) error { return nil }
-func (c *handshakeConn) Next(ctx context.Context) ([]byte, error) {
-	<-ctx.Done()
-	if c.closed.CompareAndSwap(false, true) {
-		close(c.released)
-	}
-	return nil, ctx.Err()
-}
-func (c *handshakeConn) Close(reason string) error {
-	if reason == ReasonPoolClosed {
-		<-c.released
-	}
-	return nil
-}
-
-func TestPoolCloseBoundsACloseHandshakeTheReaderMustEnd(t *testing.T) {
+// Pool.Close sends each idle socket a 1001 close frame; a peer that never
+// answers holds it for the close handshake's bound only.
+func TestPoolCloseBoundsACloseHandshakeThePeerNeverAnswers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := &handshakeConn{released: make(chan struct{})}
-		p, err := New(Config{Dialer: DialerFunc(func(context.Context, Partition) (Conn, error) { return conn, nil })})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := newPipeEnv(t, nil)
+		e.srv.Deafen(true)
 		in := items(user("#1"))
-		l, err := p.Acquire(t.Context(), part("bye"), in)
+		l, err := e.pool.Acquire(t.Context(), part("bye"), in)
 		if err != nil {
 			t.Fatal(err)
 		}
 		l.Complete("r1", nil, Usage{})
 		start := time.Now()
-		if err := p.Close(); err != nil {
+		if err := e.pool.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
-		if d := time.Since(start); d != closeGrace {
-			t.Errorf("Close took %v with a peer that never answers; want the %v grace", d, closeGrace)
+		if d := time.Since(start); d != upstream.CloseTimeout {
+			t.Errorf("Close took %v with a peer that never answers; want the %v bound", d, upstream.CloseTimeout)
+		}
+		if !e.dialer.conns[0].isClosed() {
+			t.Error("Close left the idle socket open")
 		}
 	})
+}
+
+// Pool.Close tells an answering peer why with the close handshake.
+func TestPoolCloseSaysGoingAway(t *testing.T) {
+	e := newEnv(t, nil)
+	e.turn(part("bye"), items(user("#1")), "r1", nil)
+	peer := e.dialer.conns[0].peerSide(t)
+	if err := e.pool.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-peer.Gone():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the peer did not see the socket close within 30 s")
+	}
+	var ce websocket.CloseError
+	if err := peer.Err(); !errors.As(err, &ce) || ce.Code != websocket.StatusGoingAway || ce.Reason != ReasonPoolClosed {
+		t.Errorf("peer saw %v, want 1001 %q", err, ReasonPoolClosed)
+	}
 }
 
 func TestDiscardEndsANextWaitingForTheHandedOverRead(t *testing.T) {

@@ -1,13 +1,17 @@
 // Package upstream is the data plane's transport to the Codex backend: one
-// Responses WebSocket per [Conn].
+// Responses WebSocket per [Conn], read by one goroutine the Conn owns.
 //
 //	conn, err := upstream.Dial(ctx, upstream.DialOptions{
-//		Credential: cred, // from package credentials
+//		Credential: cred, // from a credential source
 //		Version:    version,
+//		OnFrame:    func(frame []byte) { /* every text frame, on the reader */ },
 //	})
 //	err = conn.Send(ctx, frame)   // one response.create text frame
-//	event, err := conn.Next(ctx)  // one server event (one text frame)
-//	conn.Close(websocket.StatusNormalClosure, "turn complete")
+//	event, err := conn.Next(ctx)  // one server event; or select on conn.Frames()
+//	conn.Watch(lost)              // idle: what the socket says next goes to lost
+//	live := conn.Claim()          // a request takes it again
+//	conn.Close(websocket.StatusGoingAway, "pool closed") // bounded close handshake
+//	conn.CloseNow()               // hard close
 //
 // [Dial] opens wss://chatgpt.com/backend-api/codex/responses unless
 // [DialOptions.URL] says otherwise, with the upgrade headers of
@@ -16,16 +20,22 @@
 // traceparent of ctx. Compression is off, the read limit is 32 MiB
 // ([DefaultReadLimit]) and the handshake runs under a deadline
 // ([DefaultDialTimeout]). A refused upgrade is an [*UpgradeError] carrying
-// the HTTP status and Retry-After header, never the response body.
+// the HTTP status and Retry-After header (and, for a 401, the refused
+// token), never the response body; a dial that opened no socket is an
+// [*UnreachableError] naming the upstream ([Key]) and the cause.
 //
-// A Conn has one reader at a time: the caller that drives a turn calls Next
-// until the response ends. Cancelling the context given to Next closes the
-// socket (coder/websocket semantics), which is how a client disconnect
-// cancels the upstream response. Control frames are handled inside reads,
-// so a socket must always have a reader: between turns package pool keeps
-// one in Next, which is also what reads the pong of [Conn.Ping] (a
-// keepalive check that the peer still answers).
+// coder/websocket answers pings and sees close frames only inside a read,
+// so every Conn is read at all times by its reader goroutine, which hands
+// each text frame to the consumer: [Conn.Frames] (a channel, to select on
+// together with a ticker and a context) or [Conn.Next]. Hooks in
+// [DialOptions] run synchronously on that goroutine. Between requests
+// package pool watches idle sockets with [Conn.Watch] and takes them back
+// with [Conn.Claim]; whether a frame goes to the watch or to the request
+// is decided once, under the Conn's lock. [Conn.Ping] is answered through
+// the same reader. [Conn.Close] writes the close frame and waits for the
+// peer's answer, which the reader reads, at most [CloseTimeout];
+// [Conn.CloseNow] releases the descriptor at once.
 //
-// The connection pool (dataplane/pool) keeps Conns open as continuation
-// heads; the gateway's pool dialer (gateway.PoolDialer) opens them.
+// Package upstreamtest is a peer for tests: loopback or in-memory sockets
+// the test drives frame by frame.
 package upstream

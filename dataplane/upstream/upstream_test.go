@@ -3,11 +3,17 @@ package upstream
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -192,8 +198,26 @@ func TestDialUpgradeRefused(t *testing.T) {
 			if ue.Status != tt.status || ue.RetryAfter != tt.retryAfter {
 				t.Errorf("UpgradeError = %+v, want status %d retry-after %q", ue, tt.status, tt.retryAfter)
 			}
-			if strings.Contains(err.Error(), "BODY-SECRET") || strings.Contains(err.Error(), "tok-test") {
+			if strings.Contains(err.Error(), "BODY-SECRET") || strings.Contains(err.Error(), "tok-test") ||
+				strings.Contains(fmt.Sprintf("%v %+v %#v", err, ue, ue), "tok-test") {
 				t.Errorf("error %q leaks the body or token", err)
+			}
+			// A 401 carries the token it refused, for its one refresh.
+			if want := codexauth.Secret(""); tt.status == http.StatusUnauthorized {
+				want = testCred.AccessToken
+				if ue.Token != want {
+					t.Errorf("UpgradeError.Token = %q, want the refused token", ue.Token.Reveal())
+				}
+			} else if ue.Token != want {
+				t.Errorf("UpgradeError.Token is set for HTTP %d; want it only on a 401", tt.status)
+			}
+			// Only a 5xx shows the backend unreachable.
+			var unreach *UnreachableError
+			if got := errors.As(err, &unreach); got != (tt.status >= 500) {
+				t.Errorf("HTTP %d: UnreachableError %t, want %t", tt.status, got, tt.status >= 500)
+			}
+			if unreach != nil && (unreach.Upstream != Key(wsURL(ts)) || unreach.Cause != fmt.Sprintf("the WebSocket upgrade was answered with HTTP %d", tt.status)) {
+				t.Errorf("UnreachableError %+v, want upstream %s and the upgrade's status as the cause", unreach, Key(wsURL(ts)))
 			}
 		})
 	}
@@ -304,27 +328,22 @@ func TestNextPeerClose(t *testing.T) {
 	}
 }
 
-func TestPingNeedsAReaderAndTimesOutOnASilentPeer(t *testing.T) {
+func TestPingIsAnsweredThroughTheReaderAndTimesOutOnASilentPeer(t *testing.T) {
 	_, ts := newEchoServer(t, func([]byte) [][]byte { return nil })
 	conn, err := Dial(t.Context(), DialOptions{URL: wsURL(ts), Credential: testCred})
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
 	defer func() { _ = conn.CloseNow() }()
-	// The pong is read by a concurrent Next, as the pool's idle reader does.
-	readCtx, stopRead := context.WithCancel(t.Context())
-	readDone := make(chan error, 1)
-	go func() {
-		_, err := conn.Next(readCtx)
-		readDone <- err
-	}()
+	// The pong is read by the Conn's own reader: no Next is needed.
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if err := conn.Ping(ctx); err != nil {
-		t.Errorf("Ping with a reader = %v, want nil", err)
+		t.Errorf("Ping = %v, want nil", err)
 	}
+	readCtx, stopRead := context.WithCancel(t.Context())
 	stopRead()
-	if err := <-readDone; !errors.Is(err, context.Canceled) {
+	if _, err := conn.Next(readCtx); !errors.Is(err, context.Canceled) {
 		t.Errorf("Next after its ctx ended = %v, want context.Canceled", err)
 	}
 
@@ -345,19 +364,102 @@ func TestPingNeedsAReaderAndTimesOutOnASilentPeer(t *testing.T) {
 		t.Fatalf("Dial: %v", err)
 	}
 	defer func() { _ = conn2.CloseNow() }()
-	readCtx2, stopRead2 := context.WithCancel(t.Context())
-	readDone2 := make(chan error, 1)
-	go func() {
-		_, err := conn2.Next(readCtx2)
-		readDone2 <- err
-	}()
 	pctx, pcancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer pcancel()
 	if err := conn2.Ping(pctx); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ping upstream") {
 		t.Errorf("Ping to a silent peer = %v, want a ping upstream error wrapping DeadlineExceeded", err)
 	}
-	stopRead2()
-	if err := <-readDone2; !errors.Is(err, context.Canceled) {
-		t.Errorf("Next after its ctx ended = %v, want context.Canceled", err)
+}
+
+// A dial that opens no socket is an UnreachableError naming the upstream
+// and the cause, over real sockets: nothing listening, a certificate
+// nobody trusts, a backend that never answers the handshake. A dial whose
+// own context ended is not one.
+func TestDialNamesWhyNoSocketOpened(t *testing.T) {
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusedAddr := closed.Addr().String()
+	closed.Close()
+
+	tlsSrv := httptest.NewUnstartedServer(http.NotFoundHandler())
+	tlsSrv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshake errors are the point
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	tlsAddr := strings.TrimPrefix(tlsSrv.URL, "https://")
+
+	silent, err := net.Listen("tcp", "127.0.0.1:0") // accepts (the kernel does), never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+
+	tests := []struct {
+		name, url, cause string
+		timeout          time.Duration // the dial's bound
+	}{
+		{"nothing listens", "ws://" + refusedAddr + "/r", "connection refused", time.Minute},
+		{"untrusted certificate", "wss://" + tlsAddr + "/r", "TLS certificate not trusted", time.Minute},
+		{"no answer", "ws://" + silent.Addr().String() + "/r", "timed out", 300 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Dial(t.Context(), DialOptions{URL: tt.url, DialTimeout: tt.timeout, Credential: testCred})
+			var ue *UnreachableError
+			if !errors.As(err, &ue) || ue.Cause != tt.cause || ue.Upstream != Key(tt.url) {
+				t.Fatalf("Dial = %v, want an UnreachableError for %s: %s", err, Key(tt.url), tt.cause)
+			}
+		})
+	}
+	t.Run("cancelled by its caller", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err := Dial(ctx, DialOptions{URL: "ws://" + silent.Addr().String() + "/r", Credential: testCred})
+		var ue *UnreachableError
+		if errors.As(err, &ue) || !errors.Is(err, context.Canceled) {
+			t.Errorf("Dial with an ended context = %v, want context.Canceled, not an UnreachableError", err)
+		}
+	})
+}
+
+// dialCause names the usual ways a dial fails.
+func TestDialCause(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("dial upstream wss://x: failed to WebSocket dial: %w", err) }
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{wrap(&net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", Name: "chatgpt.invalid", IsNotFound: true}}), "DNS lookup failed: no such host"},
+		{wrap(&net.DNSError{Err: "i/o timeout", IsTimeout: true}), "DNS lookup timed out"},
+		{wrap(&net.DNSError{Err: "server misbehaving"}), "DNS lookup failed"},
+		{wrap(&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}), "connection refused"},
+		{wrap(&net.OpError{Op: "read", Err: syscall.ECONNRESET}), "connection reset"},
+		{wrap(&net.OpError{Op: "dial", Err: syscall.EHOSTUNREACH}), "no route to host"},
+		{wrap(x509.UnknownAuthorityError{}), "TLS certificate not trusted"},
+		{wrap(x509.HostnameError{Host: "x"}), "TLS certificate not trusted"},
+		{wrap(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), "TLS handshake failed"},
+		{wrap(context.DeadlineExceeded), "timed out"},
+		{wrap(io.ErrUnexpectedEOF), "connection closed during the handshake"},
+		{&UpgradeError{Status: 503}, "the WebSocket upgrade was answered with HTTP 503"},
+		{errors.New("something else"), "connection failed"},
+	}
+	for _, tt := range tests {
+		if got := dialCause(tt.err); got != tt.want {
+			t.Errorf("dialCause(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"wss://chatgpt.com/backend-api/codex/responses": "chatgpt.com",
+		"ws://127.0.0.1:17800/x":                        "127.0.0.1:17800",
+		"":                                              "chatgpt.com",
+		"not a url":                                     "not a url",
+	} {
+		if got := Key(in); got != want {
+			t.Errorf("Key(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -12,9 +12,11 @@
 // settings) or embedded: the real control-plane server (package
 // controlplane, with a store holding Config.Policy as the default policy)
 // on an in-process bufconn listener, reached through the same gRPC client
-// options as a remote one. The pool dials with gateway.PoolDialer, reports
-// every upgrade refused with 403 to the control plane through the agent,
-// and asks the admission client before it opens a new socket. The gateway
+// options as a remote one. The pool opens its sockets with the
+// credential source's account credentials, reports every upgrade refused
+// with 403 to the control plane through the agent, offers every frame to
+// the rate-limits sink, and asks the admission client before it opens a
+// new socket. The gateway
 // takes each turn's budget from the control plane's latest push for the
 // account, else from Config.Policy.
 //

@@ -108,6 +108,7 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	// The credential: the auth.json, or (a fleet without one) the control
 	// plane's credential broker, built once the control plane is dialed.
 	var creds gateway.CredentialsSource
+	var credsFor accountCredential              // the credential of a named account, when creds serves several
 	var fileCreds []*credentials.RefreshingFile // one per --codex-auth, each its own account
 	if !cfg.brokered() {
 		for _, path := range cfg.codexAuthFiles() {
@@ -140,7 +141,7 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	if err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("--failure-retries: %w", err)}
 	}
-	upstreamKey := gateway.UpstreamKey(cfg.UpstreamURL)
+	upstreamKey := upstream.Key(cfg.UpstreamURL)
 	var apiKey string
 	if cfg.APIKeyFile != "" {
 		if apiKey, err = readAPIKey(cfg.APIKeyFile); err != nil {
@@ -200,7 +201,7 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 			if err != nil {
 				return nil, &ConfigError{Err: err}
 			}
-			creds = multi
+			creds, credsFor = multi, multi.CredentialFor
 			for _, id := range multi.order {
 				served.Add(id)
 				accts.add(account.Key(id))
@@ -224,7 +225,7 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 		if err != nil {
 			return nil, err
 		}
-		creds = src
+		creds, credsFor = src, src.CredentialFor
 		credCtx, credCancel := context.WithCancel(context.WithoutCancel(ctx))
 		n.credCancel, n.credDone = credCancel, make(chan struct{})
 		go n.runCredentials(credCtx, src)
@@ -287,18 +288,22 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	// fleet's quota view).
 	limits := &rateLimitsSink{now: time.Now, report: n.ag.ReportRateLimits, served: served}
 	n.pool, err = pool.New(pool.Config{
-		Dialer: watchingRateLimits(reporting403(gateway.PoolDialer(upstream.DialOptions{
+		Upstream: upstream.DialOptions{
 			URL:     cfg.UpstreamURL,
 			Version: cfg.Version,
 			Logger:  logger.With("component", "dataplane/upstream"),
-		}, creds, health), n.ag.Report403), limits.accountFrame),
+		},
+		Credentials: poolCredentials(creds, credsFor),
+		// An upstream known to be unreachable refuses a new socket at once,
+		// before admission, so that it does not spend the account's bucket.
+		Health:  health,
+		OnFrame: limits.accountFrame,
+		// Every upgrade the backend refuses with 403 is reported to the
+		// control plane (adaptive pacing lowers the account's rate on them).
+		OnForbidden: func(accountID, retryAfter string) {
+			n.ag.Report403(account.Key(accountID), parseRetryAfter(retryAfter))
+		},
 		Admitter: pool.AdmitterFunc(func(ctx context.Context, accountID string) error {
-			// An upstream known to be unreachable refuses the dial at once
-			// (retry.Health); ask it before admission so that such a
-			// refusal does not spend the account's bucket.
-			if err := health.Down(upstreamKey); err != nil {
-				return err
-			}
 			key := account.Key(accountID)
 			accts.add(key)
 			return n.adm.Admit(ctx, key)

@@ -3,9 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,33 +11,38 @@ import (
 	"time"
 
 	"github.com/clodex/clodex/dataplane/accounts"
+	"github.com/clodex/clodex/dataplane/gateway"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/translate"
-	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/pacing"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
-// reporting403 wraps the pool's dialer so that every upgrade the backend
-// refuses with 403 is reported to the control plane through the agent
-// (adaptive pacing lowers the account's rate on them).
-func reporting403(d pool.Dialer, report func(accountKey string, retryAfter time.Duration)) pool.Dialer {
-	return pool.DialerFunc(func(ctx context.Context, p pool.Partition) (pool.Conn, error) {
-		c, err := d.Dial(ctx, p)
-		if err != nil {
-			var ue *upstream.UpgradeError
-			if errors.As(err, &ue) && ue.Status == http.StatusForbidden && p.Account != "" {
-				var retryAfter time.Duration
-				if secs, err := strconv.Atoi(strings.TrimSpace(ue.RetryAfter)); err == nil && secs > 0 {
-					retryAfter = time.Duration(min(secs, 3600)) * time.Second
-				}
-				report(account.Key(p.Account), retryAfter)
-			}
-			return nil, err // never a typed nil inside the interface
+// accountCredential returns the credential of a named account (a ChatGPT
+// account id) of a source that serves several.
+type accountCredential func(ctx context.Context, accountID string) (codexauth.Credential, error)
+
+// poolCredentials gives the pool each new socket's credential: its
+// partition's account's, when the source serves several (byAccount) and
+// the partition names one, else the source's.
+func poolCredentials(src gateway.CredentialsSource, byAccount accountCredential) pool.Credentials {
+	return pool.CredentialsFunc(func(ctx context.Context, accountID string) (codexauth.Credential, error) {
+		if byAccount != nil && accountID != "" {
+			return byAccount(ctx, accountID)
 		}
-		return c, nil
+		return src.Credential(ctx)
 	})
+}
+
+// parseRetryAfter reads a refused upgrade's Retry-After header: whole
+// seconds, at most an hour; 0 when absent or not a positive number.
+func parseRetryAfter(v string) time.Duration {
+	if secs, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && secs > 0 {
+		return time.Duration(min(secs, 3600)) * time.Second
+	}
+	return 0
 }
 
 // accountSet is the account keys this data plane has served, first seen
@@ -121,50 +124,6 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
-
-// watchingRateLimits wraps the pool's dialer so that every frame a socket
-// reads is offered to onFrame with the socket's account id (codex side
-// events such as codex.rate_limits arrive on every response). onFrame
-// runs synchronously on the reader and must not block.
-func watchingRateLimits(d pool.Dialer, onFrame func(accountID string, frame []byte)) pool.Dialer {
-	return pool.DialerFunc(func(ctx context.Context, p pool.Partition) (pool.Conn, error) {
-		c, err := d.Dial(ctx, p)
-		if err != nil {
-			return nil, err
-		}
-		if p.Account == "" {
-			return c, nil
-		}
-		w := watchedConn{Conn: c, id: p.Account, onFrame: onFrame}
-		if pc, ok := c.(pool.Pinger); ok {
-			return &watchedPinger{watchedConn: w, pinger: pc}, nil
-		}
-		return &w, nil
-	})
-}
-
-// watchedConn is a pool.Conn whose frames go to onFrame.
-type watchedConn struct {
-	pool.Conn
-	id      string
-	onFrame func(accountID string, frame []byte)
-}
-
-func (w *watchedConn) Next(ctx context.Context) ([]byte, error) {
-	b, err := w.Conn.Next(ctx)
-	if err == nil {
-		w.onFrame(w.id, b)
-	}
-	return b, err
-}
-
-// watchedPinger keeps the wrapped socket's keepalive.
-type watchedPinger struct {
-	watchedConn
-	pinger pool.Pinger
-}
-
-func (w *watchedPinger) Ping(ctx context.Context) error { return w.pinger.Ping(ctx) }
 
 // rateLimitsSink reads codex.rate_limits events and passes each account's
 // plan usage on: to the control plane (at most once per account per
