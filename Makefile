@@ -44,7 +44,7 @@ check-generated: ## fail when committed generated code is stale
 	./scripts/check-generated.sh
 
 bench: ## microbenchmarks and the control-plane RPC benchmark, side by side
-	$(GO) test -run='^$$' -bench=. -benchmem ./internal/pacing ./controlplane ./controlplane/store ./internal/codexsim ./dataplane/translate ./dataplane/retry ./dataplane/admission
+	$(GO) test -run='^$$' -bench=. -benchmem ./internal/pacing ./controlplane ./controlplane/store ./internal/codexsim ./dataplane/translate ./dataplane/retry ./dataplane/control
 	$(GO) test -run='^$$' -bench='IdleHeadMemory|UpstreamBytes30Turns|SubagentFanOutSockets' -benchtime=1x -benchmem ./dataplane/pool
 	./scripts/bench-controlplane.sh
 

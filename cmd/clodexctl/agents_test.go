@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -12,40 +13,61 @@ import (
 	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/controlplanetest"
 	"github.com/clodex/clodex/controlplane/store"
-	"github.com/clodex/clodex/dataplane/agent"
+	"github.com/clodex/clodex/dataplane/control"
 	"github.com/clodex/clodex/internal/account"
-	"github.com/clodex/clodex/internal/pacing"
 )
 
-// runAgent runs a data plane agent against srv until the test ends and
-// waits for its first policy push (it is registered then).
-func runAgent(t *testing.T, srv *controlplanetest.Server, clk *clock, id string, accounts ...string) {
+// runAgent runs a data plane's control-plane client against srv until the
+// test ends and waits for its first policy push (it is registered then).
+func runAgent(t *testing.T, srv *controlplanetest.Server, clk *clock, id string, accounts ...string) *control.Client {
 	t.Helper()
-	pushed := make(chan struct{})
-	var once sync.Once
-	a, err := agent.New(agent.Config{
-		Conn: srv.Dial(srv.AgentToken, nil), ID: id, Host: "build-7", Version: "v0.9.0", Clock: clk.Now,
-		Accounts: func() []string { return accounts },
-		OnPolicy: func(string, pacing.Policy, int) { once.Do(func() { close(pushed) }) },
+	logger, pushed := pushLogger()
+	c, err := control.New(control.Config{
+		Target: srv.Addr, Token: srv.AgentToken, AgentID: id, Host: "build-7", Version: "v0.9.0", Clock: clk.Now,
+		Accounts: accounts, Logger: logger,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	go func() { done <- c.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("agent Run = %v, want nil once cancelled", err)
+			t.Errorf("control client Run = %v, want nil once cancelled", err)
 		}
+		_ = c.Close()
 	})
 	select {
 	case <-pushed:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the agent never received a policy push")
 	}
+	return c
 }
+
+// pushLogger returns a logger for a control-plane client and a channel
+// closed when the client logs its first policy push.
+func pushLogger() (*slog.Logger, <-chan struct{}) {
+	h := &pushHandler{pushed: make(chan struct{})}
+	return slog.New(h), h.pushed
+}
+
+type pushHandler struct {
+	once   sync.Once
+	pushed chan struct{}
+}
+
+func (h *pushHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *pushHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "policy from the control plane" {
+		h.once.Do(func() { close(h.pushed) })
+	}
+	return nil
+}
+func (h *pushHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *pushHandler) WithGroup(string) slog.Handler      { return h }
 
 // agents -o json prints a JSON array with id, host, accounts and
 // last_seen (RFC 3339) for every registered data plane.

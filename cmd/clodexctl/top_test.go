@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,14 +10,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/clodex/clodex/controlplane/controlplanetest"
-	"github.com/clodex/clodex/dataplane/agent"
 	"github.com/clodex/clodex/internal/account"
-	"github.com/clodex/clodex/internal/pacing"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
@@ -184,26 +180,7 @@ func TestTopInTmux(t *testing.T) {
 	// default 60/min burst 10), an agent serving the account, 3 reported
 	// 403s.
 	admitN(t, srv, acct1, 15)
-	var reported sync.Once
-	pushed := make(chan struct{})
-	a, err := agent.New(agent.Config{
-		Conn: srv.Dial(srv.AgentToken, nil), ID: "host-1-1-aa", Host: "host-1", Version: "v1", Clock: clk.Now,
-		Accounts: func() []string { return []string{key} },
-		OnPolicy: func(string, pacing.Policy, int) { reported.Do(func() { close(pushed) }) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent Run = %v, want nil once cancelled", err)
-		}
-	})
-	<-pushed
+	a := runAgent(t, srv, clk, "host-1-1-aa", key)
 	for range 3 {
 		a.Report403(key, 0)
 	}

@@ -320,17 +320,9 @@ func (c *Client) policyLocked(key string) pacing.Policy {
 	return c.fallback
 }
 
-// Budget returns the turn budget of the account with key accountKey: the
-// last one the control plane pushed for it (clodexctl set-budget), else
-// Config.Fallback's. It never blocks on the network.
-func (c *Client) Budget(accountKey string) pacing.Budget {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.policyLocked(accountKey).Budget
-}
-
 // setPolicy records the last policy pushed for the account; the local
-// bucket uses it from the next local decision, and Budget at once.
+// bucket uses it from the next local decision, and the turns
+// (Config.Budgets) at once.
 func (c *Client) setPolicy(accountKey string, p pacing.Policy) error {
 	if !account.IsKey(accountKey) {
 		return fmt.Errorf("set policy: %w", ErrInvalidKey)
@@ -341,6 +333,9 @@ func (c *Client) setPolicy(accountKey string, p pacing.Policy) error {
 	c.mu.Lock()
 	c.policies[accountKey] = p
 	c.mu.Unlock()
+	if c.budgets != nil {
+		return c.budgets.Set(accountKey, p.Budget)
+	}
 	return nil
 }
 

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/bearer"
 	"github.com/clodex/clodex/internal/pacing"
@@ -103,6 +104,10 @@ type Config struct {
 	// pacing.PolicyFromEnv's result. The zero Policy means
 	// pacing.DefaultPolicy(). (Optional)
 	Fallback pacing.Policy
+
+	// Budgets receives each account's turn budget as the control plane
+	// pushes it. (Optional)
+	Budgets *retry.Budgets
 
 	// Broker makes the data plane take its tokens from the control
 	// plane's credential broker (Accounts, Credential, Rejected; Run keeps
@@ -184,6 +189,7 @@ type Client struct {
 	heartbeat  time.Duration
 	timeout    time.Duration
 	fallback   pacing.Policy
+	budgets    *retry.Budgets
 	broker     bool
 	fixed      []string // Config.Accounts, sorted and distinct; nil when none
 	now        func() time.Time
@@ -249,6 +255,7 @@ func New(cfg Config) (*Client, error) {
 		heartbeat:    orDefault(cfg.Heartbeat, DefaultHeartbeat),
 		timeout:      orDefault(cfg.Timeout, DefaultTimeout),
 		fallback:     cfg.Fallback,
+		budgets:      cfg.Budgets,
 		broker:       cfg.Broker,
 		now:          cfg.Clock,
 		sleep:        cfg.Sleep,

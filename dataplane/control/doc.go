@@ -7,7 +7,7 @@
 //		Fallback: envPolicy, Accounts: keys, Notify: notify, Logger: logger})
 //	go c.Run(ctx)                          // agent stream, hand-over, broker refresh; says goodbye when ctx ends
 //	err = c.Admit(ctx, key)                // before each new upstream socket
-//	b := c.Budget(key)                     // the account's turn budget
+//	(pushes of each account's turn budget land in Config.Budgets)
 //	c.Report403(key, retryAfter)           // an upgrade the upstream refused
 //	c.ReportRateLimits(rl)                 // an account's plan usage
 //	keys, err := c.Accounts(ctx)           // the accounts served (broker: learned)
@@ -173,10 +173,10 @@
 // expiry is within the data plane's skew rule (codexauth.Fresh), the moment
 // the broker refreshes it, so the broker's lease makes one refresh per
 // expiry for the whole fleet; Run fetches tokens ahead of expiry. Errors
-// are the credentials package's: *credentials.UnavailableError while the
+// are the credentials package's: *accounts.UnavailableError while the
 // broker cannot be reached or has no usable token yet (the turn is answered
 // 503 with retry-after; Run keeps trying and logs once that it waits),
-// *credentials.LoginRequiredError when an operator must log an account in
+// *accounts.LoginRequiredError when an operator must log an account in
 // (clodexctl account login).
 //
 // # Tracing

@@ -51,3 +51,6 @@ func (e *RefusedError) Error() string {
 // Retryable reports true: a refusal is always worth retrying after
 // RetryAfter.
 func (e *RefusedError) Retryable() bool { return true }
+
+// PacerRefusal returns the wait the refusal asks for, RetryAfter.
+func (e *RefusedError) PacerRefusal() time.Duration { return e.RetryAfter }

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/dataplane/accounts"
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/codexauth"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
@@ -34,15 +34,15 @@ const (
 type entry struct {
 	cred     codexauth.Credential
 	lifetime time.Duration
-	dead     error     // a *credentials.LoginRequiredError; the account is skipped
+	dead     error     // a *accounts.LoginRequiredError; the account is skipped
 	deadAt   time.Time // when dead was recorded; the token loop asks again after accountsPoll
 }
 
 // Accounts returns the account keys this data plane serves, sorted:
 // Config.Accounts or, with Config.Broker and no Config.Accounts, the
 // broker's answer to ServedAccounts (asked once, then kept fresh by Run).
-// With the broker it returns a *credentials.UnavailableError while the
-// broker cannot be reached yet, and a *credentials.LoginRequiredError when
+// With the broker it returns a *accounts.UnavailableError while the
+// broker cannot be reached yet, and a *accounts.LoginRequiredError when
 // it holds no sign-in this data plane may use.
 func (c *Client) Accounts(ctx context.Context) ([]string, error) {
 	if err := ctx.Err(); err != nil {
@@ -59,7 +59,7 @@ func (c *Client) Accounts(ctx context.Context) ([]string, error) {
 		}
 	}
 	if len(keys) == 0 {
-		return nil, &credentials.LoginRequiredError{Message: fmt.Sprintf(
+		return nil, &accounts.LoginRequiredError{Message: fmt.Sprintf(
 			"The control plane at %s holds no ChatGPT sign-in this data plane may use; an operator must log an account in with `clodexctl account login` (or `clodexctl account import --codex-auth FILE`)", c.target)}
 	}
 	return keys, nil
@@ -68,15 +68,15 @@ func (c *Client) Accounts(ctx context.Context) ([]string, error) {
 // Credential returns a usable credential of the account with key
 // accountKey from the broker, fetching a fresh token first when the
 // current one is due (codexauth.Fresh with the default skew). A sign-in an
-// operator must renew is a *credentials.LoginRequiredError; a broker that
-// cannot supply one now, a *credentials.UnavailableError (the turn is
+// operator must renew is a *accounts.LoginRequiredError; a broker that
+// cannot supply one now, a *accounts.UnavailableError (the turn is
 // answered 503 with retry-after). It needs Config.Broker.
 func (c *Client) Credential(ctx context.Context, accountKey string) (codexauth.Credential, error) {
 	if err := c.tokenCall(ctx, accountKey); err != nil {
 		return codexauth.Credential{}, fmt.Errorf("credential: %w", err)
 	}
 	cred, err := c.credentialOf(ctx, accountKey)
-	if err != nil && !errors.Is(err, credentials.ErrLoginRequired) {
+	if err != nil && !errors.Is(err, accounts.ErrLoginRequired) {
 		return codexauth.Credential{}, c.unavailable(err)
 	}
 	return cred, err
@@ -85,7 +85,7 @@ func (c *Client) Credential(ctx context.Context, accountKey string) (codexauth.C
 // Rejected reports a token of the account the upstream answered 401: the
 // broker replaces it (one forced refresh at most, for the whole fleet) and
 // the new credential is returned; a token already replaced returns the
-// current one. Errors are Credential's, and credentials.ErrTokenUnchanged
+// current one. Errors are Credential's, and accounts.ErrTokenUnchanged
 // when the broker answers with the rejected token.
 func (c *Client) Rejected(ctx context.Context, accountKey string, token codexauth.Secret) (codexauth.Credential, error) {
 	if err := c.tokenCall(ctx, accountKey); err != nil {
@@ -103,13 +103,13 @@ func (c *Client) Rejected(ctx context.Context, accountKey string, token codexaut
 	sum := sha256.Sum256([]byte(token.Reveal()))
 	e, err := c.fetch(ctx, accountKey, sum[:])
 	if err != nil {
-		if errors.Is(err, credentials.ErrLoginRequired) {
+		if errors.Is(err, accounts.ErrLoginRequired) {
 			return codexauth.Credential{}, err
 		}
 		return codexauth.Credential{}, c.unavailable(err)
 	}
 	if e.cred.AccessToken == token {
-		return codexauth.Credential{}, fmt.Errorf("account %s: the broker answered with the rejected token: %w", accountKey, credentials.ErrTokenUnchanged)
+		return codexauth.Credential{}, fmt.Errorf("account %s: the broker answered with the rejected token: %w", accountKey, accounts.ErrTokenUnchanged)
 	}
 	return e.cred, nil
 }
@@ -127,7 +127,7 @@ func (c *Client) tokenCall(ctx context.Context, key string) error {
 
 // unavailable is the error of a turn while no token can be had.
 func (c *Client) unavailable(err error) error {
-	return &credentials.UnavailableError{
+	return &accounts.UnavailableError{
 		Message: fmt.Sprintf("No ChatGPT access token yet: this data plane gets its tokens from the control plane's credential broker at %s, which cannot supply one now (%s)",
 			c.target, reason(err)),
 		RetryAfter: tokenRetryAfter,
@@ -181,7 +181,7 @@ func (c *Client) learn(ctx context.Context) ([]string, error) {
 
 // credentialOf returns key's usable credential, fetching a fresh token
 // when the current one is due; a dead sign-in is its
-// *credentials.LoginRequiredError, an unreachable broker the RPC error.
+// *accounts.LoginRequiredError, an unreachable broker the RPC error.
 func (c *Client) credentialOf(ctx context.Context, k string) (codexauth.Credential, error) {
 	now := c.now()
 	c.tokensMu.Lock()
@@ -197,7 +197,7 @@ func (c *Client) credentialOf(ctx context.Context, k string) (codexauth.Credenti
 	if err == nil {
 		return ne.cred, nil
 	}
-	if errors.Is(err, credentials.ErrLoginRequired) {
+	if errors.Is(err, accounts.ErrLoginRequired) {
 		return codexauth.Credential{}, err
 	}
 	if ok && now.Before(e.cred.Expiry) { // still valid: serve it while the broker is away
@@ -210,7 +210,7 @@ func (c *Client) credentialOf(ctx context.Context, k string) (codexauth.Credenti
 // fetch asks the broker for key's token (rejected: the SHA-256 of a token
 // the upstream refused), once for all concurrent callers. Refusals that
 // need an operator are recorded and returned as
-// *credentials.LoginRequiredError.
+// *accounts.LoginRequiredError.
 func (c *Client) fetch(ctx context.Context, key string, rejected []byte) (entry, error) {
 	v, err, _ := c.flight.Do("token:"+key+":"+hex.EncodeToString(rejected), func() (any, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tokenTimeout)
@@ -220,7 +220,7 @@ func (c *Client) fetch(ctx context.Context, key string, rejected []byte) (entry,
 		if err != nil {
 			switch status.Code(err) {
 			case codes.FailedPrecondition, codes.NotFound, codes.PermissionDenied:
-				lr := &credentials.LoginRequiredError{Message: fmt.Sprintf(
+				lr := &accounts.LoginRequiredError{Message: fmt.Sprintf(
 					"The control plane at %s cannot supply a ChatGPT credential for account %s: %s", c.target, key, status.Convert(err).Message())}
 				c.tokensMu.Lock()
 				c.tokens[key] = entry{dead: lr, deadAt: c.now()}
@@ -298,7 +298,7 @@ func (c *Client) refreshDue(ctx context.Context, keys []string, now time.Time) {
 		if ok && e.dead == nil && codexauth.Fresh(e.cred.Expiry, e.lifetime, codexauth.DefaultSkew, now) {
 			continue
 		}
-		if _, err := c.fetch(ctx, k, nil); err != nil && !errors.Is(err, credentials.ErrLoginRequired) && ctx.Err() == nil {
+		if _, err := c.fetch(ctx, k, nil); err != nil && !errors.Is(err, accounts.ErrLoginRequired) && ctx.Err() == nil {
 			c.noteWaiting(ctx, err)
 		}
 	}

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/clodex/clodex/controlplane/controlplanetest"
+	"github.com/clodex/clodex/dataplane/accounts"
 	"github.com/clodex/clodex/dataplane/control"
-	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/codexsim/simauth"
@@ -94,7 +94,7 @@ func TestTokensRejected(t *testing.T) {
 	// Without the broker: the turn is told to come back later.
 	cp.Stop()
 	_, err = src.Rejected(t.Context(), learned[0], first.AccessToken)
-	var un *credentials.UnavailableError
+	var un *accounts.UnavailableError
 	if !errors.As(err, &un) || un.RetryAfter <= 0 || un.RetryAfter > time.Minute {
 		t.Errorf("Rejected with the control plane stopped = %v; want an UnavailableError with a retry hint", err)
 	}
@@ -140,15 +140,15 @@ func TestTokensNoAccounts(t *testing.T) {
 	}
 	defer c.Close()
 	_, err = c.Accounts(t.Context())
-	var un *credentials.UnavailableError
+	var un *accounts.UnavailableError
 	if !errors.As(err, &un) || !strings.Contains(un.Message, "credential broker at "+down.Target) || un.RetryAfter <= 0 {
 		t.Errorf("Accounts with no control plane = %v; want an UnavailableError naming the broker at %s with a retry hint", err, down.Target)
 	}
 
 	cp := controlplanetest.Start(t, &controlplanetest.Options{Broker: true, TokenEndpoint: startIdP(t).endpoint})
 	_, err = brokered(t, cp).Accounts(t.Context())
-	var lr *credentials.LoginRequiredError
-	if !errors.As(err, &lr) || !errors.Is(err, credentials.ErrLoginRequired) || !strings.Contains(lr.Message, "clodexctl account login") {
+	var lr *accounts.LoginRequiredError
+	if !errors.As(err, &lr) || !errors.Is(err, accounts.ErrLoginRequired) || !strings.Contains(lr.Message, "clodexctl account login") {
 		t.Errorf("Accounts with no sign-in = %v; want a LoginRequiredError saying to run clodexctl account login", err)
 	}
 }

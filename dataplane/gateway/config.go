@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/clodex/clodex/dataplane/accounts"
-	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/translate"
@@ -21,40 +20,12 @@ import (
 	"github.com/clodex/clodex/internal/pacing"
 )
 
-// CredentialsSource is what the gateway needs from a credential source:
-// the current credential, and one refresh after the backend rejected a
-// token (a 401). *credentials.RefreshingFile implements it.
-type CredentialsSource interface {
-	Credential(ctx context.Context) (codexauth.Credential, error)
-	// Rejected returns a credential with a different access token, or an
-	// error (wrapping credentials.ErrLoginRequired when the user must sign
-	// in again).
-	Rejected(ctx context.Context, token codexauth.Secret) (codexauth.Credential, error)
-}
-
-// AccountCredentials is a CredentialsSource that serves several accounts:
-// the credential of a named account (a ChatGPT account id, the pool's
-// Partition.Account) and one refresh of its rejected token. With
-// Config.Accounts holding more than one account, the gateway gives each
-// new conversation an account, whose credential the pool's new sockets
-// are then dialled with.
-type AccountCredentials interface {
-	CredentialFor(ctx context.Context, accountID string) (codexauth.Credential, error)
-	RejectedFor(ctx context.Context, accountID string, token codexauth.Secret) (codexauth.Credential, error)
-}
-
-// errNoRefresh is returned by NoRefresh's Rejected.
-var errNoRefresh = errors.New("the credential source cannot refresh a rejected token")
-
-// NoRefresh adapts a plain credentials.Source (credentials.Static, a
-// FileSource) to CredentialsSource: Rejected always fails, so a 401 is
-// answered as an authentication failure without a retry.
-func NoRefresh(src credentials.Source) CredentialsSource { return noRefresh{src} }
-
-type noRefresh struct{ credentials.Source }
-
-func (noRefresh) Rejected(context.Context, codexauth.Secret) (codexauth.Credential, error) {
-	return codexauth.Credential{}, errNoRefresh
+// Router is what a turn asks of the accounts: which account it runs on,
+// and one refresh of a credential the upstream rejected.
+// *accounts.Router implements it.
+type Router interface {
+	Route(ctx context.Context, heads accounts.Heads, part pool.Partition, items [][]byte) (string, error)
+	Rejected(ctx context.Context, key string, token codexauth.Secret) (codexauth.Credential, error)
 }
 
 // Defaults for Config.
@@ -80,34 +51,17 @@ const (
 // Config configures a Server. New copies it and never modifies the
 // caller's value.
 type Config struct {
-	// Credentials supplies the upstream credential per turn and answers a
-	// 401 with one refresh (Required). A *credentials.RefreshingFile
-	// implements it; wrap a plain credentials.Source (credentials.Static)
-	// with NoRefresh.
-	Credentials CredentialsSource
-	// Accounts are the upstream accounts served, with what is known of
-	// their limits (Optional). When it holds more than one account and
-	// Credentials is an AccountCredentials, each new conversation gets
-	// the account Accounts.Pick chooses and keeps it while its head lives
-	// (Pool.Holder); a conversation whose account is at its usage limit
-	// moves to another at its next turn with one full resend. When every
-	// account is at its limit the turn is answered 429 with retry-after
-	// the first reset. Otherwise every turn takes Credentials.Credential.
-	Accounts *accounts.Set
+	// Router chooses each turn's account and refreshes a credential the
+	// upstream rejected (Required).
+	Router Router
 	// Pool hands out upstream sockets (continuation heads), opens and
 	// paces new ones (Required). The gateway does not close it: its owner
 	// closes it after Server.Close.
 	Pool *pool.Pool
-	// Budget bounds every request's attempts: the shared no-data deadline
+	// Budgets is every account's turn budget: the shared no-data deadline
 	// (IdleTimeout), the total deadline (TotalTimeout) and MaxRetries
-	// (Optional; the zero value means pacing.DefaultBudget()).
-	Budget pacing.Budget
-	// BudgetFor returns the budget of a turn on the given upstream account
-	// (the credential's AccountID, "" when it has none); it is called once
-	// per turn, before the first attempt, and must be safe for concurrent
-	// use (Optional; nil means Budget for every turn). A zero or invalid
-	// budget it returns (see Budget's checks) is replaced by Budget.
-	BudgetFor func(accountID string) pacing.Budget
+	// (Optional; default pacing.DefaultBudget() for every account).
+	Budgets *retry.Budgets
 	// RetryClock is the time source of the retry schedule and deadlines
 	// (Optional; default retry.SystemClock). Tests inject a fake.
 	RetryClock retry.Clock
@@ -172,16 +126,14 @@ func IsLoopbackAddr(addr string) bool { return hostcheck.LoopbackAddr(addr) }
 // validate fills defaults into c (a copy) and reports every problem.
 func (c *Config) validate() error {
 	var errs []error
-	if c.Credentials == nil {
-		errs = append(errs, errors.New("field Credentials is required"))
+	if c.Router == nil {
+		errs = append(errs, errors.New("field Router is required"))
 	}
 	if c.Pool == nil {
 		errs = append(errs, errors.New("field Pool is required"))
 	}
-	if c.Budget != (pacing.Budget{}) {
-		if err := checkBudget(c.Budget); err != nil {
-			errs = append(errs, fmt.Errorf("field Budget %w", err))
-		}
+	if c.Budgets == nil {
+		c.Budgets = retry.NewBudgets(pacing.Budget{})
 	}
 	if c.ListenAddr == "" {
 		c.ListenAddr = DefaultListenAddr
@@ -244,16 +196,4 @@ func (c *Config) validate() error {
 		return fmt.Errorf("gateway config: %w", err)
 	}
 	return nil
-}
-
-// checkBudget reports a budget the retry loop cannot run with.
-func checkBudget(b pacing.Budget) error {
-	var errs []error
-	if b.IdleTimeout <= 0 || b.TotalTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("has idle timeout %v and total timeout %v; want both positive (or the zero Budget for the default)", b.IdleTimeout, b.TotalTimeout))
-	}
-	if b.MaxRetries < 0 || b.MaxRetries > pacing.MaxMaxRetries {
-		errs = append(errs, fmt.Errorf("has MaxRetries %d; allowed: 0..%d", b.MaxRetries, pacing.MaxMaxRetries))
-	}
-	return errors.Join(errs...)
 }

@@ -1,117 +1,43 @@
-// Package gateway serves the Anthropic Messages API on the data plane's
-// listener and drives each turn over an upstream Responses socket leased
-// from the connection pool. Package internal/node assembles it as
-// clodex-dataplane runs it:
+// Package gateway is the data plane's HTTP edge: it serves the Anthropic
+// Messages API and drives each turn over a socket of the connection pool.
+// Package internal/node assembles it:
 //
-//	p, err := pool.New(pool.Config{Upstream: opts, Credentials: c, Health: health, Admitter: a, Registerer: reg})
 //	srv, err := gateway.New(gateway.Config{
-//		Credentials: src, // *credentials.RefreshingFile, or gateway.NoRefresh(static)
-//		Pool:        p,
-//		Health:      health, // retry.NewHealth: the failure memory the pool shares
-//		Upstream:    upstream.Key(opts.URL),
-//		Budget:      budget,
-//		ListenAddr:  "127.0.0.1:17645",
-//		Logger:      logger,
-//		Registry:    reg, // served with the pool's metrics on the admin listener
+//		Router:   router,  // *accounts.Router: each turn's account
+//		Pool:     p,       // *pool.Pool: the sockets
+//		Budgets:  budgets, // *retry.Budgets: each account's turn budget
+//		Health:   health,  // *retry.Health, shared with the pool
+//		Upstream: upstream.Key(url),
+//		ListenAddr: "127.0.0.1:17645",
 //	})
-//	http.Serve(ln, srv.Handler())
+//	http.Serve(srv.Listener(ln), srv.Handler()) // Close cancels the turns in flight
 //
-// Routes: POST /v1/messages (any query, e.g. ?beta=true; streaming and
-// non-streaming), POST /v1/messages/count_tokens (local estimate of what
-// would be forwarded), GET /v1/models (the Claude ids Claude Code knows
-// and the alias names and upstream models Config.Models accepts, in
-// Anthropic's list shape with context windows and upstream_model, the
-// Codex model each id is sent as) and GET /v1/models/{id} (any accepted
-// name), HEAD on any path (200, empty: Claude Code's preconnect),
-// GET /healthz ({"ok":true,"service":"clodex-dataplane"}: a prober learns
-// the port is a clodex data plane). Anything else is 404 with an Anthropic
-// error body "Unknown endpoint: <METHOD> <path>".
+// Routes (an http.ServeMux): POST /v1/messages, POST
+// /v1/messages/count_tokens (the local estimate), GET /v1/models and GET
+// /v1/models/{id} (models.go), GET /healthz (which says it is a clodex
+// data plane), HEAD on any path (Claude Code's preconnect). Anything else is
+// 404 "Unknown endpoint: METHOD PATH", an Anthropic error body like every
+// refusal. Before routing, the listener's rules: on loopback the Host must
+// be a loopback host and any key is accepted; elsewhere the configured key
+// is required in x-api-key or Authorization: Bearer; an Origin is refused
+// unless allow-listed. Bodies must be application/json, at most
+// MaxBodyBytes as sent and decoded (gzip, deflate), arriving at a minimum
+// rate; a header block over MaxHeaderBytes is answered 431 (Listener).
 //
-// Before any socket, /v1/messages and count_tokens refuse with a 400
-// naming the field whatever the upstream would certainly reject (see
-// translate.DecodeRequest), and a model name Config.Models does not accept
-// (listing the accepted ones).
+// One turn (turn.go): translate the body (dataplane/translate), canonicalise
+// its items, ask the Router for the account, then run attempts with
+// retry.Do inside the account's budget. Each attempt takes a lease from
+// the pool (a continuation sends previous_response_id and only the new
+// items), sends the response.create frame and streams the events back as
+// SSE (or collects the JSON answer). A completed response makes the socket
+// the conversation's head. A failure is classified by retry.Classify, the
+// failure table: a replacement, a wait, or the client's answer with its
+// status, retry-after and x-should-retry. A 401 on the upgrade asks the
+// Router for one refreshed credential. Nothing is retried after the client
+// got something it keeps.
 //
-// Listener security. On a loopback listener any API key is accepted, but
-// the Host header must name a loopback host (localhost, 127.0.0.1, [::1];
-// any port) and an Origin header is refused unless allow-listed, so a web
-// page cannot spend the user's quota (DNS rebinding, cross-site POSTs). On
-// any other listener a key is required in x-api-key or
-// "Authorization: Bearer" (compared in constant time). POST bodies must be
-// Content-Type: application/json, at most Config.MaxBodyBytes (50 MiB) both
-// as sent and after decoding a gzip or deflate Content-Encoding.
-//
-// One turn: translate the body (package translate), take a credential from
-// Config.Credentials, canonicalise the input items and run attempts with
-// retry.Do inside the request's budget (Config.BudgetFor for the
-// credential's account, else Config.Budget: one no-data deadline shared by
-// every attempt, reset only by upstream events, a total deadline and the
-// retry count). Each attempt takes a lease from the connection pool
-// (package pool, Config.Pool): a continuation head sends
-// previous_response_id and only the new items
-// (instructions and tools are resent), a new socket the full context. A
-// completed response makes the socket the conversation's head
-// (Lease.Complete with Stream.OutputItems and the usage); a failure or a
-// cancelled turn discards it. The turn reads the socket's events from
-// the Conn's own reader (upstream.Conn.Frames), in one select with its
-// context and the ping ticker.
-//
-// Retries happen only before the client got anything it keeps (a delta,
-// a tool call): a failure after message_start and empty blocks alone is
-// retried, the next attempt continuing the same message
-// (translate.Stream.Resume).
-//
-// Replacements and waits:
-// previous_response_not_found, websocket_connection_limit_reached and a
-// transport failure on a reused socket replace the socket at once (full
-// context, unpaced); a refusal from the pool's Admitter
-// (*admission.RefusedError) waits exactly its hint. A failure the client
-// retries itself — a transport failure on a new socket, an unreachable
-// backend, a 5xx (an upgrade 5xx, a response that failed with no output),
-// a 429 (an upgrade 403 waits max(rung, hint <= 60 s) plus 0-25 % jitter)
-// — is retried inside the data plane at most Config.Health's
-// FailureRetries times (default once) while the upstream is healthy, and
-// not at all while it is failing (retry.Health); while it is unreachable
-// a turn that needs a new socket is answered at once without a dial until
-// the next probe is due. A 401 on the upgrade drops the account's heads
-// and asks Credentials.Rejected for one refreshed credential, then
-// retries once; credentials.ErrLoginRequired (or a refresh that fails) is
-// answered 401 authentication_error with x-should-retry: false. A usage
-// limit (usage_limit_reached, usage_not_included, insufficient_quota) is
-// never retried here: a 429 whose retry-after is the reset when it is at
-// most 60 s away, else at once with x-should-retry: false and a message
-// saying when the plan resets.
-//
-// When the turn gives up the client gets the classified status (429
-// rate_limit_error, 529 for overload, 502 for other 5xx and transport
-// failures, 400 "prompt is too long: N tokens > W maximum" for a context
-// overflow; never an empty 200) through retry.Answer: every failure a
-// retry can fix carries retry-after (its own hint, else when the upstream
-// is due to be tried again) and x-should-retry: true, and its message
-// says what happened and ends with "; retry after Ns". An unreachable
-// upstream is named with the cause: "The upstream HOST cannot be reached:
-// connection refused" (DNS, TLS, a timeout likewise). After output the SSE
-// stream ends with an error event. Every turn that ends in an error, the
-// SSE error after a 200 included, is logged at WARN with its cause and
-// counted in clodex_dataplane_failed_turns_total; pacer refusals are
-// counted in clodex_dataplane_pacer_refusals_total. A client that
-// disconnects cancels the turn and its socket is closed at once. While the
-// backend works without producing output, a committed stream gets a ping
-// event every Config.PingInterval.
-//
-// Shutdown: Server.Close cancels the turns in flight (the client is told
-// the data plane is shutting down; their sockets are discarded, which
-// closes them at once); closing the pool afterwards (Pool.Close, by its
-// owner) closes every idle socket with 1001 "pool closed", waiting at
-// most upstream.CloseTimeout for the backend's answer. Every other close
-// of a pooled socket is a hard close that frees the descriptor at once,
-// with no close frame.
-//
-// Tracing: one span per turn (Gateway.Messages) and a child span per
-// upstream attempt (Gateway.Attempt) with the attempt number, whether it
-// is a replacement, the wait before it, reused or new socket, the pool's
-// decision and generation, the admission decision and wait (set by
-// package admission on the attempt's context), the upstream status and
-// the account KEY (account.Key); never the raw account id, a token or
-// prompt content.
+// Spans: Gateway.Messages per turn and Gateway.Attempt per attempt, with
+// the account's key, never its id, a token or prompt content. The
+// behaviour is specified in docs/translation.md, docs/errors.md and
+// docs/pool.md.
 package gateway

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
 )
 
@@ -29,7 +28,7 @@ func FuzzMessages(f *testing.F) {
 	}
 	defer p.Close()
 	srv, err := New(Config{
-		Credentials:  NoRefresh(credentials.Static{AccessToken: "tok"}),
+		Router:       newRouter(f, "tok", "acct"),
 		Pool:         p,
 		MaxBodyBytes: 1 << 20,
 		RetryClock:   NewFakeClock(),

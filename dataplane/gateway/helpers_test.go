@@ -7,17 +7,21 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/dataplane/accounts"
 	"github.com/clodex/clodex/dataplane/pool"
+	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/codexsim"
+	"github.com/clodex/clodex/internal/pacing"
 )
 
 // TestMain checks for leaked goroutines after the tests of both packages,
@@ -45,6 +49,7 @@ type unitEnv struct {
 type unitOptions struct {
 	sim      codexsim.Config
 	admitter pool.Admitter // the pool's (Optional; nil admits every dial)
+	budget   pacing.Budget // every account's (Optional; zero: the default)
 	mutate   func(*Config)
 }
 
@@ -60,13 +65,13 @@ func newUnitEnv(t *testing.T, o unitOptions) *unitEnv {
 	}
 	simTS := httptest.NewServer(sim.Handler())
 	simURL := "ws" + strings.TrimPrefix(simTS.URL, "http") + codexsim.ChatGPTPath
-	creds := NoRefresh(credentials.Static{AccessToken: simToken, AccountID: simAccount})
-	p, err := pool.New(pool.Config{Upstream: upstream.DialOptions{URL: simURL}, Credentials: poolCredentials(creds), Admitter: o.admitter})
+	router := newRouter(t, simToken, simAccount)
+	p, err := pool.New(pool.Config{Upstream: upstream.DialOptions{URL: simURL}, Credentials: router, Admitter: o.admitter})
 	if err != nil {
 		t.Fatalf("pool.New: %v", err)
 	}
 	e := &unitEnv{sim: sim, simURL: simURL, clock: NewFakeClock()}
-	cfg := Config{Credentials: creds, Pool: p, ListenAddr: "127.0.0.1:0", RetryClock: e.clock}
+	cfg := Config{Router: router, Pool: p, Budgets: retry.NewBudgets(o.budget), ListenAddr: "127.0.0.1:0", RetryClock: e.clock}
 	if o.mutate != nil {
 		o.mutate(&cfg)
 	}
@@ -90,9 +95,27 @@ func newUnitEnv(t *testing.T, o unitOptions) *unitEnv {
 	return e
 }
 
-// poolCredentials gives the pool's sockets src's credential.
-func poolCredentials(src CredentialsSource) pool.Credentials {
-	return pool.CredentialsFunc(func(ctx context.Context, _ string) (codexauth.Credential, error) { return src.Credential(ctx) })
+// newRouter is the accounts router of one auth.json holding accessToken
+// for accountID.
+func newRouter(t testing.TB, accessToken, accountID string) *accounts.Router {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"auth_mode": "chatgpt", "tokens": map[string]string{"access_token": accessToken, "account_id": accountID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "auth.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files, err := accounts.OpenFiles(context.Background(), []accounts.FileConfig{{Path: path}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := accounts.NewRouter(accounts.Config{Source: files})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // noUpstream is a pool's credential source for a gateway that must never

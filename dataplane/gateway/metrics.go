@@ -12,7 +12,6 @@ type metrics struct {
 	dials         *prometheus.CounterVec   // by result
 	failedTurns   *prometheus.CounterVec   // by what the client got
 	pacerRefusals prometheus.Counter
-	moves         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -39,11 +38,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Attempts the pacer refused a new upstream socket (each is retried after its hint, or answered 429 when the retries are spent).",
 		}),
 	}
-	m.moves = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "clodex_dataplane_account_moves_total",
-		Help: "Conversations moved to another upstream account because theirs was at its usage limit (each costs one full resend).",
-	})
-	for _, c := range []prometheus.Collector{m.requests, m.turns, m.dials, m.failedTurns, m.pacerRefusals, m.moves} {
+	for _, c := range []prometheus.Collector{m.requests, m.turns, m.dials, m.failedTurns, m.pacerRefusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register gateway metrics: %w", err)
 		}

@@ -17,8 +17,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"mime"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,9 +32,7 @@ import (
 
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/translate"
-	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/hostcheck"
-	"github.com/clodex/clodex/internal/pacing"
 )
 
 // Log keys shared by the gateway's log lines.
@@ -51,14 +52,14 @@ const (
 type Server struct {
 	cfg      Config // immutable after New
 	loopback bool
-	hosts    *hostcheck.Policy
+	origins  map[string]bool // AllowedOrigins, normalised
 	keyHash  [sha256.Size]byte
+	mux      *http.ServeMux
 	models   []byte // GET /v1/models body
 	modelIDs map[string][]byte
 	tracer   trace.Tracer
 	metrics  *metrics
 	pool     *pool.Pool
-	budget   pacing.Budget
 	rand     func() float64
 
 	// bg counts tracked turns until their socket is released (closes run
@@ -85,9 +86,10 @@ func New(cfg Config) (*Server, error) {
 		loopback: IsLoopbackAddr(cfg.ListenAddr),
 		turns:    make(map[*turnHandle]struct{}),
 	}
-	var err error
-	if s.hosts, err = hostcheck.New(cfg.ListenAddr, cfg.AllowedOrigins); err != nil {
-		return nil, fmt.Errorf("gateway config: field AllowedOrigins: %w", err) // validate checked them
+	s.origins = make(map[string]bool, len(cfg.AllowedOrigins))
+	for _, o := range cfg.AllowedOrigins {
+		n, _ := hostcheck.NormalizeOrigin(o) // validate checked them
+		s.origins[n] = true
 	}
 	s.keyHash = sha256.Sum256([]byte(cfg.APIKey))
 	tp := cfg.TracerProvider
@@ -101,33 +103,25 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = m
 	s.models, s.modelIDs = renderModels(cfg.Models.List())
-	s.budget = cfg.Budget
-	if s.budget == (pacing.Budget{}) {
-		s.budget = pacing.DefaultBudget()
-	}
 	s.rand = cfg.RetryRand
 	if s.rand == nil {
 		s.rand = rand.Float64
 	}
 	s.pool = cfg.Pool
+	s.mux = http.NewServeMux()
+	s.mux.Handle("POST /v1/messages", s.authed(s.serveMessages))
+	s.mux.Handle("POST /v1/messages/count_tokens", s.authed(s.serveCountTokens))
+	s.mux.Handle("GET /v1/models", s.authed(s.serveModels))
+	s.mux.Handle("GET /v1/models/{id...}", s.authed(s.serveModel))
+	s.mux.Handle("GET /healthz", routed(func(w *record, _ *http.Request) {
+		// The service name tells a client probing the port (for example
+		// `clodex-dataplane claude`) that it is a clodex data plane.
+		writeJSON(w, http.StatusOK, []byte(`{"ok":true,"service":"clodex-dataplane"}`))
+	}))
+	s.mux.Handle("/", s.authed(func(w *record, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("Unknown endpoint: %s %s", r.Method, r.URL.Path))
+	}))
 	return s, nil
-}
-
-// turnBudget is the budget of a turn on accountID: Config.BudgetFor's, or
-// the server's when BudgetFor is nil or returns a zero or invalid budget.
-func (s *Server) turnBudget(accountID string) pacing.Budget {
-	if s.cfg.BudgetFor == nil {
-		return s.budget
-	}
-	b := s.cfg.BudgetFor(accountID)
-	if b == (pacing.Budget{}) {
-		return s.budget
-	}
-	if err := checkBudget(b); err != nil {
-		s.cfg.Logger.Warn("per-account budget ignored; using the default budget", "account_key", accountKey(accountID), "error", err)
-		return s.budget
-	}
-	return b
 }
 
 // now is the time of the retry clock.
@@ -136,14 +130,6 @@ func (s *Server) now() time.Time {
 		return s.cfg.RetryClock.Now()
 	}
 	return time.Now()
-}
-
-// accountKey is the loggable key of an account id ("" for none).
-func accountKey(accountID string) string {
-	if accountID == "" {
-		return ""
-	}
-	return account.Key(accountID)
 }
 
 // Close cancels every in-flight turn (the client is told the data plane is
@@ -252,63 +238,95 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.cfg.Logger.LogAttrs(r.Context(), level, "request", attrs...)
 }
 
+// route checks the listener's rules (Host and Origin), answers HEAD on any
+// path (Claude Code's preconnect) and hands the request to its route; the
+// routes but /healthz need the key on a non-loopback listener.
 func (s *Server) route(w *record, r *http.Request) {
 	if !s.checkListener(w, r) {
 		return
 	}
 	if r.Method == http.MethodHead {
-		w.WriteHeader(http.StatusOK) // Claude Code's preconnect: any path
+		w.WriteHeader(http.StatusOK)
 		return
 	}
-	if r.URL.Path == "/healthz" && r.Method == http.MethodGet {
-		// The service name tells a client probing the port (for example
-		// `clodex-dataplane claude`) that it is a clodex data plane.
-		writeJSON(w, http.StatusOK, []byte(`{"ok":true,"service":"clodex-dataplane"}`))
-		return
-	}
-	if !s.loopback && !s.checkKey(w, r) {
-		return
-	}
-	switch p := r.URL.Path; {
-	case p == "/v1/messages" && r.Method == http.MethodPost:
-		s.serveMessages(w, r)
-	case p == "/v1/messages/count_tokens" && r.Method == http.MethodPost:
-		s.serveCountTokens(w, r)
-	case p == "/v1/models" && r.Method == http.MethodGet:
-		writeJSON(w, http.StatusOK, s.models)
-	case strings.HasPrefix(p, "/v1/models/") && r.Method == http.MethodGet:
-		id := strings.TrimPrefix(p, "/v1/models/")
-		if body, ok := s.modelIDs[id]; ok {
-			writeJSON(w, http.StatusOK, body)
-			return
-		}
-		if info, ok := s.cfg.Models.Info(id); ok { // accepted, though not listed
-			b, _ := json.Marshal(modelEntryOf(info))
-			writeJSON(w, http.StatusOK, b)
-			return
-		}
-		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("Model '%s' not found; GET /v1/models lists the accepted models", id))
-	default:
+	if p := r.URL.Path; !cleanPath(p) {
+		// The mux would redirect to the clean path; no client of this
+		// API sends one, and a redirect is not an Anthropic answer.
 		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("Unknown endpoint: %s %s", r.Method, p))
+		return
 	}
+	s.mux.ServeHTTP(w, r)
 }
 
-// checkListener applies the Host and Origin rules (package hostcheck).
-func (s *Server) checkListener(w *record, r *http.Request) bool {
-	ref := s.hosts.Check(r)
-	switch {
-	case ref == nil:
-		return true
-	case ref.Header == "Host":
-		w.err = fmt.Errorf("refused Host %q", ref.Value)
-		writeError(w, http.StatusForbidden, "permission_error",
-			fmt.Sprintf("Host %q is not a loopback host; this listener only answers requests for localhost, 127.0.0.1 or [::1]", ref.Value))
-	default:
-		w.err = fmt.Errorf("refused Origin %q", ref.Value)
-		writeError(w, http.StatusForbidden, "permission_error",
-			fmt.Sprintf("Origin %q is not allowed; browsers may not call this API unless the origin is listed with --allowed-origins", ref.Value))
+// cleanPath reports whether p is a rooted path without empty, "." or ".."
+// elements (a trailing slash allowed): what the mux routes as it is.
+func cleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
 	}
-	return false
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
+
+// routed adapts a handler of the request record to http.Handler: the mux
+// passes on the *record route gave it.
+func routed(h func(w *record, r *http.Request)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h(w.(*record), r) })
+}
+
+// authed is routed behind the key check of a non-loopback listener.
+func (s *Server) authed(h func(w *record, r *http.Request)) http.Handler {
+	return routed(func(w *record, r *http.Request) {
+		if s.loopback || s.checkKey(w, r) {
+			h(w, r)
+		}
+	})
+}
+
+// checkListener applies the listener's rules: on a loopback listener the
+// Host header must name a loopback host (localhost, 127.0.0.1, [::1]; any
+// port), so a web page cannot reach it by DNS rebinding; on any listener
+// an Origin header is refused unless allow-listed, so a web page cannot
+// spend the user's quota with a cross-site request.
+func (s *Server) checkListener(w *record, r *http.Request) bool {
+	if s.loopback && !loopbackHost(r.Host) {
+		w.err = fmt.Errorf("refused Host %q", r.Host)
+		writeError(w, http.StatusForbidden, "permission_error",
+			fmt.Sprintf("Host %q is not a loopback host; this listener only answers requests for localhost, 127.0.0.1 or [::1]", r.Host))
+		return false
+	}
+	if origin, ok := r.Header["Origin"]; ok {
+		o := ""
+		if len(origin) > 0 {
+			o = origin[0]
+		}
+		if n, err := hostcheck.NormalizeOrigin(o); err != nil || !s.origins[n] {
+			w.err = fmt.Errorf("refused Origin %q", o)
+			writeError(w, http.StatusForbidden, "permission_error",
+				fmt.Sprintf("Origin %q is not allowed; browsers may not call this API unless the origin is listed with --allowed-origins", o))
+			return false
+		}
+	}
+	return true
+}
+
+// loopbackHost reports whether a Host header ("host[:port]") names
+// localhost or a loopback address (the check hostcheck.LoopbackHost makes,
+// done here because it runs on every request).
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // checkKey requires the configured key on a non-loopback listener.
@@ -494,84 +512,12 @@ func decode(coding string, body []byte, limit int64) ([]byte, error) {
 	return readLimited(rd, limit)
 }
 
-func (s *Server) serveCountTokens(w *record, r *http.Request) {
-	body, herr := s.readBody(w, r)
-	if herr != nil {
-		w.err = herr
-		writeError(w, herr.status, herr.typ, herr.message)
-		return
-	}
-	// The same checks as /v1/messages: what could not be sent is refused,
-	// and what is counted is what would be forwarded.
-	req, err := translate.DecodeCountTokens(body)
-	if err == nil {
-		w.model = req.Model()
-		err = s.cfg.Models.Check(req.Model())
-	}
-	if err == nil {
-		_, err = translate.ToResponses(req, translate.Options{Models: s.cfg.Models})
-	}
-	if err != nil {
-		w.err = err
-		writeError(w, http.StatusBadRequest, "invalid_request_error", requestErrorMessage(err))
-		return
-	}
-	w.Header().Set("X-Relay-Token-Count-Source", "local-estimate")
-	writeJSON(w, http.StatusOK, []byte(`{"input_tokens":`+strconv.Itoa(req.EstimatedTokens())+`}`))
-}
-
 func requestErrorMessage(err error) string {
 	var re *translate.RequestError
 	if errors.As(err, &re) {
 		return re.Error()
 	}
 	return "Invalid request body"
-}
-
-// modelEntry is one model of GET /v1/models: Anthropic's model object
-// (docs/translation.md §2.2) and upstream_model, the Codex model the id is
-// sent as.
-type modelEntry struct {
-	Type           string `json:"type"`
-	ID             string `json:"id"`
-	DisplayName    string `json:"display_name"`
-	CreatedAt      string `json:"created_at"`
-	ContextWindow  int    `json:"context_window"`
-	MaxInputTokens int    `json:"max_input_tokens"`
-	UpstreamModel  string `json:"upstream_model"`
-}
-
-func modelEntryOf(m translate.ModelInfo) modelEntry {
-	e := modelEntry{Type: "model", ID: m.ID, DisplayName: m.DisplayName, CreatedAt: "2025-01-01T00:00:00Z",
-		ContextWindow: m.ContextWindow, MaxInputTokens: m.ContextWindow, UpstreamModel: m.Upstream}
-	if e.DisplayName == "" {
-		e.DisplayName = m.ID
-	}
-	return e
-}
-
-// renderModels builds the GET /v1/models body (docs/translation.md §2.2) and one body per
-// model id.
-func renderModels(list []translate.ModelInfo) ([]byte, map[string][]byte) {
-	entries := make([]modelEntry, 0, len(list))
-	byID := make(map[string][]byte, len(list))
-	for _, m := range list {
-		e := modelEntryOf(m)
-		entries = append(entries, e)
-		b, _ := json.Marshal(e)
-		byID[m.ID] = b
-	}
-	page := struct {
-		Data    []modelEntry `json:"data"`
-		HasMore bool         `json:"has_more"`
-		FirstID *string      `json:"first_id"`
-		LastID  *string      `json:"last_id"`
-	}{Data: entries}
-	if len(entries) > 0 {
-		page.FirstID, page.LastID = &entries[0].ID, &entries[len(entries)-1].ID
-	}
-	b, _ := json.Marshal(page)
-	return b, byID
 }
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {
@@ -611,4 +557,62 @@ func newID(prefix string) string {
 	binary.LittleEndian.PutUint64(b[:8], rand.Uint64()) //nolint:gosec // G404: ids need to be unique, not secret (see above)
 	binary.LittleEndian.PutUint32(b[8:], rand.Uint32()) //nolint:gosec // G404: as above
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// goHeaderTooLarge is what net/http writes, straight to the connection
+// and before any handler runs, when a request's header block exceeds
+// http.Server.MaxHeaderBytes (net/http's server.go, errTooLarge). The
+// listener's connections replace it with an Anthropic error body;
+// TestHeaderTooLarge fails if a Go release changes these bytes.
+var goHeaderTooLarge = []byte("HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large")
+
+// Listener wraps the API listener (served with http.Server.MaxHeaderBytes
+// set to MaxHeaderBytes): a request whose headers are too large is
+// answered 431 with an Anthropic error body instead of net/http's plain
+// text, counted in the request metric and logged.
+func (s *Server) Listener(ln net.Listener) net.Listener { return &listener{Listener: ln, s: s} }
+
+type listener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &conn{Conn: c, s: l.s}, nil
+}
+
+type conn struct {
+	net.Conn
+	s *Server
+}
+
+func (c *conn) Write(b []byte) (int, error) {
+	if !bytes.Equal(b, goHeaderTooLarge) {
+		return c.Conn.Write(b)
+	}
+	msg := "Request headers exceed the " + strconv.Itoa(MaxHeaderBytes) + " byte limit; send smaller headers"
+	var body bytes.Buffer
+	writeErrorBody(&body, "request_too_large", msg)
+	resp := "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: application/json\r\nContent-Length: " +
+		strconv.Itoa(body.Len()) + "\r\nConnection: close\r\n\r\n" + body.String()
+	c.s.metrics.requests.WithLabelValues("431").Inc()
+	c.s.cfg.Logger.Info("request", slog.Int(keyStatus, 431), slog.String("remote", c.RemoteAddr().String()),
+		slog.String(keyErr, "request headers too large"))
+	if _, err := c.Conn.Write([]byte(resp)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// CloseWrite lets net/http half-close the connection after the 431, as it
+// does on a bare TCP connection, so the client reads the answer.
+func (c *conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }

@@ -12,11 +12,10 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
+	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/upstream"
 	"github.com/clodex/clodex/dataplane/upstream/upstreamtest"
-	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -116,19 +115,19 @@ func (w *syncWriter) snapshot() (int, string) {
 // data plane's order: turns first, then the pool).
 func fakeTurn(t *testing.T, up *fakeUpstream, budget pacing.Budget, stream bool) (*Server, *syncWriter, chan struct{}, context.CancelFunc) {
 	t.Helper()
-	cred := codexauth.Credential{AccessToken: "tok", AccountID: "acct"}
+	router := newRouter(t, "tok", "acct")
 	p, err := pool.New(pool.Config{
 		Upstream:    upstream.DialOptions{URL: up.srv.URL, HTTPClient: up.srv.Client()},
-		Credentials: poolCredentials(NoRefresh(credentials.Static(cred))),
+		Credentials: router,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	up.pool = p
 	srv, err := New(Config{
-		Credentials: NoRefresh(credentials.Static(cred)),
-		Pool:        p,
-		Budget:      budget,
+		Router:  router,
+		Pool:    p,
+		Budgets: retry.NewBudgets(budget),
 	})
 	if err != nil {
 		t.Fatal(err)

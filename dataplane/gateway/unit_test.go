@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clodex/clodex/dataplane/admission"
-	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/dataplane/control"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/retry"
+	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -28,13 +28,12 @@ func TestNewRequiresKeyOffLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	_, err = New(Config{Credentials: NoRefresh(credentials.Static{}), Pool: p, ListenAddr: ":17645"})
+	_, err = New(Config{Router: newRouter(t, "tok", "acct"), Pool: p, ListenAddr: ":17645"})
 	if err == nil || !strings.Contains(err.Error(), "field APIKey is required") || !strings.Contains(err.Error(), ":17645") {
 		t.Errorf("New(non-loopback, no key) = %v, want an error naming APIKey and the address", err)
 	}
-	_, err = New(Config{ListenAddr: "127.0.0.1:1", AllowedOrigins: []string{"not an origin"}, PingInterval: -1,
-		Budget: pacing.Budget{IdleTimeout: -1, TotalTimeout: time.Minute}})
-	for _, want := range []string{"field Credentials is required", "field Pool is required", "field AllowedOrigins[0]", "field PingInterval", "field Budget has idle timeout"} {
+	_, err = New(Config{ListenAddr: "127.0.0.1:1", AllowedOrigins: []string{"not an origin"}, PingInterval: -1})
+	for _, want := range []string{"field Router is required", "field Pool is required", "field AllowedOrigins[0]", "field PingInterval"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New(bad config) = %v, want it to mention %q", err, want)
 		}
@@ -186,18 +185,16 @@ func TestAdmissionRefusalWaitsExactlyTheHint(t *testing.T) {
 	admit := pool.AdmitterFunc(func(ctx context.Context, acct string) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if acct != simAccount {
-			t.Errorf("Admit account %q, want %q", acct, simAccount)
+		if acct != account.Key(simAccount) {
+			t.Errorf("Admit account %q, want %q", acct, account.Key(simAccount))
 		}
 		asked = append(asked, clk.Now().Sub(Epoch))
 		if len(asked) <= 2 {
-			return &admission.RefusedError{RetryAfter: 4 * time.Second, RequiredWait: 9 * time.Second}
+			return &control.RefusedError{RetryAfter: 4 * time.Second, RequiredWait: 9 * time.Second}
 		}
 		return nil
 	})
-	e := newUnitEnv(t, unitOptions{admitter: admit, mutate: func(c *Config) {
-		c.Budget = pacing.Budget{IdleTimeout: 120 * time.Second, TotalTimeout: 600 * time.Second, MaxRetries: 5}
-	}})
+	e := newUnitEnv(t, unitOptions{admitter: admit, budget: pacing.Budget{IdleTimeout: 120 * time.Second, TotalTimeout: 600 * time.Second, MaxRetries: 5}})
 	clk = e.clock
 	resp := e.post(t, "/v1/messages", MessagesBody(false, "#sim reply admitted"), sessionHeader)
 	body := ReadAll(t, resp)
@@ -213,11 +210,9 @@ func TestAdmissionRefusalWaitsExactlyTheHint(t *testing.T) {
 // retry-after in [h, ceil(1.25 h)], waits of exactly the hint.
 func TestAdmissionRefusalsExhausted(t *testing.T) {
 	admit := pool.AdmitterFunc(func(context.Context, string) error {
-		return &admission.RefusedError{RetryAfter: 4 * time.Second}
+		return &control.RefusedError{RetryAfter: 4 * time.Second}
 	})
-	e := newUnitEnv(t, unitOptions{admitter: admit, mutate: func(c *Config) {
-		c.Budget = pacing.Budget{IdleTimeout: 120 * time.Second, TotalTimeout: 600 * time.Second, MaxRetries: 2}
-	}})
+	e := newUnitEnv(t, unitOptions{admitter: admit, budget: pacing.Budget{IdleTimeout: 120 * time.Second, TotalTimeout: 600 * time.Second, MaxRetries: 2}})
 	resp := e.post(t, "/v1/messages", MessagesBody(true, "#sim reply x"), sessionHeader)
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("status %d, want 429", resp.StatusCode)
@@ -236,40 +231,38 @@ func TestAdmissionRefusalsExhausted(t *testing.T) {
 	}
 }
 
-// Config.BudgetFor is asked for every turn's budget with the credential's
-// account; a zero or invalid answer falls back to Config.Budget. The
-// Health allows more failure retries than any budget here, so the budget
-// is what bounds the attempts.
-func TestBudgetForIsConsulted(t *testing.T) {
+// Config.Budgets gives every turn its account's budget: one set for the
+// turn's account bounds its attempts; a budget Budgets refuses, or one set
+// for another account, leaves the default. The Health allows more failure
+// retries than any budget here, so the budget is what bounds the attempts.
+func TestBudgetsAreConsulted(t *testing.T) {
 	valid := pacing.Budget{IdleTimeout: 120 * time.Second, TotalTimeout: 600 * time.Second}
 	tests := []struct {
 		name         string
-		budget       pacing.Budget // what BudgetFor returns
+		account      string        // whose budget is set
+		budget       pacing.Budget // the budget set
 		wantAttempts int
 	}{
-		{"no retries", pacing.Budget{IdleTimeout: valid.IdleTimeout, TotalTimeout: valid.TotalTimeout, MaxRetries: 0}, 1},
-		{"one retry", pacing.Budget{IdleTimeout: valid.IdleTimeout, TotalTimeout: valid.TotalTimeout, MaxRetries: 1}, 2},
-		{"zero falls back to Budget (2 retries)", pacing.Budget{}, 3},
-		{"invalid falls back to Budget (2 retries)", pacing.Budget{IdleTimeout: -1, TotalTimeout: valid.TotalTimeout, MaxRetries: 1}, 3},
+		{"no retries", simAccount, pacing.Budget{IdleTimeout: valid.IdleTimeout, TotalTimeout: valid.TotalTimeout, MaxRetries: 0}, 1},
+		{"one retry", simAccount, pacing.Budget{IdleTimeout: valid.IdleTimeout, TotalTimeout: valid.TotalTimeout, MaxRetries: 1}, 2},
+		{"zero refused: the default (2 retries)", simAccount, pacing.Budget{}, 3},
+		{"invalid refused: the default (2 retries)", simAccount, pacing.Budget{IdleTimeout: -1, TotalTimeout: valid.TotalTimeout, MaxRetries: 1}, 3},
+		{"another account's: the default (2 retries)", "acct-other", pacing.Budget{IdleTimeout: valid.IdleTimeout, TotalTimeout: valid.TotalTimeout, MaxRetries: 0}, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var mu sync.Mutex
-			var asked []string
-			e := newUnitEnv(t, unitOptions{mutate: func(c *Config) {
-				h, err := retry.NewHealth(retry.HealthConfig{FailureRetries: 5, Clock: c.RetryClock})
-				if err != nil {
-					t.Fatal(err)
-				}
-				c.Health = h
-				c.Budget = pacing.Budget{IdleTimeout: valid.IdleTimeout, TotalTimeout: valid.TotalTimeout, MaxRetries: 2}
-				c.BudgetFor = func(accountID string) pacing.Budget {
-					mu.Lock()
-					asked = append(asked, accountID)
-					mu.Unlock()
-					return tt.budget
-				}
-			}})
+			e := newUnitEnv(t, unitOptions{budget: pacing.Budget{IdleTimeout: valid.IdleTimeout, TotalTimeout: valid.TotalTimeout, MaxRetries: 2},
+				mutate: func(c *Config) {
+					h, err := retry.NewHealth(retry.HealthConfig{FailureRetries: 5, Clock: c.RetryClock})
+					if err != nil {
+						t.Fatal(err)
+					}
+					c.Health = h
+					err = c.Budgets.Set(account.Key(tt.account), tt.budget)
+					if refused := tt.budget.IdleTimeout <= 0; refused != (err != nil) {
+						t.Fatalf("Budgets.Set(%+v) = %v; want it refused only when invalid", tt.budget, err)
+					}
+				}})
 			resp := e.post(t, "/v1/messages", MessagesBody(false, "#sim fail server_error"), nil)
 			if resp.StatusCode != http.StatusBadGateway {
 				t.Fatalf("status %d, want 502: %s", resp.StatusCode, ReadAll(t, resp))
@@ -277,11 +270,6 @@ func TestBudgetForIsConsulted(t *testing.T) {
 			ReadAll(t, resp)
 			if n := e.sim.Stats().Errors["server_error"]; n != int64(tt.wantAttempts) {
 				t.Errorf("the sim failed %d responses, want %d attempts", n, tt.wantAttempts)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if !slices.Equal(asked, []string{simAccount}) {
-				t.Errorf("BudgetFor asked for %q, want once for %q", asked, simAccount)
 			}
 		})
 	}

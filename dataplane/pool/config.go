@@ -100,10 +100,11 @@ type Config struct {
 	// runs synchronously on the socket's reader: it must not block.
 	OnFrame func(account string, frame []byte)
 	// OnForbidden is called when the backend refuses a new socket's
-	// upgrade with 403, with the partition's account and the raw
-	// Retry-After header (Optional; only for partitions that name an
+	// upgrade with 403, with the partition's account and the Retry-After
+	// header's whole seconds (at most an hour; 0 when absent or not a
+	// positive number) (Optional; only for partitions that name an
 	// account). It runs synchronously on the dialing request's goroutine.
-	OnForbidden func(account, retryAfter string)
+	OnForbidden func(account string, retryAfter time.Duration)
 	// Clock returns the current time (Optional; default time.Now). Every
 	// TTL, promotion and rotation decision reads it.
 	Clock func() time.Time

@@ -164,7 +164,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // The hooks: every frame of a socket whose partition names an account goes
 // to OnFrame with the account; every upgrade refused with 403 to
-// OnForbidden with the account and the raw Retry-After.
+// OnForbidden with the account and the Retry-After in seconds.
 func TestHooks(t *testing.T) {
 	var mu sync.Mutex
 	var frames []string
@@ -175,9 +175,9 @@ func TestHooks(t *testing.T) {
 			frames = append(frames, account+" "+string(frame))
 			mu.Unlock()
 		}
-		c.OnForbidden = func(account, retryAfter string) {
+		c.OnForbidden = func(account string, retryAfter time.Duration) {
 			mu.Lock()
-			forbidden = append(forbidden, account+" "+retryAfter)
+			forbidden = append(forbidden, account+" "+retryAfter.String())
 			mu.Unlock()
 		}
 	})
@@ -206,7 +206,7 @@ func TestHooks(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if !slices.Equal(forbidden, []string{"acct-1 7"}) {
+	if !slices.Equal(forbidden, []string{"acct-1 7s"}) {
 		t.Errorf("OnForbidden saw %q, want one report for acct-1 with retry-after 7 (none for a partition without an account)", forbidden)
 	}
 }

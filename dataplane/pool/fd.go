@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/upstream"
@@ -115,7 +118,7 @@ func (p *Pool) dial(ctx context.Context, part Partition) (*upstream.Conn, error)
 func (p *Pool) dialUpstream(ctx context.Context, part Partition) (*upstream.Conn, error) {
 	cred, err := p.cfg.Credentials.Credential(ctx, part.Account)
 	if err != nil {
-		return nil, fmt.Errorf("dial upstream: get credential: %w", err)
+		return nil, &retry.CredentialError{Err: fmt.Errorf("dial upstream: get credential: %w", err)}
 	}
 	var ticket *retry.DialTicket // nil-safe: a nil Health gates nothing
 	if p.cfg.Health != nil {
@@ -143,9 +146,18 @@ func (p *Pool) dialUpstream(ctx context.Context, part Partition) (*upstream.Conn
 		ticket.Reached() // the backend answered: up
 	}
 	if refused && ue.Status == http.StatusForbidden && p.cfg.OnForbidden != nil && part.Account != "" {
-		p.cfg.OnForbidden(part.Account, ue.RetryAfter)
+		p.cfg.OnForbidden(part.Account, parseRetryAfter(ue.RetryAfter))
 	}
 	return nil, err
+}
+
+// parseRetryAfter reads a refused upgrade's Retry-After header: whole
+// seconds, at most an hour; 0 when absent or not a positive number.
+func parseRetryAfter(v string) time.Duration {
+	if secs, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && secs > 0 {
+		return time.Duration(min(secs, 3600)) * time.Second
+	}
+	return 0
 }
 
 // shedIdle unregisters every idle head and hard-closes their sockets,

@@ -1,43 +1,162 @@
 package retry
 
 import (
+	"errors"
+	"fmt"
+	"net/http"
 	"time"
 
-	"github.com/clodex/clodex/dataplane/translate"
+	"github.com/clodex/clodex/dataplane/upstream"
 )
 
-// Facts are what the caller knows about a failure beyond the classified error.
+// Facts are what the caller knows about a failure beyond the error itself.
 type Facts struct {
 	// AuthRefreshed is true when the credential was already refreshed for this request, so an
 	// authentication or permission failure is final.
 	AuthRefreshed bool
+	// Reused is true when the attempt ran on a socket the request continued: a transport
+	// failure then replaces the socket at once instead of backing off.
+	Reused bool
+	// Upstream names the upstream in messages (upstream.Key of its URL); "" reads "the
+	// upstream".
+	Upstream string
+	// Now is the time of the failure, for how long an unreachable upstream has been failing.
+	Now time.Time
 	// Wait is when a retry can next succeed, for a retryable failure that carries no hint of
 	// its own (a 5xx, an unreachable upstream, a 429 without retry-after): Health.RetryAfter.
-	// 0 means translate.DefaultRetryAfter.
+	// 0 means DefaultRetryAfter. Answer reads it.
 	Wait time.Duration
 }
 
-// Classify maps a classified upstream failure that arrived before any output to a Failure:
+func (f Facts) upstream() string {
+	if f.Upstream == "" {
+		return "the upstream"
+	}
+	return f.Upstream
+}
+
+// The failures of the other packages, by what they say of themselves
+// (each package's error type has the method).
+type (
+	// refusal is the pacer's refusal of a new socket, with the wait it
+	// asks for (control.RefusedError).
+	refusal interface{ PacerRefusal() time.Duration }
+	// loginRequired is a sign-in someone must renew, with the client's
+	// words ("" for the standalone "run codex login")
+	// (accounts.LoginRequiredError).
+	loginRequired interface{ LoginRequired() string }
+	// unavailable is a credential that cannot be had yet but may be soon,
+	// with the client's words and when to try again
+	// (accounts.UnavailableError).
+	unavailable interface {
+		Unavailable() (message string, retryAfter time.Duration)
+	}
+	// allLimited is every account at its usage limit, with the one that
+	// resets first (accounts.AllLimitedError).
+	allLimited interface {
+		AllLimited() (account string, resetsAt time.Time, resetsIn time.Duration)
+	}
+)
+
+// CredentialError is a new socket whose credential could not be had (the
+// pool's dial): whatever the cause, the turn ends with CredentialFailure's
+// answer.
+type CredentialError struct{ Err error }
+
+func (e *CredentialError) Error() string { return e.Err.Error() }
+func (e *CredentialError) Unwrap() error { return e.Err }
+
+// loginRequiredMessage is the client's words for a dead standalone sign-in.
+const loginRequiredMessage = "The ChatGPT sign-in can no longer be refreshed; run `codex login` to sign in again, then retry"
+
+// Classify is the failure table: it maps what ended an attempt before any output reached the
+// client to a Failure, whose Err is what the client is told should the turn end with it (an
+// *UpstreamError wrapping the cause). In order:
 //
-//   - previous_response_not_found, websocket_connection_limit_reached: Replace;
-//   - a context overflow, and a usage limit (usage_limit_reached, usage_not_included,
-//     insufficient_quota) whatever its reset: Fatal, never retried inside the data plane
-//     (Answer tells the client when to come back);
-//   - any other 429 (including an upgrade 403, which translate maps to 429): Throttled with
-//     the error's hint;
-//   - 408, 409 and 5xx (502, 529, …): Backoff;
-//   - anything else (400, 401, 403, 404, 413, …): Fatal. A first 401 is still Fatal here: the
-//     credential refresh and its one re-run belong to the caller.
+//   - the pacer's refusal: Refused with its hint, answered 429 rate_limit_error;
+//   - an upstream known to be unreachable whose next probe is not due (*DownError): Fatal, no
+//     dial was made; answered as the last attempt found it, saying for how long;
+//   - a classified upstream failure (*UpstreamError: a failed response, an upgrade refused with
+//     an HTTP status): previous_response_not_found and websocket_connection_limit_reached are
+//     Replace; a context overflow, and a usage limit (usage_limit_reached, usage_not_included,
+//     insufficient_quota) whatever its reset, are Fatal, never retried inside the data plane
+//     (Answer tells the client when to come back); any other 429 (including an upgrade 403,
+//     which reads as 429) is Throttled with its hint; 408, 409 and 5xx are Backoff; anything
+//     else (400, 401, 403, 404, 413, …) is Fatal. A first 401 is still Fatal here: the
+//     credential refresh and its one re-run belong to the caller;
+//   - a credential that could not be had (CredentialError, or a sign-in that must be renewed,
+//     one not to be had yet, every account at its usage limit): Fatal, CredentialFailure's
+//     answer;
+//   - an upgrade refused with an HTTP status as the upgrade table says (a 5xx reads "Upstream
+//     HOST: …"); a dial that opened no socket: Backoff, "The upstream HOST cannot be reached:
+//     CAUSE";
+//   - any other error (a socket that failed, a send, a dial error without a status): Replace
+//     on a reused socket, Backoff on a new one, "The connection to HOST ended before the
+//     response completed".
 //
-// It returns nil for a nil e. A failure after output must not be classified: return it as a
-// plain error.
-func Classify(e *translate.UpstreamError, f Facts) *Failure {
-	if e == nil {
+// It returns nil for a nil err. A failure after output must not be classified: return it
+// through Final.
+func Classify(err error, f Facts) *Failure {
+	if err == nil {
 		return nil
 	}
-	fail := &Failure{Class: Fatal, Err: e}
+	var ue *UpstreamError
+	var ref refusal
+	var down *DownError
+	var lr loginRequired
+	var un unavailable
+	var all allLimited
+	var ce *CredentialError
+	var unreach *upstream.UnreachableError
+	var upg *upstream.UpgradeError
 	switch {
-	case e.Code == translate.CodePreviousResponseNotFound, e.Code == translate.CodeConnectionLimit:
+	case errors.As(err, &ref):
+		hint := ref.PacerRefusal()
+		secs := int((hint + time.Second - 1) / time.Second)
+		return &Failure{Class: Refused, Hint: hint, Kind: KindPacer, Status: http.StatusTooManyRequests, Err: &UpstreamError{
+			Status: http.StatusTooManyRequests, Type: "rate_limit_error", RetryAfter: hint, Cause: err,
+			Message: fmt.Sprintf("The fleet's pacing of new upstream connections refused this request; retry after %ds", secs)}}
+	case errors.As(err, &down):
+		// Not tried: the upstream is known unreachable and its next probe
+		// is not due. Say what the last attempt found, and for how long.
+		e := unreachableAnswer(down.Cause, f)
+		e.Message += fmt.Sprintf(" (failing for %s; not tried again yet)", FormatWait(f.Now.Sub(down.Since)))
+		e.Cause = err
+		return &Failure{Class: Fatal, Kind: KindDown, Err: e}
+	case errors.As(err, &ue):
+		if ue == nil {
+			return nil
+		}
+		return classifyUpstream(ue, err)
+	case errors.As(err, &ce), errors.As(err, &lr), errors.As(err, &un), errors.As(err, &all):
+		return &Failure{Class: Fatal, Kind: KindCredential, Err: CredentialFailure(err, "")}
+	case errors.As(err, &unreach):
+		e := unreachableAnswer(err, f)
+		e.Cause = err
+		fl := &Failure{Class: Backoff, Kind: KindUnreachable, Err: e}
+		if errors.As(err, &upg) {
+			fl.Status = upg.Status
+		}
+		return fl
+	case errors.As(err, &upg):
+		e := ClassifyUpgrade(upg.Status, upg.RetryAfter)
+		e.Cause = err
+		fl := classifyUpstream(e, e)
+		fl.Kind, fl.Status = KindUpgrade, upg.Status
+		return fl
+	}
+	fl := Transport(err, f.Reused)
+	fl.Err = &UpstreamError{Status: http.StatusBadGateway, Type: "api_error", Cause: err,
+		Message: "The connection to " + f.upstream() + " ended before the response completed"}
+	return fl
+}
+
+// classifyUpstream is Classify of a classified upstream failure e; err is
+// what the Failure carries (e itself, or an error wrapping it).
+func classifyUpstream(e *UpstreamError, err error) *Failure {
+	fail := &Failure{Class: Fatal, Kind: KindResponse, Status: e.Status, Err: err}
+	switch {
+	case e.Code == CodePreviousResponseNotFound, e.Code == CodeConnectionLimit:
 		fail.Class, fail.Hint = Replace, e.RetryAfter
 	case e.ContextOverflow, e.UsageLimit:
 	case e.Status == 429:
@@ -48,20 +167,77 @@ func Classify(e *translate.UpstreamError, f Facts) *Failure {
 	return fail
 }
 
+// unreachableAnswer is what the client is told about a dial that opened no
+// socket: an upgrade answered 5xx as the upgrade table says, anything else
+// a 502 naming the upstream and the cause.
+func unreachableAnswer(cause error, f Facts) *UpstreamError {
+	var upg *upstream.UpgradeError
+	if errors.As(cause, &upg) {
+		e := ClassifyUpgrade(upg.Status, upg.RetryAfter)
+		e.Message = "Upstream " + f.upstream() + ": " + e.Message
+		return e
+	}
+	var unreach *upstream.UnreachableError
+	why := "connection failed"
+	if errors.As(cause, &unreach) {
+		why = unreach.Cause
+	}
+	return &UpstreamError{Status: http.StatusBadGateway, Type: "api_error",
+		Message: fmt.Sprintf("The upstream %s cannot be reached: %s", f.upstream(), why)}
+}
+
+// CredentialFailure is what the client is told when a turn's credential
+// cannot be had: a sign-in someone must renew is 401 authentication_error
+// in the sign-in's own words (a fleet's operator must log the account in;
+// standalone, run codex login), never worth a retry; a credential not to
+// be had yet (the control plane's broker away) is 503 with its retry-after;
+// every account at its usage limit is 429 naming the account whose reset
+// comes first. Anything else is 401 authentication_error with otherwise as
+// the message ("" for "OAuth credential is unavailable").
+func CredentialFailure(err error, otherwise string) *UpstreamError {
+	var lr loginRequired
+	var un unavailable
+	var all allLimited
+	switch {
+	case errors.As(err, &lr):
+		msg := lr.LoginRequired()
+		if msg == "" {
+			msg = loginRequiredMessage
+		}
+		return &UpstreamError{Status: http.StatusUnauthorized, Type: "authentication_error", Message: msg, Permanent: true, Cause: err}
+	case errors.As(err, &un):
+		msg, retryAfter := un.Unavailable()
+		return &UpstreamError{Status: http.StatusServiceUnavailable, Type: "api_error", Message: msg, RetryAfter: retryAfter, Cause: err}
+	case errors.As(err, &all):
+		account, resetsAt, resetsIn := all.AllLimited()
+		in := max(resetsIn, time.Second)
+		return &UpstreamError{
+			Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: CodeUsageLimitReached, Cause: err,
+			Message: fmt.Sprintf("Every ChatGPT account this data plane serves is at its usage limit; the first to reset is %s, at %s (in %s)",
+				account, resetsAt.UTC().Format(time.RFC3339), FormatWait(in)),
+			UsageLimit: true, ResetsIn: in, ResetsAt: resetsAt,
+		}
+	}
+	if otherwise == "" {
+		otherwise = "OAuth credential is unavailable"
+	}
+	return &UpstreamError{Status: http.StatusUnauthorized, Type: "authentication_error", Message: otherwise, Cause: err}
+}
+
 // Transport classifies a transport failure before any output (a socket error or close, a
 // failed send, a dial error without an HTTP status): Replace on a reused socket, Backoff on a
-// new one. err is surfaced as is if the retries run out; the caller maps it to 502 api_error.
+// new one. err is surfaced as is if the retries run out.
 func Transport(err error, reused bool) *Failure {
 	if reused {
-		return &Failure{Class: Replace, Err: err}
+		return &Failure{Class: Replace, Kind: KindTransport, Err: err}
 	}
-	return &Failure{Class: Backoff, Err: err}
+	return &Failure{Class: Backoff, Kind: KindTransport, Err: err}
 }
 
 // Refusal classifies a pacer refusal: the next attempt waits exactly hint. err (the refusal's
 // 429) is surfaced if the retries run out.
 func Refusal(hint time.Duration, err error) *Failure {
-	return &Failure{Class: Refused, Hint: hint, Err: err}
+	return &Failure{Class: Refused, Kind: KindPacer, Hint: hint, Err: err}
 }
 
 // Final marks err as fatal: Do returns it without retrying, even if it wraps a retryable

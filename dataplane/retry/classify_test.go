@@ -4,41 +4,39 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/clodex/clodex/dataplane/translate"
 )
 
 func TestClassify(t *testing.T) {
 	tests := []struct {
 		name      string
-		err       *translate.UpstreamError
+		err       *UpstreamError
 		facts     Facts
 		wantClass Class
 		wantHint  time.Duration
 	}{
-		{"previous_response_not_found", translate.ClassifyFrame([]byte(`{"type":"error","error":{"code":"previous_response_not_found"}}`)), Facts{}, Replace, 0},
-		{"connection limit", translate.ClassifyFrame([]byte(`{"type":"error","error":{"code":"websocket_connection_limit_reached"}}`)), Facts{}, Replace, 5 * time.Second},
-		{"upgrade 403 throttle", translate.ClassifyUpgrade(403, "12"), Facts{}, Throttled, 12 * time.Second},
-		{"upgrade 429 no hint", translate.ClassifyUpgrade(429, ""), Facts{}, Throttled, 0},
-		{"upgrade 503", translate.ClassifyUpgrade(503, ""), Facts{}, Backoff, 0},
-		{"upgrade 500", translate.ClassifyUpgrade(500, ""), Facts{}, Backoff, 0},
-		{"upgrade 401", translate.ClassifyUpgrade(401, ""), Facts{}, Fatal, 0},
-		{"upgrade 404", translate.ClassifyUpgrade(404, ""), Facts{}, Fatal, 0},
-		{"output-less server_error", translate.ClassifyFrame([]byte(`{"type":"response.failed","response":{"error":{"code":"server_error"}}}`)), Facts{}, Backoff, 0},
-		{"overloaded", translate.ClassifyFrame([]byte(`{"type":"response.failed","response":{"error":{"code":"overloaded_error"}}}`)), Facts{}, Backoff, 0},
-		{"context overflow", translate.ClassifyFrame([]byte(`{"type":"error","error":{"code":"context_length_exceeded"}}`)), Facts{}, Fatal, 0},
-		{"content filter", translate.ClassifyFrame([]byte(`{"type":"response.incomplete","response":{"incomplete_details":{"reason":"content_filter"}}}`)), Facts{}, Fatal, 0},
+		{"previous_response_not_found", ClassifyFrame([]byte(`{"type":"error","error":{"code":"previous_response_not_found"}}`), false), Facts{}, Replace, 0},
+		{"connection limit", ClassifyFrame([]byte(`{"type":"error","error":{"code":"websocket_connection_limit_reached"}}`), false), Facts{}, Replace, 5 * time.Second},
+		{"upgrade 403 throttle", ClassifyUpgrade(403, "12"), Facts{}, Throttled, 12 * time.Second},
+		{"upgrade 429 no hint", ClassifyUpgrade(429, ""), Facts{}, Throttled, 0},
+		{"upgrade 503", ClassifyUpgrade(503, ""), Facts{}, Backoff, 0},
+		{"upgrade 500", ClassifyUpgrade(500, ""), Facts{}, Backoff, 0},
+		{"upgrade 401", ClassifyUpgrade(401, ""), Facts{}, Fatal, 0},
+		{"upgrade 404", ClassifyUpgrade(404, ""), Facts{}, Fatal, 0},
+		{"output-less server_error", ClassifyFrame([]byte(`{"type":"response.failed","response":{"error":{"code":"server_error"}}}`), false), Facts{}, Backoff, 0},
+		{"overloaded", ClassifyFrame([]byte(`{"type":"response.failed","response":{"error":{"code":"overloaded_error"}}}`), false), Facts{}, Backoff, 0},
+		{"context overflow", ClassifyFrame([]byte(`{"type":"error","error":{"code":"context_length_exceeded"}}`), false), Facts{}, Fatal, 0},
+		{"content filter", ClassifyFrame([]byte(`{"type":"response.incomplete","response":{"incomplete_details":{"reason":"content_filter"}}}`), false), Facts{}, Fatal, 0},
 		// A usage limit is never retried inside the data plane, whatever its reset.
-		{"usage limit, reset unknown", translate.ClassifyFrame([]byte(`{"type":"error","status":429,"error":{"code":"usage_limit_reached"}}`)), Facts{}, Fatal, 0},
-		{"usage limit in 30 s", translate.ClassifyFrame([]byte(`{"type":"error","status":429,"error":{"code":"usage_limit_reached","resets_in_seconds":30}}`)), Facts{}, Fatal, 0},
-		{"usage limit in 2 h", translate.ClassifyFrame([]byte(`{"type":"error","status":429,"error":{"code":"usage_limit_reached","resets_in_seconds":7200}}`)), Facts{}, Fatal, 0},
-		{"insufficient quota", translate.ClassifyFrame([]byte(`{"type":"response.failed","response":{"error":{"code":"insufficient_quota"}}}`)), Facts{}, Fatal, 0},
-		{"rate_limit_exceeded without a hint", translate.ClassifyFrame([]byte(`{"type":"response.failed","response":{"error":{"code":"rate_limit_exceeded"}}}`)), Facts{}, Throttled, 0},
-		{"overload code", translate.ClassifyFrame([]byte(`{"type":"response.failed","response":{"error":{"code":"server_is_overloaded","type":"invalid_request_error"}}}`)), Facts{}, Backoff, 0},
-		{"408", &translate.UpstreamError{Status: 408}, Facts{}, Backoff, 0},
-		{"409", &translate.UpstreamError{Status: 409}, Facts{}, Backoff, 0},
-		{"400", &translate.UpstreamError{Status: 400}, Facts{}, Fatal, 0},
-		{"413", &translate.UpstreamError{Status: 413}, Facts{}, Fatal, 0},
+		{"usage limit, reset unknown", ClassifyFrame([]byte(`{"type":"error","status":429,"error":{"code":"usage_limit_reached"}}`), false), Facts{}, Fatal, 0},
+		{"usage limit in 30 s", ClassifyFrame([]byte(`{"type":"error","status":429,"error":{"code":"usage_limit_reached","resets_in_seconds":30}}`), false), Facts{}, Fatal, 0},
+		{"usage limit in 2 h", ClassifyFrame([]byte(`{"type":"error","status":429,"error":{"code":"usage_limit_reached","resets_in_seconds":7200}}`), false), Facts{}, Fatal, 0},
+		{"insufficient quota", ClassifyFrame([]byte(`{"type":"response.failed","response":{"error":{"code":"insufficient_quota"}}}`), false), Facts{}, Fatal, 0},
+		{"rate_limit_exceeded without a hint", ClassifyFrame([]byte(`{"type":"response.failed","response":{"error":{"code":"rate_limit_exceeded"}}}`), false), Facts{}, Throttled, 0},
+		{"overload code", ClassifyFrame([]byte(`{"type":"response.failed","response":{"error":{"code":"server_is_overloaded","type":"invalid_request_error"}}}`), false), Facts{}, Backoff, 0},
+		{"408", &UpstreamError{Status: 408}, Facts{}, Backoff, 0},
+		{"409", &UpstreamError{Status: 409}, Facts{}, Backoff, 0},
+		{"400", &UpstreamError{Status: 400}, Facts{}, Fatal, 0},
+		{"413", &UpstreamError{Status: 413}, Facts{}, Fatal, 0},
 	}
 	for _, tt := range tests {
 		f := Classify(tt.err, tt.facts)

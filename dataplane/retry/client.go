@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/clodex/clodex/dataplane/translate"
 )
 
 // RetryAfterHeader returns the retry-after value, in whole seconds, to send with a 429: a
@@ -18,9 +16,9 @@ import (
 // herd; the value is never below the hint. rnd returns a uniform value in [0, 1) (nil:
 // math/rand/v2); values outside are clamped.
 func RetryAfterHeader(hint time.Duration, rnd func() float64) int {
-	h := int64(translate.DefaultRetryAfter / time.Second)
+	h := int64(DefaultRetryAfter / time.Second)
 	if hint > 0 {
-		maxSecs := int64(translate.MaxRetryAfter / time.Second)
+		maxSecs := int64(MaxRetryAfter / time.Second)
 		h = min((int64(hint)+int64(time.Second)-1)/int64(time.Second), maxSecs)
 	}
 	hi := (5*h + 3) / 4 // ceil(1.25 h)
@@ -37,11 +35,11 @@ func RetryAfterHeader(hint time.Duration, rnd func() float64) int {
 // for every failure a retry can fix (408, 409, 429 and 5xx, including a usage limit that
 // resets within 60 s). Other failures (400, 404, 413, a first 401) get no header: the
 // client's own policy applies.
-func ShouldRetry(e *translate.UpstreamError, f Facts) (value string, ok bool) {
+func ShouldRetry(e *UpstreamError, f Facts) (value string, ok bool) {
 	switch {
 	case e == nil:
 		return "", false
-	case e.ContextOverflow,
+	case e.ContextOverflow, e.Permanent,
 		e.UsageLimit && !e.Retryable(),
 		(e.Status == 401 || e.Status == 403) && f.AuthRefreshed:
 		return "false", true
@@ -52,8 +50,8 @@ func ShouldRetry(e *translate.UpstreamError, f Facts) (value string, ok bool) {
 }
 
 // retryHint is the wait a retryable failure states itself: a usage limit's reset, a 429's
-// hint; else f.Wait, else translate.DefaultRetryAfter.
-func retryHint(e *translate.UpstreamError, f Facts) time.Duration {
+// hint; else f.Wait, else DefaultRetryAfter.
+func retryHint(e *UpstreamError, f Facts) time.Duration {
 	switch {
 	case e.UsageLimit && e.ResetsIn > 0:
 		return e.ResetsIn
@@ -62,7 +60,7 @@ func retryHint(e *translate.UpstreamError, f Facts) time.Duration {
 	case f.Wait > 0:
 		return f.Wait
 	}
-	return translate.DefaultRetryAfter
+	return DefaultRetryAfter
 }
 
 // Answer prepares what the client is told about e before any output: it sets the retry
@@ -74,7 +72,7 @@ func retryHint(e *translate.UpstreamError, f Facts) time.Duration {
 // "; retry after Ns" unless it already says when to retry. A failure no retry can fix gets
 // "x-should-retry: false" where ShouldRetry says so, and no retry-after, except a usage limit
 // with a known reset: its retry-after is the reset, in whole seconds.
-func Answer(h http.Header, e *translate.UpstreamError, f Facts, rnd func() float64) *translate.UpstreamError {
+func Answer(h http.Header, e *UpstreamError, f Facts, rnd func() float64) *UpstreamError {
 	if e == nil {
 		return nil
 	}

@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"testing"
 	"time"
-
-	"github.com/clodex/clodex/dataplane/translate"
 )
 
 func TestRetryAfterHeaderRange(t *testing.T) {
@@ -81,33 +79,33 @@ func TestRetryAfterHeaderEdges(t *testing.T) {
 }
 
 func TestShouldRetry(t *testing.T) {
-	usage := func(in time.Duration) *translate.UpstreamError {
-		return &translate.UpstreamError{Status: 429, Code: "usage_limit_reached", UsageLimit: true, ResetsIn: in}
+	usage := func(in time.Duration) *UpstreamError {
+		return &UpstreamError{Status: 429, Code: "usage_limit_reached", UsageLimit: true, ResetsIn: in}
 	}
 	tests := []struct {
 		name  string
-		err   *translate.UpstreamError
+		err   *UpstreamError
 		facts Facts
 		want  string // "" = no header
 	}{
 		{"nil", nil, Facts{}, ""},
-		{"context overflow", &translate.UpstreamError{Status: 400, ContextOverflow: true}, Facts{}, "false"},
+		{"context overflow", &UpstreamError{Status: 400, ContextOverflow: true}, Facts{}, "false"},
 		{"usage limit in 2 hours", usage(2 * time.Hour), Facts{}, "false"},
 		{"usage limit in 61 s", usage(61 * time.Second), Facts{}, "false"},
 		{"usage limit in exactly 60 s", usage(60 * time.Second), Facts{}, "true"},
 		{"usage limit in 1 s", usage(time.Second), Facts{}, "true"},
 		{"usage limit, reset unknown", usage(0), Facts{}, "false"},
-		{"throttle 429", &translate.UpstreamError{Status: 429, RetryAfter: 5 * time.Second}, Facts{}, "true"},
-		{"429 without a hint", &translate.UpstreamError{Status: 429}, Facts{}, "true"},
-		{"401 before refresh", &translate.UpstreamError{Status: 401}, Facts{}, ""},
-		{"401 after refresh", &translate.UpstreamError{Status: 401}, Facts{AuthRefreshed: true}, "false"},
-		{"403 after refresh", &translate.UpstreamError{Status: 403}, Facts{AuthRefreshed: true}, "false"},
-		{"529 overloaded", &translate.UpstreamError{Status: 529}, Facts{AuthRefreshed: true}, "true"},
-		{"502", &translate.UpstreamError{Status: 502}, Facts{}, "true"},
-		{"408", &translate.UpstreamError{Status: 408}, Facts{}, "true"},
-		{"409", &translate.UpstreamError{Status: 409}, Facts{}, "true"},
-		{"plain 400", &translate.UpstreamError{Status: 400}, Facts{}, ""},
-		{"404", &translate.UpstreamError{Status: 404}, Facts{}, ""},
+		{"throttle 429", &UpstreamError{Status: 429, RetryAfter: 5 * time.Second}, Facts{}, "true"},
+		{"429 without a hint", &UpstreamError{Status: 429}, Facts{}, "true"},
+		{"401 before refresh", &UpstreamError{Status: 401}, Facts{}, ""},
+		{"401 after refresh", &UpstreamError{Status: 401}, Facts{AuthRefreshed: true}, "false"},
+		{"403 after refresh", &UpstreamError{Status: 403}, Facts{AuthRefreshed: true}, "false"},
+		{"529 overloaded", &UpstreamError{Status: 529}, Facts{AuthRefreshed: true}, "true"},
+		{"502", &UpstreamError{Status: 502}, Facts{}, "true"},
+		{"408", &UpstreamError{Status: 408}, Facts{}, "true"},
+		{"409", &UpstreamError{Status: 409}, Facts{}, "true"},
+		{"plain 400", &UpstreamError{Status: 400}, Facts{}, ""},
+		{"404", &UpstreamError{Status: 404}, Facts{}, ""},
 	}
 	for _, tt := range tests {
 		v, ok := ShouldRetry(tt.err, tt.facts)
@@ -123,31 +121,31 @@ func TestShouldRetry(t *testing.T) {
 func TestAnswer(t *testing.T) {
 	tests := []struct {
 		name           string
-		err            *translate.UpstreamError
+		err            *UpstreamError
 		facts          Facts
 		wantRetryAfter string
 		wantShould     string
 		wantMsg        string
 	}{
-		{"upgrade 403 as 429, hint 5: 5..7", translate.ClassifyUpgrade(403, ""), Facts{}, "6", "true",
+		{"upgrade 403 as 429, hint 5: 5..7", ClassifyUpgrade(403, ""), Facts{}, "6", "true",
 			"OpenAI edge throttled the Responses WebSocket upgrade (HTTP 403); retry after 5s"},
-		{"connection limit, hint 10: 10..13", &translate.UpstreamError{Status: 429, Code: translate.CodeConnectionLimit, RetryAfter: 10 * time.Second, Message: "m; retry after 10s"},
+		{"connection limit, hint 10: 10..13", &UpstreamError{Status: 429, Code: CodeConnectionLimit, RetryAfter: 10 * time.Second, Message: "m; retry after 10s"},
 			Facts{}, "12", "true", "m; retry after 10s"},
-		{"429 without a hint waits for the upstream: 3..4", &translate.UpstreamError{Status: 429, Message: "rate limited"}, Facts{Wait: 3 * time.Second}, "4", "true",
+		{"429 without a hint waits for the upstream: 3..4", &UpstreamError{Status: 429, Message: "rate limited"}, Facts{Wait: 3 * time.Second}, "4", "true",
 			"rate limited; retry after 4s"},
-		{"502 without a wait: the default 5..7", &translate.UpstreamError{Status: 502, Message: "gone"}, Facts{}, "6", "true", "gone; retry after 6s"},
-		{"529 with a 1 s wait: 1..2", &translate.UpstreamError{Status: 529, Type: "overloaded_error", Message: "busy"}, Facts{Wait: time.Second}, "2", "true",
+		{"502 without a wait: the default 5..7", &UpstreamError{Status: 502, Message: "gone"}, Facts{}, "6", "true", "gone; retry after 6s"},
+		{"529 with a 1 s wait: 1..2", &UpstreamError{Status: 529, Type: "overloaded_error", Message: "busy"}, Facts{Wait: time.Second}, "2", "true",
 			"busy; retry after 2s"},
-		{"usage limit 30 s away: 30..38", &translate.UpstreamError{Status: 429, UsageLimit: true, ResetsIn: 30 * time.Second, Message: "limit; it resets in 30s"},
+		{"usage limit 30 s away: 30..38", &UpstreamError{Status: 429, UsageLimit: true, ResetsIn: 30 * time.Second, Message: "limit; it resets in 30s"},
 			Facts{Wait: time.Second}, "34", "true", "limit; it resets in 30s; retry after 34s"},
-		{"usage limit hours away", &translate.UpstreamError{Status: 429, UsageLimit: true, ResetsIn: 3 * time.Hour, Message: "limit; retrying before then will not help"},
+		{"usage limit hours away", &UpstreamError{Status: 429, UsageLimit: true, ResetsIn: 3 * time.Hour, Message: "limit; retrying before then will not help"},
 			Facts{}, "10800", "false", "limit; retrying before then will not help"},
-		{"overflow", &translate.UpstreamError{Status: 400, ContextOverflow: true, Message: "prompt is too long"}, Facts{}, "", "false", "prompt is too long"},
-		{"plain 400", &translate.UpstreamError{Status: 400, Message: "bad"}, Facts{}, "", "", "bad"},
+		{"overflow", &UpstreamError{Status: 400, ContextOverflow: true, Message: "prompt is too long"}, Facts{}, "", "false", "prompt is too long"},
+		{"plain 400", &UpstreamError{Status: 400, Message: "bad"}, Facts{}, "", "", "bad"},
 	}
 	for _, tt := range tests {
 		h := http.Header{}
-		var before translate.UpstreamError
+		var before UpstreamError
 		if tt.err != nil {
 			before = *tt.err
 		}

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/clodex/clodex/dataplane/translate"
 )
 
 // Clock is the time source of Do and Deadline. SystemClock is the real one; tests inject a
@@ -80,8 +78,8 @@ func (e *TimeoutError) Is(target error) bool {
 
 // Upstream returns the failure as the client sees it: 502 api_error before output, or the
 // api_error SSE event after it.
-func (e *TimeoutError) Upstream() *translate.UpstreamError {
-	return &translate.UpstreamError{Status: http.StatusBadGateway, Type: "api_error", Message: e.Error()}
+func (e *TimeoutError) Upstream() *UpstreamError {
+	return &UpstreamError{Status: http.StatusBadGateway, Type: "api_error", Message: e.Error()}
 }
 
 // Deadline is a no-data deadline shared by every attempt of one request. It expires timeout

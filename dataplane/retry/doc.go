@@ -15,10 +15,27 @@
 //		})
 //
 // An attempt reports a classified failure by returning a *Failure (or an error wrapping one);
-// any other non-nil error is fatal. Classify turns a *translate.UpstreamError into a Failure,
-// Transport classifies a socket failure, Refusal a pacer refusal. A failure after output has
-// reached the client must be returned through Final (or as a plain error): nothing is ever
-// replayed after output.
+// any other non-nil error is fatal. A failure after output has reached the client must be
+// returned through Final (or as a plain error): nothing is ever replayed after output.
+//
+// # The failure table
+//
+// Every upstream failure is classified here, once, and mapped here to what the client gets:
+//
+//	f := retry.Classify(err, retry.Facts{Reused: lease.Reused, Upstream: key, Now: now}) // class, hint, answer
+//	e := retry.ClassifyFrame(event, afterOutput)          // an error or response.failed event
+//	e = retry.ClassifyUpgrade(status, retryAfterHeader)   // an upgrade refused with a status
+//	e = retry.CredentialFailure(err, "")                  // a credential that cannot be had
+//	e = retry.Answer(header, e, retry.Facts{Wait: w}, rnd) // retry-after, x-should-retry
+//	body := retry.ErrorBody(e)                            // {"type":"error","error":{…}}
+//
+// Classify reads any error an attempt meets: a failed response (an *UpstreamError), the
+// pacer's refusal, an upstream known to be down (*DownError), a credential that cannot be
+// had, a refused upgrade or a dial that opened no socket (package upstream's errors), a
+// failed socket. The other packages' errors are read by what they say of themselves (a
+// PacerRefusal, LoginRequired, Unavailable or AllLimited method), so nothing here imports
+// them. The frame table (docs/errors.md §2 and §4) maps the backend's error codes, then its
+// error types, to a status and an Anthropic error type; the messages are in our own words.
 //
 // # The schedule
 //

@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"time"
 
-	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -57,8 +57,30 @@ func (c Class) String() string {
 type Failure struct {
 	Class Class
 	Hint  time.Duration // retry hint: Throttled and Refused use it; 0 = none
-	Err   error         // the classified error surfaced if the retries run out (often a *translate.UpstreamError)
+	// Err is the classified error surfaced if the retries run out: from
+	// Classify, an *UpstreamError (what the client is told) wrapping the
+	// cause.
+	Err error
+	// Kind is what failed; Status the HTTP status the upstream (or the
+	// pacer, 429) answered, 0 when none: the caller's metrics and spans.
+	Kind   Kind
+	Status int
 }
+
+// Kind says what failed in an attempt.
+type Kind int
+
+// Kinds of Failure.
+const (
+	KindOther       Kind = iota // a failure the caller built itself (Final)
+	KindResponse                // the upstream response failed (an error or response.failed event)
+	KindPacer                   // the pacer refused a new socket
+	KindDown                    // no dial: the upstream is known unreachable
+	KindCredential              // the credential could not be had
+	KindUpgrade                 // the upgrade was answered with an HTTP status
+	KindUnreachable             // the dial opened no socket
+	KindTransport               // the socket failed (a send, a read, a dial without a status)
+)
 
 func (f *Failure) Error() string {
 	if f.Err == nil {
@@ -181,10 +203,10 @@ func Wait(c Class, retry int, hint time.Duration, r float64) time.Duration {
 	case Backoff:
 		return pacing.Rung(retry)
 	case Throttled:
-		base := max(pacing.Rung(retry), min(max(hint, 0), translate.MaxRetryAfter))
+		base := max(pacing.Rung(retry), min(max(hint, 0), MaxRetryAfter))
 		return time.Duration(float64(base) * (1 + 0.25*unit(r)))
 	case Refused:
-		return min(max(hint, time.Second), translate.MaxRetryAfter)
+		return min(max(hint, time.Second), MaxRetryAfter)
 	}
 	return 0
 }
@@ -300,4 +322,48 @@ func Do(ctx context.Context, cfg Config, attempt func(ctx context.Context, a Att
 		}
 		a = Attempt{N: a.N + 1, Previous: f, Waited: wait, Idle: idle}
 	}
+}
+
+// Budgets is the turn budget of every account: the latest the control
+// plane pushed for it (clodexctl set-budget), else the default. The
+// control-plane client writes it, every turn reads it. It is safe for
+// concurrent use.
+type Budgets struct {
+	def pacing.Budget // immutable
+
+	mu    sync.Mutex // guards byKey
+	byKey map[string]pacing.Budget
+}
+
+// NewBudgets returns Budgets whose accounts all have def (the zero Budget
+// means pacing.DefaultBudget()) until Set says otherwise.
+func NewBudgets(def pacing.Budget) *Budgets {
+	if def == (pacing.Budget{}) {
+		def = pacing.DefaultBudget()
+	}
+	return &Budgets{def: def, byKey: make(map[string]pacing.Budget)}
+}
+
+// Set makes b the budget of the account with key. A budget Do cannot run
+// with (a deadline not positive, MaxRetries outside 0..pacing.MaxMaxRetries)
+// is refused with an error naming the field; the account keeps its budget.
+func (bs *Budgets) Set(key string, b pacing.Budget) error {
+	if b.IdleTimeout <= 0 || b.TotalTimeout <= 0 || b.MaxRetries < 0 || b.MaxRetries > pacing.MaxMaxRetries {
+		return fmt.Errorf("budget of %s: idle timeout %v, total timeout %v, max retries %d; want both timeouts positive and max retries in 0..%d",
+			key, b.IdleTimeout, b.TotalTimeout, b.MaxRetries, pacing.MaxMaxRetries)
+	}
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	bs.byKey[key] = b
+	return nil
+}
+
+// For returns the budget of a turn on the account with key.
+func (bs *Budgets) For(key string) pacing.Budget {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if b, ok := bs.byKey[key]; ok {
+		return b
+	}
+	return bs.def
 }

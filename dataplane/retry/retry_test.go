@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -229,7 +228,7 @@ func scriptErr(script []error, msg string) error {
 }
 
 func TestDoFatalReturnsErrUnwrapped(t *testing.T) {
-	ue := &translate.UpstreamError{Status: 400, Type: "invalid_request_error", Message: "bad"}
+	ue := &UpstreamError{Status: 400, Type: "invalid_request_error", Message: "bad"}
 	_, err := runScript(t, defaultBudget, 0, []error{&Failure{Class: Fatal, Err: ue}})
 	if err != error(ue) {
 		t.Errorf("Do() = %#v, want the fatal failure's Err itself", err)

@@ -32,9 +32,9 @@
 // keeps, and Resume continues the same message on the next attempt; Abort
 // ends it with an error event.
 //
-// Errors: ClassifyUpgrade and ClassifyFrame turn upstream failures into an
-// *UpstreamError, ErrorBody renders the Anthropic error body.
-// ParseRateLimits reads a codex.rate_limits side event.
+// Errors: a body that cannot be sent is a *RequestError naming the field.
+// A failed response's Failure is classified by dataplane/retry (the
+// failure table: ClassifyFrame), which also renders the error body.
 //
 // Files by concern. On every turn: jsondoc.go, the one-pass JSON parser
 // (it accepts exactly what encoding/json accepts and yields the same
@@ -45,8 +45,8 @@
 // it writes; upevents.go, the backend's events. Only when a turn needs
 // them: attachments.go (images, documents, search results: decoding and
 // mapping), requesterror.go (a refused body), failure.go (a failed
-// response), collector.go (a non-streaming answer), errors.go (an upstream
-// failure), models.go (the table's construction and the /v1/models list).
+// response), collector.go (a non-streaming answer), errors.go (RequestError),
+// models.go (the table's construction and the /v1/models list).
 //
 // Cost: a body is parsed once; the decoding, the canonical tool-call
 // arguments, the compact tool schemas and the count_tokens estimate (a
@@ -56,6 +56,5 @@
 // itself. The goldens in testdata/ pin the frames byte for byte.
 //
 // The behaviour is written down in docs/translation.md (the request
-// mapping, §1 to §8; the events, §9 to §11) and docs/errors.md (the
-// classification of failures, §2 and §4).
+// mapping, §1 to §8; the events, §9 to §11).
 package translate

@@ -1,18 +1,13 @@
 package translate
 
-func (s *Stream) fail(e *UpstreamError) {
+import "github.com/clodex/clodex/dataplane/retry"
+
+func (s *Stream) fail(e *retry.UpstreamError) {
 	if e == nil {
-		e = newUpstreamError(502, "", "OpenAI ended the response with an unreadable failure event")
+		e = retry.NewUpstreamError(502, "", "OpenAI ended the response with an unreadable failure event")
 	}
 	s.state = StateFailed
-	s.failure = s.turn.Overflow(e)
-}
-
-func eventName(t string) string {
-	if identifier(t) == "" {
-		return "upstream"
-	}
-	return t
+	s.failure = retry.Overflow(e, s.turn.ContextWindow, s.turn.EstimatedInputTokens)
 }
 
 func handled(t string) bool {
@@ -27,24 +22,24 @@ func handled(t string) bool {
 }
 
 // Failure is the classified failure once Handle returned StateFailed.
-func (s *Stream) Failure() *UpstreamError { return s.failure }
+func (s *Stream) Failure() *retry.UpstreamError { return s.failure }
 
 // Abort ends a committed response with an SSE error event (no
 // message_stop; docs/errors.md §8.3). A nil e uses Failure(), or a generic api_error.
 // A context overflow carries the "prompt is too long" message.
-func (s *Stream) Abort(e *UpstreamError) error {
+func (s *Stream) Abort(e *retry.UpstreamError) error {
 	if e == nil {
 		e = s.failure
 	}
 	if e == nil {
-		e = newUpstreamError(502, "", "Upstream model request failed.")
+		e = retry.NewUpstreamError(502, "", "Upstream model request failed.")
 	}
 	s.finished = true
 	if s.state == StateRunning {
 		s.state = StateFailed
 		s.failure = e
 	}
-	return s.write("error", ErrorBody(s.turn.Overflow(e)))
+	return s.write("error", retry.ErrorBody(retry.Overflow(e, s.turn.ContextWindow, s.turn.EstimatedInputTokens)))
 }
 
 // Resumable reports whether the turn may still be retried on the same

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/clodex/clodex/dataplane/retry"
 )
 
 // EventWriter receives downstream Anthropic SSE events: an SSE writes them
@@ -134,7 +136,7 @@ type Stream struct {
 	delivered  bool // a delta (or message_delta) written: content the client keeps
 	toolOpened bool // a tool_use block was opened: the client would run the call
 	state      State
-	failure    *UpstreamError
+	failure    *retry.UpstreamError
 	responseID string
 	nextIndex  int
 	open       *itemState // item whose block is open (nil when none)
@@ -209,20 +211,20 @@ func (s *Stream) handle(event []byte) (State, error) {
 	}
 	var ev upEvent
 	if jsonKind(event) != '{' {
-		s.fail(newUpstreamError(502, "", "OpenAI sent an unreadable event"))
+		s.fail(retry.UnreadableEvent(""))
 		return s.state, nil
 	}
 	if err := json.Unmarshal(event, &ev); err != nil {
 		var te *json.UnmarshalTypeError
 		if !errors.As(err, &te) || handled(ev.Type) {
-			s.fail(newUpstreamError(502, "", "OpenAI sent an unreadable event"))
+			s.fail(retry.UnreadableEvent(""))
 			return s.state, nil
 		}
 		return s.state, nil // a side event we do not read
 	}
 	err := s.dispatch(&ev, event)
 	if errors.Is(err, errMalformed) {
-		s.fail(newUpstreamError(502, "", "OpenAI sent an unreadable "+eventName(ev.Type)+" event"))
+		s.fail(retry.UnreadableEvent(ev.Type))
 		return s.state, nil
 	}
 	return s.state, err
@@ -298,7 +300,7 @@ func (s *Stream) dispatch(ev *upEvent, raw []byte) error {
 			return errMalformed
 		}
 		if !s.committed {
-			s.fail(classifyFrame(raw, false))
+			s.fail(retry.ClassifyFrame(raw, false))
 			return nil
 		}
 		s.takeResponse(&r)
@@ -307,7 +309,7 @@ func (s *Stream) dispatch(ev *upEvent, raw []byte) error {
 		}
 		s.state = StateCompleted
 	case "response.failed", "error":
-		s.fail(classifyFrame(raw, s.committed))
+		s.fail(retry.ClassifyFrame(raw, s.committed))
 	}
 	return nil
 }
@@ -447,7 +449,7 @@ func (s *Stream) completed(resp json.RawMessage) error {
 	}
 	if !s.committed {
 		// Never an empty 200: a response with no output is a failure.
-		s.fail(newUpstreamError(502, "", "OpenAI ended the response with no output (response.completed)"))
+		s.fail(retry.NewUpstreamError(502, "", "OpenAI ended the response with no output (response.completed)"))
 		return nil
 	}
 	s.takeResponse(&r)

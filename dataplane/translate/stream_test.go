@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/clodex/clodex/dataplane/retry"
 )
 
 // recorder is an EventWriter that keeps the SSE text.
@@ -445,7 +447,7 @@ func TestStreamContextOverflow(t *testing.T) {
 		t.Errorf("failure = %+v", e)
 	}
 	e.RequestID = "req_1"
-	if got := string(ErrorBody(e)); got != `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 258401 tokens > 258400 maximum"},"request_id":"req_1"}` {
+	if got := string(retry.ErrorBody(e)); got != `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 258401 tokens > 258400 maximum"},"request_id":"req_1"}` {
 		t.Errorf("body = %s", got)
 	}
 }

@@ -1,18 +1,15 @@
 package translate
 
 import (
-	"bytes"
 	"encoding/json"
-	"math"
 	"reflect"
 	"strconv"
-	"time"
 )
 
 // The backend's events as the data plane reads them: upEvent, upItem and
 // upResponse are the fields of a Responses event that Stream.Handle
-// uses; ParseRateLimits reads the codex.rate_limits side event the
-// Stream ignores.
+// uses. (The codex.rate_limits side event the Stream ignores is read by
+// dataplane/accounts.)
 
 // upEvent is one upstream event (one WebSocket frame).
 type upEvent struct {
@@ -84,114 +81,4 @@ type upResponse struct {
 	IncompleteDetails *struct {
 		Reason string `json:"reason"`
 	} `json:"incomplete_details"`
-}
-
-// RateLimits is an account's plan usage as the backend reports it in a
-// codex.rate_limits side event (docs: backend events): the plan and each
-// usage window.
-type RateLimits struct {
-	// PlanType is the plan's name ("plus", "pro", ...), or "".
-	PlanType string
-	// LimitReached is true when the backend says the account is at a
-	// usage limit (rate_limits.limit_reached, or allowed false).
-	LimitReached bool
-	// Windows are the reported windows, primary first; a null window is
-	// left out.
-	Windows []RateLimitWindow
-}
-
-// RateLimitWindow is one usage window.
-type RateLimitWindow struct {
-	// Name is "primary" (the 5-hour window) or "secondary" (the weekly
-	// one).
-	Name string
-	// UsedPercent is the share of the window used, 0..100 (the backend
-	// may report more at the limit; it is kept, clamped to 0..1000).
-	UsedPercent float64
-	// Window is the window's length (window_minutes).
-	Window time.Duration
-	// ResetsAt is when the window resets: reset_at (Unix seconds), else
-	// now + reset_after_seconds; zero when neither is given.
-	ResetsAt time.Time
-}
-
-// rateLimitsType is the side event's type and the prefix ParseRateLimits
-// looks for before it decodes anything.
-var rateLimitsType = []byte(`"codex.rate_limits"`)
-
-// ParseRateLimits reads a codex.rate_limits event (the JSON text of one
-// upstream frame) read at now. It reports false for any other frame, and
-// for a rate-limits event without a readable rate_limits object; fields
-// of the wrong type are left out rather than failing the event, which is
-// informational.
-func ParseRateLimits(frame []byte, now time.Time) (RateLimits, bool) {
-	if !bytes.Contains(frame, rateLimitsType) {
-		return RateLimits{}, false
-	}
-	var ev struct {
-		Type       string          `json:"type"`
-		PlanType   json.RawMessage `json:"plan_type"`
-		RateLimits *struct {
-			Allowed      *bool                      `json:"allowed"`
-			LimitReached *bool                      `json:"limit_reached"`
-			Primary      map[string]json.RawMessage `json:"primary"`
-			Secondary    map[string]json.RawMessage `json:"secondary"`
-		} `json:"rate_limits"`
-	}
-	if json.Unmarshal(frame, &ev) != nil || ev.Type != "codex.rate_limits" || ev.RateLimits == nil {
-		return RateLimits{}, false
-	}
-	var rl RateLimits
-	_ = json.Unmarshal(ev.PlanType, &rl.PlanType)
-	r := ev.RateLimits
-	rl.LimitReached = r.LimitReached != nil && *r.LimitReached || r.Allowed != nil && !*r.Allowed
-	for _, w := range []struct {
-		name string
-		obj  map[string]json.RawMessage
-	}{{"primary", r.Primary}, {"secondary", r.Secondary}} {
-		if w.obj == nil {
-			continue
-		}
-		win := RateLimitWindow{Name: w.name}
-		if v, ok := jsonNumber(w.obj["used_percent"]); ok {
-			win.UsedPercent = min(max(v, 0), 1000)
-		}
-		if v, ok := jsonNumber(w.obj["window_minutes"]); ok && v > 0 && v <= 366*24*60 {
-			win.Window = time.Duration(v * float64(time.Minute))
-		}
-		if v, ok := jsonNumber(w.obj["reset_at"]); ok && v > 0 && v < 1e11 {
-			win.ResetsAt = time.Unix(int64(v), 0)
-		} else if v, ok := jsonNumber(w.obj["reset_after_seconds"]); ok && v >= 0 && v <= MaxResetsIn.Seconds() {
-			win.ResetsAt = now.Add(time.Duration(v * float64(time.Second))).Truncate(time.Second)
-		}
-		rl.Windows = append(rl.Windows, win)
-	}
-	return rl, true
-}
-
-// jsonNumber reads a finite JSON number.
-func jsonNumber(raw json.RawMessage) (float64, bool) {
-	var v float64
-	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, false
-	}
-	return v, true
-}
-
-// Headroom is the share of the account's tightest window still free,
-// 0..100: 100 minus the highest used percent among the windows not yet
-// reset at now (a window past its reset counts as unused). An account at
-// a usage limit has none; one without windows has 100.
-func (rl RateLimits) Headroom(now time.Time) float64 {
-	if rl.LimitReached {
-		return 0
-	}
-	used := 0.0
-	for _, w := range rl.Windows {
-		if !w.ResetsAt.IsZero() && !now.Before(w.ResetsAt) {
-			continue
-		}
-		used = max(used, w.UsedPercent)
-	}
-	return max(100-used, 0)
 }

@@ -6,13 +6,17 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
+	"github.com/clodex/clodex/dataplane/accounts"
+
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/clodex/clodex/dataplane/admission"
-	"github.com/clodex/clodex/dataplane/credentials"
+	"github.com/clodex/clodex/dataplane/control"
+	"github.com/clodex/clodex/dataplane/gateway"
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/dataplane/upstream"
@@ -99,7 +103,7 @@ type Config struct {
 
 	// ControlPlane is the fleet's control plane: host:port (a name may
 	// resolve to several replicas), a comma-separated list of replicas, or
-	// dns:///host:port (admission.ParseControlPlanes). (Optional; default
+	// dns:///host:port (control.ParseControlPlanes). (Optional; default
 	// none: an embedded control plane runs in-process)
 	ControlPlane string
 	// AgentTokenFile holds the fleet's agent token. (Required with
@@ -199,8 +203,8 @@ func (c Config) withDefaults() Config {
 }
 
 // refreshMode is the parsed Refresh; Validate has checked it.
-func (c *Config) refreshMode() credentials.RefreshMode {
-	m, _ := credentials.ParseRefreshMode(c.Refresh)
+func (c *Config) refreshMode() accounts.RefreshMode {
+	m, _ := accounts.ParseRefreshMode(c.Refresh)
 	return m
 }
 
@@ -238,7 +242,7 @@ func (c Config) Validate() error {
 	if u, err := url.Parse(c.TokenEndpoint); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		errs = append(errs, fmt.Errorf("--token-endpoint %q is not an http:// or https:// URL with a host", c.TokenEndpoint))
 	}
-	if _, err := credentials.ParseRefreshMode(c.Refresh); err != nil {
+	if _, err := accounts.ParseRefreshMode(c.Refresh); err != nil {
 		errs = append(errs, fmt.Errorf("--refresh %q is invalid; choices are auto, never", c.Refresh))
 	}
 	if !isLoopbackListen(c.Listen) && c.APIKeyFile == "" {
@@ -252,7 +256,7 @@ func (c Config) Validate() error {
 			c.FailureRetries, pacing.MaxMaxRetries, retry.NoFailureRetries))
 	}
 	if c.fleet() {
-		if _, err := admission.ParseControlPlanes(c.ControlPlane); err != nil {
+		if _, err := control.ParseControlPlanes(c.ControlPlane); err != nil {
 			errs = append(errs, fmt.Errorf("--control-plane: %w", err))
 		}
 		if c.AgentTokenFile == "" && c.AgentToken == "" {
@@ -312,4 +316,67 @@ func parseLevel(s string) (slog.Level, error) {
 // ExtraCodexAuth (--codex-auth repeated).
 func (c *Config) codexAuthFiles() []string {
 	return append([]string{c.CodexAuth}, c.ExtraCodexAuth...)
+}
+
+// tracerProvider is TracerProvider, else the global one.
+func (c *Config) tracerProvider() trace.TracerProvider {
+	if c.TracerProvider != nil {
+		return c.TracerProvider
+	}
+	return otel.GetTracerProvider()
+}
+
+// fileConfigs are the auth.json sources of CodexAuth and ExtraCodexAuth.
+func (c *Config) fileConfigs(logger *slog.Logger, notify func(string)) []accounts.FileConfig {
+	var fcs []accounts.FileConfig
+	for _, path := range c.codexAuthFiles() {
+		fcs = append(fcs, accounts.FileConfig{Path: path, TokenEndpoint: c.TokenEndpoint, Mode: c.refreshMode(), Logger: logger, Notify: notify})
+	}
+	return fcs
+}
+
+// filesError makes an error of accounts.OpenFiles a *ConfigError when the
+// files cannot be served together (the same account twice, or one without
+// an account id among several).
+func filesError(err error) error {
+	var fe *accounts.FilesError
+	if errors.As(err, &fe) {
+		return &ConfigError{Err: err}
+	}
+	return err
+}
+
+// gatewayConfig is the gateway's configuration from the flags: the
+// listener, its key and origins, the model aliases and the retry clock.
+// Start adds the parts it built.
+func (c *Config) gatewayConfig() (gateway.Config, error) {
+	models, err := translate.ParseModelAliases(c.ModelAliases)
+	if err != nil {
+		return gateway.Config{}, &ConfigError{Err: fmt.Errorf("--model-aliases: %w", err)}
+	}
+	if c.ModelPassthrough {
+		models = models.WithPassthrough()
+	}
+	var apiKey string
+	if c.APIKeyFile != "" {
+		if apiKey, err = readAPIKey(c.APIKeyFile); err != nil {
+			return gateway.Config{}, err
+		}
+	}
+	return gateway.Config{RetryClock: c.RetryClock, RetryRand: c.RetryRand, Upstream: upstream.Key(c.UpstreamURL),
+		ListenAddr: c.Listen, APIKey: apiKey, AllowedOrigins: c.AllowedOrigins, Models: models}, nil
+}
+
+// readAPIKey returns the first line of the key file, trimmed.
+func readAPIKey(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read --api-key-file: %w", err)
+	}
+	key, _, _ := strings.Cut(string(b), "\n")
+	key = strings.TrimSpace(key)
+	if key == "" {
+		return "", fmt.Errorf("--api-key-file %s: the first line is empty; want the API key", path)
+	}
+	return key, nil
 }

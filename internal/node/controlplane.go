@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,16 +10,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc"
-	grpccreds "google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/store"
-	"github.com/clodex/clodex/dataplane/admission"
+	"github.com/clodex/clodex/dataplane/control"
 	"github.com/clodex/clodex/internal/bearer"
 	"github.com/clodex/clodex/internal/tlsconfig"
 )
@@ -32,74 +27,54 @@ const embeddedTarget = "passthrough:///clodex-embedded-controlplane"
 // bufconnSize is the in-process listener's buffer per direction.
 const bufconnSize = 1 << 20
 
-// controlPlaneConn is the data plane's connection to its control plane:
-// a remote one (--control-plane) or one embedded in this process and served
-// on an in-process listener. Both are dialed with the same client options.
-type controlPlaneConn struct {
-	conn *grpc.ClientConn
-	// Embedded only: the server and its store, served until stop is called.
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the embedded server and store have returned
-}
-
-// dialOptions are the client options of both paths: the agent token on
-// every RPC and otelgrpc client spans.
-func dialOptions(tok bearer.Token, creds grpccreds.TransportCredentials, tp trace.TracerProvider) []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithTransportCredentials(creds),
-		grpc.WithPerRPCCredentials(bearer.Credentials(tok)),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
-	}
-}
-
-// dialRemote connects to --control-plane with the agent token and the TLS
-// flags: one connection balancing over every replica the value names
-// (admission.ControlPlanes). The connection is lazy: an unreachable
-// control plane is not an error here (admission falls back to its local
-// bucket).
-func dialRemote(cfg *Config, notify func(string), tp trace.TracerProvider) (*controlPlaneConn, error) {
-	var tok bearer.Token
+// remoteControl sets the connection fields of cc for --control-plane: the
+// address, the agent token and the TLS flags. The client dials lazily: an
+// unreachable control plane is not an error (admission falls back to its
+// local bucket).
+func remoteControl(cfg *Config, notify func(string), cc *control.Config) error {
 	if cfg.AgentTokenFile != "" {
 		t, warning, err := bearer.ReadFile(cfg.AgentTokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("read --agent-token-file: %w", err)
+			return fmt.Errorf("read --agent-token-file: %w", err)
 		}
 		if warning != "" {
 			notify("--agent-token-file: " + warning)
 		}
-		tok = t
+		cc.Token = t
 	} else {
 		t, err := bearer.Parse(cfg.AgentToken)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", EnvAgentToken, err)
+			return fmt.Errorf("%s: %w", EnvAgentToken, err)
 		}
-		tok = t
+		cc.Token = t
 	}
 	tlsCfg, err := tlsconfig.Client(cfg.TLSCA, cfg.TLSCert, cfg.TLSKey)
 	if err != nil {
-		return nil, &ConfigError{Err: err}
+		return &ConfigError{Err: err}
 	}
-	creds := insecure.NewCredentials()
-	if tlsCfg != nil {
-		creds = grpccreds.NewTLS(tlsCfg)
-	}
-	cps, err := admission.ParseControlPlanes(cfg.ControlPlane)
-	if err != nil {
-		return nil, &ConfigError{Err: fmt.Errorf("--control-plane: %w", err)}
-	}
-	conn, err := grpc.NewClient(cps.Target, append(dialOptions(tok, creds, tp), cps.DialOptions()...)...)
-	if err != nil {
-		return nil, &ConfigError{Err: fmt.Errorf("--control-plane %q: %w", cfg.ControlPlane, err)}
-	}
-	return &controlPlaneConn{conn: conn}, nil
+	cc.Target, cc.TLS = cfg.ControlPlane, tlsCfg
+	return nil
+}
+
+// embedded is the control plane served in this process on an in-process
+// listener, until stop.
+type embedded struct {
+	lis    *bufconn.Listener
+	token  bearer.Token // the agent token it accepts
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the server and its store have returned
+}
+
+// dial opens a connection to the in-process listener (control.Config.Dialer).
+func (e *embedded) dial(ctx context.Context, _ string) (net.Conn, error) {
+	return e.lis.DialContext(ctx)
 }
 
 // startEmbedded builds the control-plane server with a store holding
 // cfg.Policy as the default policy (policies persist under --data-dir when
-// given), serves it on an in-process listener with random tokens, and dials
-// it like a remote one. ctx only bounds the start; the server runs until
-// stop.
-func startEmbedded(ctx context.Context, cfg *Config, logger *slog.Logger, reg prometheus.Registerer, tp trace.TracerProvider) (*controlPlaneConn, error) {
+// given) and serves it on an in-process listener with random tokens. ctx
+// only bounds the start; the server runs until stop.
+func startEmbedded(ctx context.Context, cfg *Config, logger *slog.Logger, reg prometheus.Registerer, tp trace.TracerProvider) (*embedded, error) {
 	if cfg.DataDir != "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create --data-dir: %w", err)
@@ -133,29 +108,19 @@ func startEmbedded(ctx context.Context, cfg *Config, logger *slog.Logger, reg pr
 	if err != nil {
 		return nil, fmt.Errorf("embedded control plane: %w", err)
 	}
-	lis := bufconn.Listen(bufconnSize)
-	dial := func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }
-	opts := append(dialOptions(agentTok, insecure.NewCredentials(), tp), admission.DialOption(), grpc.WithContextDialer(dial))
-	conn, err := grpc.NewClient(embeddedTarget, opts...)
-	if err != nil {
-		lis.Close()
-		srv.Stop() // never served: ends its stream workers
-		return nil, fmt.Errorf("dial the embedded control plane: %w", err)
-	}
-
 	// The server outlives ctx on purpose: the data plane stops it last,
-	// after its own clients are done with it.
+	// after its own client is done with it.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c := &controlPlaneConn{conn: conn, cancel: cancel, done: make(chan struct{})}
-	go c.serveEmbedded(sctx, srv, st, lis, logger)
-	return c, nil
+	e := &embedded{lis: bufconn.Listen(bufconnSize), token: agentTok, cancel: cancel, done: make(chan struct{})}
+	go e.serve(sctx, srv, st, logger)
+	return e, nil
 }
 
-// serveEmbedded runs the embedded server and its store's sweeps until ctx
-// ends; Serve then shuts the server down (GracefulStop bounded by its
-// grace, then Stop).
-func (c *controlPlaneConn) serveEmbedded(ctx context.Context, srv *controlplane.Server, st *store.Memory, lis net.Listener, logger *slog.Logger) {
-	defer close(c.done)
+// serve runs the embedded server and its store's sweeps until ctx ends;
+// Serve then shuts the server down (GracefulStop bounded by its grace,
+// then Stop).
+func (e *embedded) serve(ctx context.Context, srv *controlplane.Server, st *store.Memory, logger *slog.Logger) {
+	defer close(e.done)
 	sweepDone := make(chan struct{})
 	go func() {
 		defer close(sweepDone)
@@ -163,29 +128,41 @@ func (c *controlPlaneConn) serveEmbedded(ctx context.Context, srv *controlplane.
 			logger.Warn("embedded control plane: store", "err", err)
 		}
 	}()
-	if err := srv.Serve(ctx, lis); err != nil {
+	if err := srv.Serve(ctx, e.lis); err != nil {
 		logger.Error("embedded control plane stopped serving", "err", err)
 	}
 	<-sweepDone
 }
 
-// close closes the connection and, for the embedded control plane, stops
-// the server and waits for it (bounded by ctx; the server's own grace is
-// 5 s before it stops hard).
-func (c *controlPlaneConn) close(ctx context.Context) error {
-	err := c.conn.Close()
-	if c.cancel == nil {
-		return err
-	}
-	c.cancel()
+// stop stops the server and waits for it (bounded by ctx; the server's
+// own grace is 5 s before it stops hard).
+func (e *embedded) stop(ctx context.Context) error {
+	e.cancel()
 	select {
-	case <-c.done:
+	case <-e.done:
+		return nil
 	case <-ctx.Done():
-		return errors.Join(err, fmt.Errorf("stop the embedded control plane: %w", ctx.Err()))
+		return fmt.Errorf("stop the embedded control plane: %w", ctx.Err())
 	}
-	return err
 }
 
-// embeddedStopTimeout bounds the wait for the embedded server in close: its
-// GracefulStop grace plus a margin.
+// embeddedStopTimeout bounds the wait for the embedded server in stop:
+// its GracefulStop grace plus a margin.
 const embeddedStopTimeout = controlplane.DefaultShutdownGrace + time.Second
+
+// runControl runs the control-plane client (its agent stream, the
+// hand-over of local grants, the broker's tokens) until Close cancels it.
+func (n *Node) runControl(ctx context.Context) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.ctlCancel, n.ctlDone = cancel, make(chan struct{})
+	go n.controlLoop(cctx)
+}
+
+// controlLoop is the control-plane client's goroutine (owned by the Node:
+// Close waits for it).
+func (n *Node) controlLoop(ctx context.Context) {
+	defer close(n.ctlDone)
+	if err := n.ctl.Run(ctx); err != nil {
+		n.logger.Warn("control-plane client ended", "err", err)
+	}
+}

@@ -1,4 +1,4 @@
-package translate
+package retry
 
 import (
 	"fmt"
@@ -102,7 +102,7 @@ func TestClassifyFrame(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := ClassifyFrame([]byte(tt.frame))
+			e := ClassifyFrame([]byte(tt.frame), false)
 			if e == nil {
 				t.Fatal("nil")
 			}
@@ -113,10 +113,10 @@ func TestClassifyFrame(t *testing.T) {
 			}
 		})
 	}
-	if e := ClassifyFrame([]byte(`{"type":"response.output_text.delta","delta":"x"}`)); e != nil {
+	if e := ClassifyFrame([]byte(`{"type":"response.output_text.delta","delta":"x"}`), false); e != nil {
 		t.Errorf("non-failure frame classified: %+v", e)
 	}
-	if e := ClassifyFrame([]byte(`garbage`)); e == nil || e.Status != 502 {
+	if e := ClassifyFrame([]byte(`garbage`), false); e == nil || e.Status != 502 {
 		t.Errorf("garbage: %+v", e)
 	}
 }
@@ -182,7 +182,7 @@ func TestClassifyFrameUsageLimitReset(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := ClassifyFrame([]byte(tt.frame))
+			e := ClassifyFrame([]byte(tt.frame), false)
 			if e == nil {
 				t.Fatal("ClassifyFrame = nil, want a failure")
 			}
@@ -295,7 +295,7 @@ func TestClassifyKnownCodes(t *testing.T) {
 	for _, tt := range tests {
 		tested[tt.code] = true
 		frame := fmt.Sprintf(`{"type":"response.failed","response":{"status":"failed","error":{"code":%q,"type":%q,"message":"prose"}}}`, tt.code, tt.errType)
-		e := ClassifyFrame([]byte(frame))
+		e := ClassifyFrame([]byte(frame), false)
 		if e == nil {
 			t.Errorf("%s/%s: ClassifyFrame = nil", tt.code, tt.errType)
 			continue
@@ -307,7 +307,7 @@ func TestClassifyKnownCodes(t *testing.T) {
 			t.Errorf("%s: message %q copies upstream prose", tt.code, e.Message)
 		}
 		// The same code in an error frame without a status classifies alike.
-		e2 := ClassifyFrame(fmt.Appendf(nil, `{"type":"error","error":{"code":%q,"type":%q}}`, tt.code, tt.errType))
+		e2 := ClassifyFrame(fmt.Appendf(nil, `{"type":"error","error":{"code":%q,"type":%q}}`, tt.code, tt.errType), false)
 		if e2.Status != tt.wantStatus {
 			t.Errorf("%s/%s in an error frame: status %d, want %d", tt.code, tt.errType, e2.Status, tt.wantStatus)
 		}
@@ -344,7 +344,7 @@ func TestUsageLimitMessages(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := ClassifyFrame([]byte(tt.frame))
+			e := ClassifyFrame([]byte(tt.frame), false)
 			if e.Status != 429 || !e.UsageLimit {
 				t.Fatalf("status %d, UsageLimit %v; want 429, true", e.Status, e.UsageLimit)
 			}

@@ -1,4 +1,4 @@
-package translate
+package accounts
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package credentials
+package accounts
 
 import (
 	"bufio"
@@ -27,7 +27,7 @@ import (
 // for two minutes") can be done by hand:
 //
 //	CLODEX_TEST_MP_TTL=20s CLODEX_TEST_MP_DURATION=2m \
-//	  go test -race -count=1 -run TestMultiProcessSharedAuthFile -v ./dataplane/credentials/
+//	  go test -race -count=1 -run TestMultiProcessSharedAuthFile -v ./dataplane/accounts/
 const (
 	envHelper   = "CLODEX_CREDENTIALS_HELPER" // "1" in a helper process
 	envAuthPath = "CLODEX_CREDENTIALS_HELPER_AUTH"

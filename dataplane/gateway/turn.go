@@ -12,14 +12,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/clodex/clodex/dataplane/accounts"
-	"github.com/clodex/clodex/dataplane/admission"
-	"github.com/clodex/clodex/dataplane/credentials"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/translate"
 	"github.com/clodex/clodex/dataplane/upstream"
-	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/codexauth"
 )
 
@@ -64,9 +60,9 @@ func (s *Server) serveMessages(w *record, r *http.Request) {
 	h, ok := s.track(cancel)
 	if !ok {
 		w.err = errShuttingDown
-		e := retry.Answer(w.Header(), &translate.UpstreamError{Status: http.StatusServiceUnavailable, Type: "api_error",
+		e := retry.Answer(w.Header(), &retry.UpstreamError{Status: http.StatusServiceUnavailable, Type: "api_error",
 			Message: "The data plane is shutting down; retry on another instance"}, retry.Facts{}, s.rand)
-		writeJSON(w, e.Status, translate.ErrorBody(e))
+		writeJSON(w, e.Status, retry.ErrorBody(e))
 		return
 	}
 	defer s.untrack(h)
@@ -124,10 +120,9 @@ type turnRun struct {
 	span  trace.Span
 	msgID string
 
-	part      pool.Partition
-	items     [][]byte         // canonical items of turn.Input
-	token     codexauth.Secret // the token of the turn's latest credential
-	refreshed bool             // Credentials.Rejected was called for this turn
+	part      pool.Partition // Account: the key of the turn's account
+	items     [][]byte       // canonical items of turn.Input
+	refreshed bool           // Router.Rejected was called for this turn
 	attempts  int
 
 	// pending is a lease whose attempt failed with a Replace-class
@@ -144,9 +139,6 @@ type turnRun struct {
 // errClientGone ends a turn whose client stopped reading.
 var errClientGone = errors.New("client went away")
 
-// errLoginRequired is what the client is told when the sign-in is dead.
-const loginRequiredMessage = "The ChatGPT sign-in can no longer be refreshed; run `codex login` to sign in again, then retry"
-
 func (t *turnRun) run(ctx context.Context) string {
 	s := t.s
 	defer s.bg.Done()
@@ -160,42 +152,26 @@ func (t *turnRun) run(ctx context.Context) string {
 		}
 		t.items[i] = c
 	}
-	cred, err := t.credential(ctx)
+	t.part = pool.Partition{Model: t.turn.Model, Effort: t.turn.Effort, PromptCacheKey: t.turn.PromptCacheKey}
+	key, err := s.cfg.Router.Route(ctx, s.pool, t.part, t.items)
 	if err != nil {
 		if ctx.Err() != nil {
 			return t.ctxEnded(ctx)
 		}
-		t.w.err = fmt.Errorf("get credential: %w", err)
-		var all *accounts.AllLimitedError
-		if errors.As(err, &all) {
-			t.writeUpstreamError(allLimited(all))
-			return outcomeFailed
-		}
-		if errors.Is(err, credentials.ErrLoginRequired) {
-			t.refreshed = true
-			t.writeUpstreamError(loginRequiredFor(err))
-			return outcomeFailed
-		}
-		var unavail *credentials.UnavailableError
-		if errors.As(err, &unavail) {
-			t.writeUpstreamError(&translate.UpstreamError{Status: http.StatusServiceUnavailable, Type: "api_error",
-				Message: unavail.Message, RetryAfter: unavail.RetryAfter})
-			return outcomeFailed
-		}
-		writeError(t.w, http.StatusUnauthorized, "authentication_error", "OAuth credential is unavailable")
+		t.w.err = fmt.Errorf("choose the upstream account: %w", err)
+		t.writeUpstreamError(retry.CredentialFailure(err, ""))
 		return outcomeFailed
 	}
-	t.token = cred.AccessToken
-	t.part = pool.Partition{Account: cred.AccountID, Model: t.turn.Model, Effort: t.turn.Effort, PromptCacheKey: t.turn.PromptCacheKey}
-	if cred.AccountID != "" && t.span.IsRecording() {
-		t.span.SetAttributes(attribute.String("clodex.account.key", account.Key(cred.AccountID)))
+	t.part.Account = key
+	if t.span.IsRecording() {
+		t.span.SetAttributes(attribute.String("clodex.account.key", key))
 	}
 	if t.turn.Stream {
 		t.sse = translate.NewSSE(t.w)
 	}
 
-	err = retry.Do(ctx, retry.Config{Budget: s.turnBudget(cred.AccountID), Clock: s.cfg.RetryClock, Rand: s.rand, Logger: s.cfg.Logger,
-		Health: s.cfg.Health, Upstream: s.cfg.Upstream, Account: accountKey(cred.AccountID)}, t.attempt)
+	err = retry.Do(ctx, retry.Config{Budget: s.cfg.Budgets.For(key), Clock: s.cfg.RetryClock, Rand: s.rand, Logger: s.cfg.Logger,
+		Health: s.cfg.Health, Upstream: s.cfg.Upstream, Account: key}, t.attempt)
 	if t.pending != nil {
 		t.pending.Discard(t.pendingReason)
 		t.pending = nil
@@ -220,82 +196,25 @@ func (t *turnRun) finish(ctx context.Context, err error) string {
 	return t.fail(t.upstreamError(err))
 }
 
-// upstreamError maps the error retry.Do returned to what the client sees.
-func (t *turnRun) upstreamError(err error) *translate.UpstreamError {
+// upstreamError maps the error retry.Do returned to what the client sees
+// (retry.Classify, the failure table).
+func (t *turnRun) upstreamError(err error) *retry.UpstreamError {
 	var te *retry.TimeoutError
-	var ue *translate.UpstreamError
-	var re *admission.RefusedError
-	var le *loginError
-	var down *retry.DownError
-	var unreach *upstream.UnreachableError
-	var upg *upstream.UpgradeError
+	var ue *retry.UpstreamError
 	switch {
-	case errors.As(err, &le):
-		return loginRequiredFor(le)
 	case errors.As(err, &te):
 		return te.Upstream()
-	case errors.As(err, &down):
-		// Not tried: the upstream is known unreachable and its next probe
-		// is not due. Say what the last attempt found, and for how long.
-		e := t.unreachable(down.Cause)
-		c := *e
-		c.Message += fmt.Sprintf(" (failing for %s; not tried again yet)", translate.FormatWait(t.s.now().Sub(down.Since)))
-		return &c
 	case errors.As(err, &ue):
 		return ue
-	case errors.As(err, &re):
-		secs := int((re.RetryAfter + time.Second - 1) / time.Second)
-		return &translate.UpstreamError{Status: http.StatusTooManyRequests, Type: "rate_limit_error",
-			Message:    fmt.Sprintf("The fleet's pacing of new upstream connections refused this request; retry after %ds", secs),
-			RetryAfter: re.RetryAfter}
-	case errors.As(err, &unreach), errors.As(err, &upg):
-		return t.unreachable(err)
 	}
-	return transportFailure(t.s.cfg.Upstream)
+	ue, _ = retry.Classify(err, t.facts(false)).Err.(*retry.UpstreamError)
+	return ue
 }
 
-// unreachable is what the client is told about a dial that opened no
-// socket: an upgrade answered 5xx as translate classifies it, anything
-// else as a 502 naming the upstream and the cause.
-func (t *turnRun) unreachable(cause error) *translate.UpstreamError {
-	var ue *translate.UpstreamError
-	if errors.As(cause, &ue) { // classified already (an upgrade 5xx)
-		c := *ue
-		return &c
-	}
-	var upg *upstream.UpgradeError
-	if errors.As(cause, &upg) {
-		e := translate.ClassifyUpgrade(upg.Status, upg.RetryAfter)
-		e.Message = "Upstream " + t.s.cfg.Upstream + ": " + e.Message
-		return e
-	}
-	var unreach *upstream.UnreachableError
-	why := "connection failed"
-	if errors.As(cause, &unreach) {
-		why = unreach.Cause
-	}
-	return &translate.UpstreamError{Status: http.StatusBadGateway, Type: "api_error",
-		Message: fmt.Sprintf("The upstream %s cannot be reached: %s", t.s.cfg.Upstream, why)}
+// facts are what the failure table is told about this turn's attempt.
+func (t *turnRun) facts(reused bool) retry.Facts {
+	return retry.Facts{AuthRefreshed: t.refreshed, Reused: reused, Upstream: t.s.cfg.Upstream, Now: t.s.now()}
 }
-
-// loginRequiredFor answers a dead sign-in: the message of a
-// credentials.LoginRequiredError in err (a fleet's operator must log the
-// account in), else the standalone one (run codex login).
-func loginRequiredFor(err error) *translate.UpstreamError {
-	msg := loginRequiredMessage
-	var lr *credentials.LoginRequiredError
-	if errors.As(err, &lr) && lr.Message != "" {
-		msg = lr.Message
-	}
-	return &translate.UpstreamError{Status: http.StatusUnauthorized, Type: "authentication_error", Message: msg}
-}
-
-// loginError marks a dead sign-in (credentials.ErrLoginRequired) or a
-// credential that cannot be refreshed.
-type loginError struct{ err error }
-
-func (e *loginError) Error() string { return e.err.Error() }
-func (e *loginError) Unwrap() error { return e.err }
 
 // attempt is one retry.Do attempt: get a socket (continuation, new or
 // replacement), send the turn, stream the response.
@@ -310,9 +229,7 @@ func (t *turnRun) attempt(ctx context.Context, a retry.Attempt) error {
 			attribute.Bool("clodex.attempt.replacement", a.Replacement),
 			attribute.Int64("clodex.attempt.waited_ms", a.Waited.Milliseconds()),
 		)
-		if t.part.Account != "" {
-			span.SetAttributes(attribute.String("clodex.account.key", account.Key(t.part.Account)))
-		}
+		span.SetAttributes(attribute.String("clodex.account.key", t.part.Account))
 	}
 	lease, err := t.obtain(ctx, a)
 	if err != nil {
@@ -338,7 +255,7 @@ func (t *turnRun) attempt(ctx context.Context, a retry.Attempt) error {
 
 // obtain returns the attempt's lease: the pending lease's replacement on
 // a replacement attempt, else a lease from Acquire. A 401 on the upgrade
-// is answered once per turn by Credentials.Rejected and a new Acquire.
+// is answered once per turn by Router.Rejected and a new Acquire.
 func (t *turnRun) obtain(ctx context.Context, a retry.Attempt) (*pool.Lease, error) {
 	s := t.s
 	if l := t.pending; l != nil {
@@ -380,59 +297,41 @@ func (t *turnRun) refresh(ctx context.Context, token codexauth.Secret) error {
 	t.refreshed = true
 	t.s.pool.DropAccount(t.part.Account)
 	t.span.AddEvent("credential rejected; refreshing")
-	cred, err := t.rejected(ctx, token)
-	if err != nil {
+	if _, err := t.s.cfg.Router.Rejected(ctx, t.part.Account, token); err != nil {
 		if ctx.Err() != nil {
 			return err
 		}
-		if errors.Is(err, credentials.ErrLoginRequired) {
-			return retry.Final(&loginError{err: fmt.Errorf("refresh rejected credential: %w", err)})
-		}
-		var unavail *credentials.UnavailableError
-		if errors.As(err, &unavail) {
-			return retry.Final(fmt.Errorf("refresh rejected credential: %w", &translate.UpstreamError{
-				Status: http.StatusServiceUnavailable, Type: "api_error", Message: unavail.Message, RetryAfter: unavail.RetryAfter}))
-		}
-		return retry.Final(fmt.Errorf("refresh rejected credential: %w", &translate.UpstreamError{
-			Status: http.StatusUnauthorized, Type: "authentication_error",
-			Message: "The upstream rejected the ChatGPT credential and it could not be refreshed"}))
+		return retry.Final(retry.CredentialFailure(fmt.Errorf("refresh rejected credential: %w", err),
+			"The upstream rejected the ChatGPT credential and it could not be refreshed"))
 	}
-	t.token = cred.AccessToken
 	return nil
 }
 
-// dialFailure classifies a failed Acquire or Replace.
+// dialFailure classifies a failed Acquire or Replace (retry.Classify) and
+// counts it.
 func (t *turnRun) dialFailure(ctx context.Context, err error) error {
 	s := t.s
 	if ctx.Err() != nil {
 		s.metrics.dials.WithLabelValues("error").Inc()
 		return err
 	}
-	var re *admission.RefusedError
-	if errors.As(err, &re) {
+	f := retry.Classify(err, t.facts(false))
+	switch {
+	case f.Kind == retry.KindPacer:
 		s.metrics.dials.WithLabelValues("refused").Inc()
 		s.metrics.pacerRefusals.Inc()
-		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("clodex.upstream.status", http.StatusTooManyRequests))
-		return retry.Refusal(re.RetryAfter, err)
-	}
-	var down *retry.DownError
-	if errors.As(err, &down) {
+	case f.Kind == retry.KindDown:
 		// No dial was made: the client is answered at once and retries.
 		s.metrics.dials.WithLabelValues("skipped").Inc()
-		return retry.Final(err)
-	}
-	var ue *upstream.UpgradeError
-	if errors.As(err, &ue) {
+	case f.Status != 0:
 		s.metrics.dials.WithLabelValues("refused").Inc()
-		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("clodex.upstream.status", ue.Status))
-		f := translate.ClassifyUpgrade(ue.Status, ue.RetryAfter)
-		if ue.Status >= 500 {
-			f.Message = "Upstream " + s.cfg.Upstream + ": " + f.Message
-		}
-		return retry.Classify(f, retry.Facts{AuthRefreshed: t.refreshed})
+	default:
+		s.metrics.dials.WithLabelValues("error").Inc()
 	}
-	s.metrics.dials.WithLabelValues("error").Inc()
-	return retry.Transport(fmt.Errorf("dial upstream: %w", err), false)
+	if f.Status != 0 {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("clodex.upstream.status", f.Status))
+	}
+	return f
 }
 
 // endLease ends a failed attempt's lease: a Replace-class failure keeps it
@@ -579,7 +478,7 @@ func (t *turnRun) transportFailed(ctx context.Context, l *pool.Lease, err error,
 		l.Discard(reason)
 		return retry.Final(err)
 	}
-	f := retry.Transport(err, l.Reused)
+	f := retry.Classify(err, t.facts(l.Reused))
 	t.endLease(l, f, reason, pool.ReplaceTransport)
 	return f
 }
@@ -601,7 +500,7 @@ func (t *turnRun) responseFailed(ctx context.Context, l *pool.Lease) error {
 		l.Discard(reasonFailed)
 		return retry.Final(uf)
 	}
-	f := retry.Classify(t.turn.Overflow(uf), retry.Facts{AuthRefreshed: t.refreshed})
+	f := retry.Classify(uf, t.facts(l.Reused))
 	if uf.Status == http.StatusUnauthorized {
 		t.s.pool.DropAccount(t.part.Account)
 	}
@@ -613,9 +512,9 @@ func (t *turnRun) responseFailed(ctx context.Context, l *pool.Lease) error {
 // code.
 func replaceReason(code string) string {
 	switch code {
-	case translate.CodePreviousResponseNotFound:
+	case retry.CodePreviousResponseNotFound:
 		return pool.ReplacePreviousResponseNotFound
-	case translate.CodeConnectionLimit:
+	case retry.CodeConnectionLimit:
 		return pool.ReplaceConnectionLimit
 	}
 	return pool.ReplaceTransport
@@ -707,7 +606,7 @@ func (t *turnRun) complete() string {
 		msg, err := t.collector.Message()
 		if err != nil {
 			t.w.err = err
-			t.writeUpstreamError(&translate.UpstreamError{Status: http.StatusBadGateway, Type: "api_error",
+			t.writeUpstreamError(&retry.UpstreamError{Status: http.StatusBadGateway, Type: "api_error",
 				Message: "The upstream response could not be assembled into a message"})
 			return outcomeFailed
 		}
@@ -720,7 +619,7 @@ func (t *turnRun) complete() string {
 }
 
 // fail reports f: an SSE error event after output, else a real status.
-func (t *turnRun) fail(f *translate.UpstreamError) string {
+func (t *turnRun) fail(f *retry.UpstreamError) string {
 	if t.clientSawOutput() && t.stream != nil {
 		if err := t.stream.Abort(f); err != nil {
 			return outcomeClientGone
@@ -737,7 +636,7 @@ func (t *turnRun) ctxEnded(ctx context.Context) string {
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errShuttingDown):
 		t.w.err = cause
-		return t.fail(&translate.UpstreamError{Status: http.StatusServiceUnavailable, Type: "api_error",
+		return t.fail(&retry.UpstreamError{Status: http.StatusServiceUnavailable, Type: "api_error",
 			Message: "The data plane is shutting down; retry the request"})
 	default:
 		t.w.err = fmt.Errorf("client went away: %w", cause)
@@ -745,23 +644,18 @@ func (t *turnRun) ctxEnded(ctx context.Context) string {
 	}
 }
 
-func transportFailure(upstream string) *translate.UpstreamError {
-	return &translate.UpstreamError{Status: http.StatusBadGateway, Type: "api_error",
-		Message: "The connection to " + upstream + " ended before the response completed"}
-}
-
 // writeUpstreamError answers a failure that happened before any output
 // with its classified status, body and retry headers (retry.Answer, docs/errors.md §8):
 // every failure a retry can fix gets retry-after and x-should-retry: true
 // and says when to retry; x-should-retry: false where a retry cannot help.
 // Never an empty 200.
-func (t *turnRun) writeUpstreamError(f *translate.UpstreamError) {
-	f = t.turn.Overflow(f)
+func (t *turnRun) writeUpstreamError(f *retry.UpstreamError) {
+	f = retry.Overflow(f, t.turn.ContextWindow, t.turn.EstimatedInputTokens)
 	if f.Status == http.StatusInternalServerError || f.Status < 400 || f.Status > 599 {
 		c := *f
 		c.Status = http.StatusBadGateway
 		f = &c
 	}
-	f = retry.Answer(t.w.Header(), f, retry.Facts{AuthRefreshed: t.refreshed, Wait: t.s.cfg.Health.RetryAfterAccount(t.s.cfg.Upstream, accountKey(t.part.Account))}, t.s.rand)
-	writeJSON(t.w, f.Status, translate.ErrorBody(f))
+	f = retry.Answer(t.w.Header(), f, retry.Facts{AuthRefreshed: t.refreshed, Wait: t.s.cfg.Health.RetryAfterAccount(t.s.cfg.Upstream, t.part.Account)}, t.s.rand)
+	writeJSON(t.w, f.Status, retry.ErrorBody(f))
 }
