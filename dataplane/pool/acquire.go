@@ -26,7 +26,10 @@ func (p *Pool) Acquire(ctx context.Context, part Partition, items [][]byte) (*Le
 		return nil, errors.New("acquire socket: empty input; want at least one item")
 	}
 	full := digestAll(items)
-	rec := p.newRecord(part, items)
+	var rec *decisionRecord
+	if p.cfg.Diagnostics != nil {
+		rec = p.newRecord(part, items)
+	}
 	l, err := p.acquire(ctx, part, items, full, rec)
 	if rec != nil {
 		if err != nil && rec.Outcome == "" {

@@ -129,12 +129,9 @@ func capPtr(n int) *int {
 	return &n
 }
 
-// newRecord starts a ws_head_decision record, or returns nil when
-// diagnostics are off.
+// newRecord starts a ws_head_decision record. The caller checks that
+// diagnostics are on.
 func (p *Pool) newRecord(part Partition, items [][]byte) *decisionRecord {
-	if p.cfg.Diagnostics == nil {
-		return nil
-	}
 	rec := &decisionRecord{
 		Event:                 "ws_head_decision",
 		Time:                  p.now().UTC(),
@@ -204,10 +201,9 @@ func outcomeOf(err error) string {
 
 func (p *Pool) writeRecord(rec *decisionRecord) { p.writeJSON(rec) }
 
+// writeReplacement writes the ws_head_decision record of a Replace. The
+// caller checks that diagnostics are on.
 func (p *Pool) writeReplacement(l *Lease, id uint64, reason, outcome string) {
-	if p.cfg.Diagnostics == nil {
-		return
-	}
 	rec := &decisionRecord{
 		Event:                 "ws_head_decision",
 		Time:                  p.now().UTC(),
