@@ -203,7 +203,9 @@ func (p *Pool) lookAgain(ctx context.Context, part Partition, items [][]byte, fu
 // request's partition and its best idle match. sweepRec records the
 // evictions, matchRec the candidates (the second look does not).
 func (p *Pool) lookLocked(now time.Time, part Partition, full []digest, items [][]byte, sweepRec, matchRec *decisionRecord, evicted *[]*head) (*partition, match) {
-	*evicted = p.sweepLocked(now, *evicted, sweepRec)
+	if !p.nextSweep.IsZero() && !now.Before(p.nextSweep) { // an idle head may have expired
+		*evicted = p.sweepLocked(now, *evicted, sweepRec)
+	}
 	pt := p.parts[part]
 	for {
 		m := p.bestMatchLocked(pt, full, items, matchRec, now)
@@ -247,7 +249,9 @@ func (p *Pool) countRematchLocked(rec *decisionRecord) {
 func (p *Pool) newHeadLocked(part Partition, pt *partition, now time.Time, rec *decisionRecord, evicted *[]*head) (*head, string) {
 	decision := p.missDecisionLocked(pt)
 	p.countMissLocked(decision)
-	*evicted = p.evictCapLocked(GenerationNursery, p.cfg.MaxNurseryConnections, nil, *evicted, rec)
+	if limit := p.cfg.MaxNurseryConnections; limit > 0 {
+		*evicted = p.evictCapLocked(GenerationNursery, limit, nil, *evicted, rec)
+	}
 	h := p.registerLocked(part, decision == DecisionParallelHead, now)
 	if rec != nil {
 		rec.Decision = decision
@@ -422,7 +426,9 @@ func (p *Pool) rotate(ctx context.Context, part Partition, m match, full []diges
 	gen := h.gen
 	var evicted []*head
 	if gen == GenerationNursery && !h.removed {
-		evicted = p.evictCapLocked(GenerationEstablished, p.cfg.MaxConnections, h, evicted, rec)
+		if limit := p.cfg.MaxConnections; limit > 0 {
+			evicted = p.evictCapLocked(GenerationEstablished, limit, h, evicted, rec)
+		}
 		p.setGenLocked(h, GenerationEstablished)
 		gen = GenerationEstablished
 	}

@@ -283,7 +283,9 @@ func (p *Pool) continueLocked(m match, full []digest, now time.Time, rec *decisi
 	p.reserveLocked(h, now)
 	promoted := false
 	if h.gen == GenerationNursery {
-		*evicted = p.evictCapLocked(GenerationEstablished, p.cfg.MaxConnections, h, *evicted, rec)
+		if limit := p.cfg.MaxConnections; limit > 0 {
+			*evicted = p.evictCapLocked(GenerationEstablished, limit, h, *evicted, rec)
+		}
 		p.setGenLocked(h, GenerationEstablished)
 		promoted = true
 	}
@@ -341,6 +343,31 @@ func (p *Pool) releaseLocked(h *head) {
 			p.noteIdleLocked(h)
 			p.watchLocked(h)
 		}
+	}
+}
+
+// deadlineLocked is when idle head h next expires (the earliest of its
+// hard TTL, maximum socket age and idle TTL).
+func (p *Pool) deadlineLocked(h *head) time.Time {
+	d := h.created.Add(h.ttlPaused + p.cfg.HardTTL)
+	if m := h.created.Add(p.cfg.MaxSocketAge); m.Before(d) {
+		d = m
+	}
+	ttl := p.cfg.IdleTTL
+	if h.gen == GenerationNursery {
+		ttl = p.cfg.NurseryIdleTTL
+	}
+	if i := h.lastUsed.Add(ttl); i.Before(d) {
+		d = i
+	}
+	return d
+}
+
+// noteIdleLocked keeps nextSweep a lower bound of every idle head's
+// deadline after h became idle.
+func (p *Pool) noteIdleLocked(h *head) {
+	if d := p.deadlineLocked(h); p.nextSweep.IsZero() || d.Before(p.nextSweep) {
+		p.nextSweep = d
 	}
 }
 
