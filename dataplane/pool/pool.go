@@ -121,7 +121,7 @@ type head struct {
 	reused       bool
 	dead         bool // the idle socket's watch fired: it drops the head (watch.go)
 
-	// the keepalive of the idle socket (watch.go), guarded by Pool.mu
+	// the keepalive of the idle socket (armLocked, keepalive), guarded by Pool.mu
 	ping    *time.Timer
 	pingSeq uint64         // bumped on every arm and disarm; a stale callback does nothing
 	pings   sync.WaitGroup // keepalive callbacks armed or running; closers of the socket wait for them
@@ -436,6 +436,74 @@ func (p *Pool) removeLocked(h *head) {
 	}
 	h.removed = true
 	p.disarmLocked(h)
+}
+
+// The socket of a head changes state as the head does (docs/pool.md
+// §9.4): when it goes idle the pool watches the socket (upstream.Conn.Watch:
+// its own reader hands what it says next to idleLost, watch.go) and arms a
+// keepalive timer; a request takes it back with claimLocked
+// (upstream.Conn.Claim), which decides once, under the Conn's lock, whether
+// a frame goes to the watch or to the request.
+
+// setConnLocked makes c the socket of h.
+func (p *Pool) setConnLocked(h *head, c *upstream.Conn) {
+	h.conn, h.dead = c, false
+	h.lost = func(err error) { p.idleLost(h, c, err) }
+}
+
+// watchLocked starts watching h, whose head just became idle.
+func (p *Pool) watchLocked(h *head) {
+	if h.removed || h.conn == nil {
+		return
+	}
+	h.conn.Watch(h.lost)
+	p.armLocked(h)
+}
+
+// claimLocked takes idle h's socket for a request: the keepalive stops and
+// the watch ends. It reports false when the socket is no longer live: its
+// watch was told something and drops the head (idleLost), which stays out
+// of every match until then (h.dead).
+func (p *Pool) claimLocked(h *head) bool {
+	p.disarmLocked(h)
+	if h.conn.Claim() {
+		return true
+	}
+	h.dead = true
+	return false
+}
+
+// armLocked schedules the next keepalive ping of idle h.
+func (p *Pool) armLocked(h *head) {
+	if p.cfg.KeepaliveInterval <= 0 || h.removed || h.conn == nil {
+		return
+	}
+	h.pingSeq++
+	seq, c := h.pingSeq, h.conn
+	h.pings.Add(1)
+	h.ping = time.AfterFunc(p.cfg.KeepaliveInterval, func() { p.keepalive(h, c, seq) })
+}
+
+// disarmLocked cancels h's scheduled keepalive; one already running finds
+// its arming stale and does nothing.
+func (p *Pool) disarmLocked(h *head) {
+	h.pingSeq++
+	if h.ping != nil && h.ping.Stop() {
+		h.pings.Done()
+	}
+	h.ping = nil
+}
+
+// closeSocket hard-closes c, a socket of h (nil for an unpartitioned
+// socket), and waits for h's keepalive callbacks.
+func closeSocket(h *head, c *upstream.Conn) {
+	if c == nil {
+		return
+	}
+	_ = c.CloseNow()
+	if h != nil {
+		h.pings.Wait()
+	}
 }
 
 // closeHeads hard-closes the sockets of unregistered idle heads.
