@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -127,6 +129,33 @@ type head struct {
 	pings   sync.WaitGroup // keepalive callbacks armed or running; closers of the socket wait for them
 }
 
+// Partition identifies the heads a request may continue. Credentials are
+// deliberately not part of it: an access-token refresh keeps the heads
+// (call [Pool.DropAccount] when the backend rejects a socket's
+// credentials). An empty Model or PromptCacheKey means unpartitioned: the
+// request runs on a socket that never becomes a head.
+type Partition struct {
+	Account        string
+	Model          string
+	Effort         string
+	PromptCacheKey string
+}
+
+func (p Partition) keyed() bool { return p.Model != "" && p.PromptCacheKey != "" }
+
+// hash is the partition's diagnostic identity: the first 16 hex digits of
+// SHA-256 over its fields joined with 0x1F. It reveals no account id.
+func (p Partition) hash() string {
+	h := sha256.New()
+	for i, s := range []string{p.Account, p.Model, p.Effort, p.PromptCacheKey} {
+		if i > 0 {
+			h.Write([]byte{0x1f})
+		}
+		h.Write([]byte(s))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
 type partition struct {
 	key   Partition
 	hash  string
@@ -188,139 +217,6 @@ func (p *Pool) frameHook(account string) func(frame []byte) {
 		return nil
 	}
 	return func(frame []byte) { onFrame(account, frame) }
-}
-
-// bestMatchLocked returns the idle head of pt whose conversation is the
-// longest strict prefix of full; ties prefer an exact match. When rec is
-// non-nil it records, for a miss, where each idle head diverged.
-func (p *Pool) bestMatchLocked(pt *partition, full []digest, items [][]byte, rec *decisionRecord, now time.Time) match {
-	var best match
-	if pt == nil {
-		return best
-	}
-	matching := 0
-	for _, h := range pt.heads {
-		if h.busy || h.dead || h.responseID == "" {
-			continue
-		}
-		mode, n := matchHead(h, full)
-		if mode == "" {
-			continue
-		}
-		matching++
-		if best.h == nil || n > best.matched || (n == best.matched && mode == modeExact && best.mode != modeExact) {
-			best = match{h: h, mode: mode, matched: n}
-		}
-	}
-	if rec != nil {
-		rec.CandidateCount = len(pt.heads)
-		rec.MatchingCandidateCount = matching
-		rec.IdleCandidateCount = 0
-		for _, h := range pt.heads {
-			if !h.busy {
-				rec.IdleCandidateCount++
-			}
-		}
-		if best.h == nil {
-			rec.addMismatchesLocked(p, pt, full, items, now)
-		}
-	}
-	return best
-}
-
-func (p *Pool) missDecisionLocked(pt *partition) string {
-	if pt == nil {
-		return DecisionNewPartition
-	}
-	live := 0
-	for _, h := range pt.heads {
-		if h.busy {
-			return DecisionParallelHead
-		}
-		if !h.dead { // a dead head is being dropped by its watch
-			live++
-		}
-	}
-	if live == 0 {
-		return DecisionNewPartition
-	}
-	return DecisionHistoryMismatch
-}
-
-func (p *Pool) countMissLocked(decision string) {
-	reason := ""
-	switch decision {
-	case DecisionNewPartition:
-		reason = MissNoHead
-	case DecisionHistoryMismatch:
-		reason = MissHistoryMismatch
-	case DecisionParallelHead:
-		reason = MissHeadBusy
-	case DecisionUnpartitioned:
-		reason = MissUnpartitioned
-	default:
-		return
-	}
-	p.stats.Misses[reason]++
-	p.metrics.misses.WithLabelValues(reason).Inc()
-}
-
-func (p *Pool) countDecisionLocked(decision string) {
-	p.stats.Acquires++
-	p.stats.Decisions[decision]++
-	p.metrics.decisions.WithLabelValues(decision).Inc()
-	if decision == DecisionContinuation {
-		p.stats.Continuations++
-	} else {
-		p.stats.NewSockets++
-	}
-}
-
-// continueLocked hands the matched idle head to the request, promoting a
-// nursery head (after the established cap's evictions).
-func (p *Pool) continueLocked(m match, full []digest, now time.Time, rec *decisionRecord, evicted *[]*head) *Lease {
-	h := m.h
-	p.reserveLocked(h, now)
-	promoted := false
-	if h.gen == GenerationNursery {
-		if limit := p.cfg.MaxConnections; limit > 0 {
-			*evicted = p.evictCapLocked(GenerationEstablished, limit, h, *evicted, rec)
-		}
-		p.setGenLocked(h, GenerationEstablished)
-		promoted = true
-	}
-	if h.bornParallel && !h.reused {
-		p.stats.SavedSockets++
-		p.metrics.savedSockets.Inc()
-	}
-	h.reused = true
-	p.countDecisionLocked(DecisionContinuation)
-	if rec != nil {
-		rec.Decision = DecisionContinuation
-		rec.Generation = h.gen
-		rec.SelectedConnectionID = h.id
-		rec.ContinuationMatchMode = m.mode
-		rec.IncrementalInputItems = len(full) - m.matched
-		if promoted {
-			rec.PromotedConnectionID = h.id
-		}
-		rec.Heads = nil
-		rec.fillCountsLocked(p)
-	}
-	return &Lease{
-		Conn:               h.conn,
-		PreviousResponseID: h.responseID,
-		Delta:              m.matched,
-		Decision:           DecisionContinuation,
-		Generation:         h.gen,
-		Reused:             true,
-		MatchMode:          m.mode,
-		ConnectionID:       h.id,
-		p:                  p,
-		h:                  h,
-		part:               h.part.key,
-		req:                full,
-	}
 }
 
 // reserveLocked marks h in flight (lookLocked claimed its socket).
