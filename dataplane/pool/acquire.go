@@ -439,24 +439,6 @@ func (p *Pool) acquireUnpartitioned(ctx context.Context, part Partition, full []
 	}, nil
 }
 
-// admit asks for a new socket: an upstream known to be unreachable refuses
-// it at once (Health.Down), before the Admitter, so that such a refusal
-// does not spend the account's admission.
-func (p *Pool) admit(ctx context.Context, account string) error {
-	if p.cfg.Health != nil {
-		if err := p.cfg.Health.Down(p.upstream); err != nil {
-			return fmt.Errorf("admit new socket: %w", err)
-		}
-	}
-	if p.cfg.Admitter == nil {
-		return nil
-	}
-	if err := p.cfg.Admitter.Admit(ctx, account); err != nil {
-		return fmt.Errorf("admit new socket: %w", err)
-	}
-	return nil
-}
-
 // rotate replaces the socket of m.h, which the caller reserved, with a new
 // one carrying the full context. If admission is refused or the dial fails
 // while the old socket is younger than MaxSocketAge, the turn continues on

@@ -209,16 +209,6 @@ func New(cfg Config) (*Pool, error) {
 
 func (p *Pool) now() time.Time { return p.cfg.Clock() }
 
-// frameHook is the upstream.DialOptions.OnFrame of a new socket of
-// account: Config.OnFrame with the account, or nil.
-func (p *Pool) frameHook(account string) func(frame []byte) {
-	onFrame := p.cfg.OnFrame
-	if onFrame == nil || account == "" {
-		return nil
-	}
-	return func(frame []byte) { onFrame(account, frame) }
-}
-
 // reserveLocked marks h in flight (lookLocked claimed its socket).
 func (p *Pool) reserveLocked(h *head, now time.Time) {
 	if !h.busy {
@@ -339,7 +329,18 @@ func (p *Pool) removeLocked(h *head) {
 // its own reader hands what it says next to idleLost, watch.go) and arms a
 // keepalive timer; a request takes it back with claimLocked
 // (upstream.Conn.Claim), which decides once, under the Conn's lock, whether
-// a frame goes to the watch or to the request.
+// a frame goes to the watch or to the request. Every frame the socket reads
+// also goes to its frame hook, for as long as the socket lives.
+
+// frameHook is the upstream.DialOptions.OnFrame dialUpstream gives a new
+// socket of account: Config.OnFrame with the account, or nil.
+func (p *Pool) frameHook(account string) func(frame []byte) {
+	onFrame := p.cfg.OnFrame
+	if onFrame == nil || account == "" {
+		return nil
+	}
+	return func(frame []byte) { onFrame(account, frame) }
+}
 
 // setConnLocked makes c the socket of h.
 func (p *Pool) setConnLocked(h *head, c *upstream.Conn) {
