@@ -209,6 +209,13 @@ func New(cfg Config) (*Pool, error) {
 
 func (p *Pool) now() time.Time { return p.cfg.Clock() }
 
+// A head's lifecycle: registered in flight before its socket is dialled
+// (registerLocked), released when its response completes (releaseLocked:
+// it notes when the head can next expire and watches its socket), reserved
+// by the request that continues it (reserveLocked), and unregistered
+// (removeLocked) by an eviction, a drop, a lease that does not keep it or
+// Close.
+
 // reserveLocked marks h in flight (lookLocked claimed its socket).
 func (p *Pool) reserveLocked(h *head, now time.Time) {
 	if !h.busy {
