@@ -1,7 +1,10 @@
 package pool
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,7 +15,8 @@ import (
 
 // The decisions of docs/pool.md §5 and §6, in the order a request meets
 // them: look for an idle head, ask for admission (watching for a head
-// that frees up), look again, dial; and the rotation of an old socket.
+// that frees up), look again, dial; the rotation of an old socket; and
+// last how a request finds the head it continues (§3).
 
 // Acquire returns a socket for one request whose full input, as canonical
 // item bytes (docs/pool.md §3.1), is items. It reuses the idle head whose
@@ -26,7 +30,10 @@ func (p *Pool) Acquire(ctx context.Context, part Partition, items [][]byte) (*Le
 		return nil, errors.New("acquire socket: empty input; want at least one item")
 	}
 	full := digestAll(items)
-	rec := p.newRecord(part, items)
+	var rec *decisionRecord
+	if p.cfg.Diagnostics != nil {
+		rec = p.newRecord(part, items)
+	}
 	l, err := p.acquire(ctx, part, items, full, rec)
 	if rec != nil {
 		if err != nil && rec.Outcome == "" {
@@ -200,7 +207,9 @@ func (p *Pool) lookAgain(ctx context.Context, part Partition, items [][]byte, fu
 // request's partition and its best idle match. sweepRec records the
 // evictions, matchRec the candidates (the second look does not).
 func (p *Pool) lookLocked(now time.Time, part Partition, full []digest, items [][]byte, sweepRec, matchRec *decisionRecord, evicted *[]*head) (*partition, match) {
-	*evicted = p.sweepLocked(now, *evicted, sweepRec)
+	if !p.nextSweep.IsZero() && !now.Before(p.nextSweep) { // an idle head may have expired
+		*evicted = p.sweepLocked(now, *evicted, sweepRec)
+	}
 	pt := p.parts[part]
 	for {
 		m := p.bestMatchLocked(pt, full, items, matchRec, now)
@@ -230,6 +239,53 @@ func (p *Pool) takeHeadUnlock(ctx context.Context, part Partition, m match, full
 	return p.rotate(ctx, part, m, full, rec, admitted)
 }
 
+// continueLocked hands the matched idle head to the request, promoting a
+// nursery head (after the established cap's evictions).
+func (p *Pool) continueLocked(m match, full []digest, now time.Time, rec *decisionRecord, evicted *[]*head) *Lease {
+	h := m.h
+	p.reserveLocked(h, now)
+	promoted := false
+	if h.gen == GenerationNursery {
+		if limit := p.cfg.MaxConnections; limit > 0 {
+			*evicted = p.evictCapLocked(GenerationEstablished, limit, h, *evicted, rec)
+		}
+		p.setGenLocked(h, GenerationEstablished)
+		promoted = true
+	}
+	if h.bornParallel && !h.reused {
+		p.stats.SavedSockets++
+		p.metrics.savedSockets.Inc()
+	}
+	h.reused = true
+	p.countDecisionLocked(DecisionContinuation)
+	if rec != nil {
+		rec.Decision = DecisionContinuation
+		rec.Generation = h.gen
+		rec.SelectedConnectionID = h.id
+		rec.ContinuationMatchMode = m.mode
+		rec.IncrementalInputItems = len(full) - m.matched
+		if promoted {
+			rec.PromotedConnectionID = h.id
+		}
+		rec.Heads = nil
+		rec.fillCountsLocked(p)
+	}
+	return &Lease{
+		Conn:               h.conn,
+		PreviousResponseID: h.responseID,
+		Delta:              m.matched,
+		Decision:           DecisionContinuation,
+		Generation:         h.gen,
+		Reused:             true,
+		MatchMode:          m.mode,
+		ConnectionID:       h.id,
+		p:                  p,
+		h:                  h,
+		part:               h.part.key,
+		req:                full,
+	}
+}
+
 func (p *Pool) countRematchLocked(rec *decisionRecord) {
 	p.stats.Rematches++
 	p.metrics.rematches.Inc()
@@ -244,7 +300,9 @@ func (p *Pool) countRematchLocked(rec *decisionRecord) {
 func (p *Pool) newHeadLocked(part Partition, pt *partition, now time.Time, rec *decisionRecord, evicted *[]*head) (*head, string) {
 	decision := p.missDecisionLocked(pt)
 	p.countMissLocked(decision)
-	*evicted = p.evictCapLocked(GenerationNursery, p.cfg.MaxNurseryConnections, nil, *evicted, rec)
+	if limit := p.cfg.MaxNurseryConnections; limit > 0 {
+		*evicted = p.evictCapLocked(GenerationNursery, limit, nil, *evicted, rec)
+	}
 	h := p.registerLocked(part, decision == DecisionParallelHead, now)
 	if rec != nil {
 		rec.Decision = decision
@@ -253,6 +311,54 @@ func (p *Pool) newHeadLocked(part Partition, pt *partition, now time.Time, rec *
 		rec.fillCountsLocked(p)
 	}
 	return h, decision
+}
+
+func (p *Pool) missDecisionLocked(pt *partition) string {
+	if pt == nil {
+		return DecisionNewPartition
+	}
+	live := 0
+	for _, h := range pt.heads {
+		if h.busy {
+			return DecisionParallelHead
+		}
+		if !h.dead { // a dead head is being dropped by its watch
+			live++
+		}
+	}
+	if live == 0 {
+		return DecisionNewPartition
+	}
+	return DecisionHistoryMismatch
+}
+
+func (p *Pool) countMissLocked(decision string) {
+	reason := ""
+	switch decision {
+	case DecisionNewPartition:
+		reason = MissNoHead
+	case DecisionHistoryMismatch:
+		reason = MissHistoryMismatch
+	case DecisionParallelHead:
+		reason = MissHeadBusy
+	case DecisionUnpartitioned:
+		reason = MissUnpartitioned
+	default:
+		return
+	}
+	p.stats.Misses[reason]++
+	p.metrics.misses.WithLabelValues(reason).Inc()
+}
+
+func (p *Pool) countDecisionLocked(decision string) {
+	p.stats.Acquires++
+	p.stats.Decisions[decision]++
+	p.metrics.decisions.WithLabelValues(decision).Inc()
+	if decision == DecisionContinuation {
+		p.stats.Continuations++
+	} else {
+		p.stats.NewSockets++
+	}
 }
 
 // dialHead dials the socket of new head h; on failure h is unregistered.
@@ -333,24 +439,6 @@ func (p *Pool) acquireUnpartitioned(ctx context.Context, part Partition, full []
 	}, nil
 }
 
-// admit asks for a new socket: an upstream known to be unreachable refuses
-// it at once (Health.Down), before the Admitter, so that such a refusal
-// does not spend the account's admission.
-func (p *Pool) admit(ctx context.Context, account string) error {
-	if p.cfg.Health != nil {
-		if err := p.cfg.Health.Down(p.upstream); err != nil {
-			return fmt.Errorf("admit new socket: %w", err)
-		}
-	}
-	if p.cfg.Admitter == nil {
-		return nil
-	}
-	if err := p.cfg.Admitter.Admit(ctx, account); err != nil {
-		return fmt.Errorf("admit new socket: %w", err)
-	}
-	return nil
-}
-
 // rotate replaces the socket of m.h, which the caller reserved, with a new
 // one carrying the full context. If admission is refused or the dial fails
 // while the old socket is younger than MaxSocketAge, the turn continues on
@@ -419,7 +507,9 @@ func (p *Pool) rotate(ctx context.Context, part Partition, m match, full []diges
 	gen := h.gen
 	var evicted []*head
 	if gen == GenerationNursery && !h.removed {
-		evicted = p.evictCapLocked(GenerationEstablished, p.cfg.MaxConnections, h, evicted, rec)
+		if limit := p.cfg.MaxConnections; limit > 0 {
+			evicted = p.evictCapLocked(GenerationEstablished, limit, h, evicted, rec)
+		}
 		p.setGenLocked(h, GenerationEstablished)
 		gen = GenerationEstablished
 	}
@@ -448,4 +538,139 @@ func (p *Pool) rotate(ctx context.Context, part Partition, m match, full []diges
 		req:          full,
 		admitted:     true,
 	}, nil
+}
+
+// How a request finds the head it continues (docs/pool.md §3): heads keep
+// the digests of their conversation's canonical items, and the best idle
+// head is the one whose conversation is the longest strict prefix of the
+// request's, exactly or with its reasoning items omitted.
+
+// bestMatchLocked returns the idle head of pt whose conversation is the
+// longest strict prefix of full; ties prefer an exact match. When rec is
+// non-nil it records, for a miss, where each idle head diverged.
+func (p *Pool) bestMatchLocked(pt *partition, full []digest, items [][]byte, rec *decisionRecord, now time.Time) match {
+	var best match
+	if pt == nil {
+		return best
+	}
+	matching := 0
+	for _, h := range pt.heads {
+		if h.busy || h.dead || h.responseID == "" {
+			continue
+		}
+		mode, n := matchHead(h, full)
+		if mode == "" {
+			continue
+		}
+		matching++
+		if best.h == nil || n > best.matched || (n == best.matched && mode == modeExact && best.mode != modeExact) {
+			best = match{h: h, mode: mode, matched: n}
+		}
+	}
+	if rec != nil {
+		rec.addCandidatesLocked(p, pt, matching, best.h == nil, full, items, now)
+	}
+	return best
+}
+
+// match is the best candidate for a request.
+type match struct {
+	h       *head
+	mode    string
+	matched int // number of leading request items the head already holds
+}
+
+// matchHead reports whether h's conversation is a strict prefix of full,
+// exactly or with its reasoning items omitted, and how many items matched.
+func matchHead(h *head, full []digest) (mode string, matched int) {
+	n := len(h.digests)
+	if len(full) > n && equalDigests(h.digests, full[:n]) {
+		return modeExact, n
+	}
+	if len(h.reasoning) == 0 {
+		return "", 0
+	}
+	// requestInput ++ (expectedAssistant without reasoning items).
+	m := n - len(h.reasoning)
+	if len(full) <= m {
+		return "", 0
+	}
+	ni := int(h.nInput)
+	if !equalDigests(h.digests[:ni], full[:ni]) {
+		return "", 0
+	}
+	j, r := ni, 0
+	for i := ni; i < n; i++ {
+		if r < len(h.reasoning) && int(h.reasoning[r]) == i {
+			r++
+			continue
+		}
+		if h.digests[i] != full[j] {
+			return "", 0
+		}
+		j++
+	}
+	return modeOmittedReasoning, m
+}
+
+func equalDigests(a, b []digest) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// digest identifies one canonical conversation item: SHA-256 truncated to
+// 16 bytes. Heads keep digests, never items.
+type digest [16]byte
+
+func digestOf(item []byte) digest {
+	s := sha256.Sum256(item)
+	var d digest
+	copy(d[:], s[:16])
+	return d
+}
+
+func digestAll(items [][]byte) []digest {
+	out := make([]digest, len(items))
+	for i, it := range items {
+		out[i] = digestOf(it)
+	}
+	return out
+}
+
+// Match modes (docs/pool.md §3.2).
+const (
+	modeExact            = "exact"
+	modeOmittedReasoning = "omitted_reasoning"
+	kindReasoning        = "reasoning"
+)
+
+// itemKind returns an item's "type", else its "role", else "". It decodes
+// only those two top-level fields.
+func itemKind(item []byte) string {
+	var k struct {
+		Type string `json:"type"`
+		Role string `json:"role"`
+	}
+	if json.Unmarshal(item, &k) != nil {
+		return ""
+	}
+	if k.Type != "" {
+		return k.Type
+	}
+	return k.Role
+}
+
+func isReasoning(item []byte) bool {
+	// Cheap pre-check before decoding: a reasoning item names its type.
+	if !bytes.Contains(item, []byte(`"reasoning"`)) {
+		return false
+	}
+	return itemKind(item) == kindReasoning
 }

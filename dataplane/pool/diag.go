@@ -9,6 +9,9 @@ import (
 	"time"
 )
 
+// maxMismatchHeadsInLog bounds the heads a miss's record describes.
+const maxMismatchHeadsInLog = 16
+
 // decisionRecord is one ws_head_decision line. It never holds conversation
 // text, tokens or account ids: only hashes, counts and bounded ids.
 type decisionRecord struct {
@@ -129,12 +132,9 @@ func capPtr(n int) *int {
 	return &n
 }
 
-// newRecord starts a ws_head_decision record, or returns nil when
-// diagnostics are off.
+// newRecord starts a ws_head_decision record. The caller checks that
+// diagnostics are on.
 func (p *Pool) newRecord(part Partition, items [][]byte) *decisionRecord {
-	if p.cfg.Diagnostics == nil {
-		return nil
-	}
 	rec := &decisionRecord{
 		Event:                 "ws_head_decision",
 		Time:                  p.now().UTC(),
@@ -157,6 +157,23 @@ func (rec *decisionRecord) fillCountsLocked(p *Pool) {
 	rec.ActiveConnectionCount = p.nBusy
 	rec.NurseryConnectionCount = p.nNursery
 	rec.EstablishedConnectionCount = p.nEstablish
+}
+
+// addCandidatesLocked records the heads of pt a request was matched
+// against (matching is how many matched) and, on a miss, where each idle
+// head diverged.
+func (rec *decisionRecord) addCandidatesLocked(p *Pool, pt *partition, matching int, miss bool, full []digest, items [][]byte, now time.Time) {
+	rec.CandidateCount = len(pt.heads)
+	rec.MatchingCandidateCount = matching
+	rec.IdleCandidateCount = 0
+	for _, h := range pt.heads {
+		if !h.busy {
+			rec.IdleCandidateCount++
+		}
+	}
+	if miss {
+		rec.addMismatchesLocked(p, pt, full, items, now)
+	}
 }
 
 // addMismatchesLocked records where each idle head of pt diverges from the
@@ -192,6 +209,20 @@ func (rec *decisionRecord) addMismatchesLocked(p *Pool, pt *partition, full []di
 	rec.fillCountsLocked(p)
 }
 
+// firstMismatch returns the first index where h's conversation and full
+// differ (len of the shorter if one is a prefix of the other).
+func firstMismatch(h *head, full []digest) int {
+	n := min(len(h.digests), len(full))
+	for i := range n {
+		if h.digests[i] != full[i] {
+			return i
+		}
+	}
+	return n
+}
+
+func (d digest) short() string { return hex.EncodeToString(d[:8]) }
+
 func outcomeOf(err error) string {
 	switch {
 	case errors.Is(err, ErrClosed):
@@ -204,10 +235,9 @@ func outcomeOf(err error) string {
 
 func (p *Pool) writeRecord(rec *decisionRecord) { p.writeJSON(rec) }
 
+// writeReplacement writes the ws_head_decision record of a Replace. The
+// caller checks that diagnostics are on.
 func (p *Pool) writeReplacement(l *Lease, id uint64, reason, outcome string) {
-	if p.cfg.Diagnostics == nil {
-		return
-	}
 	rec := &decisionRecord{
 		Event:                 "ws_head_decision",
 		Time:                  p.now().UTC(),

@@ -4,31 +4,6 @@ import (
 	"time"
 )
 
-// deadlineLocked is when idle head h next expires (the earliest of its
-// hard TTL, maximum socket age and idle TTL).
-func (p *Pool) deadlineLocked(h *head) time.Time {
-	d := h.created.Add(h.ttlPaused + p.cfg.HardTTL)
-	if m := h.created.Add(p.cfg.MaxSocketAge); m.Before(d) {
-		d = m
-	}
-	ttl := p.cfg.IdleTTL
-	if h.gen == GenerationNursery {
-		ttl = p.cfg.NurseryIdleTTL
-	}
-	if i := h.lastUsed.Add(ttl); i.Before(d) {
-		d = i
-	}
-	return d
-}
-
-// noteIdleLocked keeps nextSweep a lower bound of every idle head's
-// deadline after h became idle.
-func (p *Pool) noteIdleLocked(h *head) {
-	if d := p.deadlineLocked(h); p.nextSweep.IsZero() || d.Before(p.nextSweep) {
-		p.nextSweep = d
-	}
-}
-
 // expiryLocked returns why idle head h must go at now, or "".
 func (p *Pool) expiryLocked(h *head, now time.Time) string {
 	physical := now.Sub(h.created)
@@ -52,13 +27,10 @@ func (p *Pool) expiryLocked(h *head, now time.Time) string {
 }
 
 // sweepLocked unregisters every expired idle head of the pool and appends
-// it to evicted (the caller closes their sockets after unlocking). It walks
-// the pool only when the earliest idle deadline has passed, so a request
-// costs O(1) here while nothing expires.
+// it to evicted (the caller closes their sockets after unlocking). The
+// caller calls it only when the earliest idle deadline (nextSweep) has
+// passed, so a request costs O(1) while nothing expires.
 func (p *Pool) sweepLocked(now time.Time, evicted []*head, rec *decisionRecord) []*head {
-	if p.nextSweep.IsZero() || now.Before(p.nextSweep) {
-		return evicted
-	}
 	p.nextSweep = time.Time{}
 	for key, pt := range p.parts {
 		kept := pt.heads[:0]
@@ -87,11 +59,9 @@ func (p *Pool) sweepLocked(now time.Time, evicted []*head, rec *decisionRecord) 
 
 // evictCapLocked evicts idle heads of generation gen, least recently used
 // first, while the generation holds at least limit heads (busy or idle).
-// limit 0 means unbounded. except is never evicted.
+// except is never evicted. The caller calls it only for a cap (limit > 0;
+// 0 means unbounded).
 func (p *Pool) evictCapLocked(gen string, limit int, except *head, evicted []*head, rec *decisionRecord) []*head {
-	if limit <= 0 {
-		return evicted
-	}
 	reason := EvictNurseryCap
 	count := &p.nNursery
 	if gen == GenerationEstablished {

@@ -179,14 +179,3 @@ func TestDescriptorExhaustionWithNothingIdleFailsOnceWithAdvice(t *testing.T) {
 	}
 	busy.Discard("done")
 }
-
-func TestParseRetryAfter(t *testing.T) {
-	for in, want := range map[string]time.Duration{
-		"7": 7 * time.Second, " 30 ": 30 * time.Second, "99999": time.Hour,
-		"": 0, "0": 0, "-3": 0, "soon": 0, "Wed, 21 Oct 2026 07:28:00 GMT": 0,
-	} {
-		if got := parseRetryAfter(in); got != want {
-			t.Errorf("parseRetryAfter(%q) = %v, want %v", in, got, want)
-		}
-	}
-}

@@ -166,7 +166,9 @@ func (l *Lease) Replace(ctx context.Context, reason string) (*Lease, error) {
 			p.removeLocked(h)
 		}
 		p.mu.Unlock()
-		p.writeReplacement(l, 0, reason, outcome)
+		if p.cfg.Diagnostics != nil {
+			p.writeReplacement(l, 0, reason, outcome)
+		}
 		return nil, fmt.Errorf("replace socket: %w", err)
 	}
 	p.nextID++
@@ -182,7 +184,9 @@ func (l *Lease) Replace(ctx context.Context, reason string) (*Lease, error) {
 	}
 	p.stats.NewSockets++
 	p.mu.Unlock()
-	p.writeReplacement(l, id, reason, "ok")
+	if p.cfg.Diagnostics != nil {
+		p.writeReplacement(l, id, reason, "ok")
+	}
 	return &Lease{
 		Conn:         conn,
 		Decision:     DecisionReplacement,

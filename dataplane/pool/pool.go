@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -121,10 +123,37 @@ type head struct {
 	reused       bool
 	dead         bool // the idle socket's watch fired: it drops the head (watch.go)
 
-	// the keepalive of the idle socket (watch.go), guarded by Pool.mu
+	// the keepalive of the idle socket (armLocked, keepalive), guarded by Pool.mu
 	ping    *time.Timer
 	pingSeq uint64         // bumped on every arm and disarm; a stale callback does nothing
 	pings   sync.WaitGroup // keepalive callbacks armed or running; closers of the socket wait for them
+}
+
+// Partition identifies the heads a request may continue. Credentials are
+// deliberately not part of it: an access-token refresh keeps the heads
+// (call [Pool.DropAccount] when the backend rejects a socket's
+// credentials). An empty Model or PromptCacheKey means unpartitioned: the
+// request runs on a socket that never becomes a head.
+type Partition struct {
+	Account        string
+	Model          string
+	Effort         string
+	PromptCacheKey string
+}
+
+func (p Partition) keyed() bool { return p.Model != "" && p.PromptCacheKey != "" }
+
+// hash is the partition's diagnostic identity: the first 16 hex digits of
+// SHA-256 over its fields joined with 0x1F. It reveals no account id.
+func (p Partition) hash() string {
+	h := sha256.New()
+	for i, s := range []string{p.Account, p.Model, p.Effort, p.PromptCacheKey} {
+		if i > 0 {
+			h.Write([]byte{0x1f})
+		}
+		h.Write([]byte(s))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 type partition struct {
@@ -180,146 +209,12 @@ func New(cfg Config) (*Pool, error) {
 
 func (p *Pool) now() time.Time { return p.cfg.Clock() }
 
-// frameHook is the upstream.DialOptions.OnFrame of a new socket of
-// account: Config.OnFrame with the account, or nil.
-func (p *Pool) frameHook(account string) func(frame []byte) {
-	onFrame := p.cfg.OnFrame
-	if onFrame == nil || account == "" {
-		return nil
-	}
-	return func(frame []byte) { onFrame(account, frame) }
-}
-
-// bestMatchLocked returns the idle head of pt whose conversation is the
-// longest strict prefix of full; ties prefer an exact match. When rec is
-// non-nil it records, for a miss, where each idle head diverged.
-func (p *Pool) bestMatchLocked(pt *partition, full []digest, items [][]byte, rec *decisionRecord, now time.Time) match {
-	var best match
-	if pt == nil {
-		return best
-	}
-	matching := 0
-	for _, h := range pt.heads {
-		if h.busy || h.dead || h.responseID == "" {
-			continue
-		}
-		mode, n := matchHead(h, full)
-		if mode == "" {
-			continue
-		}
-		matching++
-		if best.h == nil || n > best.matched || (n == best.matched && mode == modeExact && best.mode != modeExact) {
-			best = match{h: h, mode: mode, matched: n}
-		}
-	}
-	if rec != nil {
-		rec.CandidateCount = len(pt.heads)
-		rec.MatchingCandidateCount = matching
-		rec.IdleCandidateCount = 0
-		for _, h := range pt.heads {
-			if !h.busy {
-				rec.IdleCandidateCount++
-			}
-		}
-		if best.h == nil {
-			rec.addMismatchesLocked(p, pt, full, items, now)
-		}
-	}
-	return best
-}
-
-func (p *Pool) missDecisionLocked(pt *partition) string {
-	if pt == nil {
-		return DecisionNewPartition
-	}
-	live := 0
-	for _, h := range pt.heads {
-		if h.busy {
-			return DecisionParallelHead
-		}
-		if !h.dead { // a dead head is being dropped by its watch
-			live++
-		}
-	}
-	if live == 0 {
-		return DecisionNewPartition
-	}
-	return DecisionHistoryMismatch
-}
-
-func (p *Pool) countMissLocked(decision string) {
-	reason := ""
-	switch decision {
-	case DecisionNewPartition:
-		reason = MissNoHead
-	case DecisionHistoryMismatch:
-		reason = MissHistoryMismatch
-	case DecisionParallelHead:
-		reason = MissHeadBusy
-	case DecisionUnpartitioned:
-		reason = MissUnpartitioned
-	default:
-		return
-	}
-	p.stats.Misses[reason]++
-	p.metrics.misses.WithLabelValues(reason).Inc()
-}
-
-func (p *Pool) countDecisionLocked(decision string) {
-	p.stats.Acquires++
-	p.stats.Decisions[decision]++
-	p.metrics.decisions.WithLabelValues(decision).Inc()
-	if decision == DecisionContinuation {
-		p.stats.Continuations++
-	} else {
-		p.stats.NewSockets++
-	}
-}
-
-// continueLocked hands the matched idle head to the request, promoting a
-// nursery head (after the established cap's evictions).
-func (p *Pool) continueLocked(m match, full []digest, now time.Time, rec *decisionRecord, evicted *[]*head) *Lease {
-	h := m.h
-	p.reserveLocked(h, now)
-	promoted := false
-	if h.gen == GenerationNursery {
-		*evicted = p.evictCapLocked(GenerationEstablished, p.cfg.MaxConnections, h, *evicted, rec)
-		p.setGenLocked(h, GenerationEstablished)
-		promoted = true
-	}
-	if h.bornParallel && !h.reused {
-		p.stats.SavedSockets++
-		p.metrics.savedSockets.Inc()
-	}
-	h.reused = true
-	p.countDecisionLocked(DecisionContinuation)
-	if rec != nil {
-		rec.Decision = DecisionContinuation
-		rec.Generation = h.gen
-		rec.SelectedConnectionID = h.id
-		rec.ContinuationMatchMode = m.mode
-		rec.IncrementalInputItems = len(full) - m.matched
-		if promoted {
-			rec.PromotedConnectionID = h.id
-		}
-		rec.Heads = nil
-		rec.fillCountsLocked(p)
-	}
-	return &Lease{
-		Conn:               h.conn,
-		PreviousResponseID: h.responseID,
-		Delta:              m.matched,
-		Decision:           DecisionContinuation,
-		Generation:         h.gen,
-		Reused:             true,
-		MatchMode:          m.mode,
-		ConnectionID:       h.id,
-		p:                  p,
-		h:                  h,
-		part:               h.part.key,
-		req:                full,
-	}
-}
+// A head's lifecycle: registered in flight before its socket is dialled
+// (registerLocked), released when its response completes (releaseLocked:
+// it notes when the head can next expire and watches its socket), reserved
+// by the request that continues it (reserveLocked), and unregistered
+// (removeLocked) by an eviction, a drop, a lease that does not keep it or
+// Close.
 
 // reserveLocked marks h in flight (lookLocked claimed its socket).
 func (p *Pool) reserveLocked(h *head, now time.Time) {
@@ -341,6 +236,31 @@ func (p *Pool) releaseLocked(h *head) {
 			p.noteIdleLocked(h)
 			p.watchLocked(h)
 		}
+	}
+}
+
+// deadlineLocked is when idle head h next expires (the earliest of its
+// hard TTL, maximum socket age and idle TTL).
+func (p *Pool) deadlineLocked(h *head) time.Time {
+	d := h.created.Add(h.ttlPaused + p.cfg.HardTTL)
+	if m := h.created.Add(p.cfg.MaxSocketAge); m.Before(d) {
+		d = m
+	}
+	ttl := p.cfg.IdleTTL
+	if h.gen == GenerationNursery {
+		ttl = p.cfg.NurseryIdleTTL
+	}
+	if i := h.lastUsed.Add(ttl); i.Before(d) {
+		d = i
+	}
+	return d
+}
+
+// noteIdleLocked keeps nextSweep a lower bound of every idle head's
+// deadline after h became idle.
+func (p *Pool) noteIdleLocked(h *head) {
+	if d := p.deadlineLocked(h); p.nextSweep.IsZero() || d.Before(p.nextSweep) {
+		p.nextSweep = d
 	}
 }
 
@@ -409,6 +329,85 @@ func (p *Pool) removeLocked(h *head) {
 	}
 	h.removed = true
 	p.disarmLocked(h)
+}
+
+// The socket of a head changes state as the head does (docs/pool.md
+// §9.4): when it goes idle the pool watches the socket (upstream.Conn.Watch:
+// its own reader hands what it says next to idleLost, watch.go) and arms a
+// keepalive timer; a request takes it back with claimLocked
+// (upstream.Conn.Claim), which decides once, under the Conn's lock, whether
+// a frame goes to the watch or to the request. Every frame the socket reads
+// also goes to its frame hook, for as long as the socket lives.
+
+// frameHook is the upstream.DialOptions.OnFrame dialUpstream gives a new
+// socket of account: Config.OnFrame with the account, or nil.
+func (p *Pool) frameHook(account string) func(frame []byte) {
+	onFrame := p.cfg.OnFrame
+	if onFrame == nil || account == "" {
+		return nil
+	}
+	return func(frame []byte) { onFrame(account, frame) }
+}
+
+// setConnLocked makes c the socket of h.
+func (p *Pool) setConnLocked(h *head, c *upstream.Conn) {
+	h.conn, h.dead = c, false
+	h.lost = func(err error) { p.idleLost(h, c, err) }
+}
+
+// watchLocked starts watching h, whose head just became idle.
+func (p *Pool) watchLocked(h *head) {
+	if h.removed || h.conn == nil {
+		return
+	}
+	h.conn.Watch(h.lost)
+	p.armLocked(h)
+}
+
+// claimLocked takes idle h's socket for a request: the keepalive stops and
+// the watch ends. It reports false when the socket is no longer live: its
+// watch was told something and drops the head (idleLost), which stays out
+// of every match until then (h.dead).
+func (p *Pool) claimLocked(h *head) bool {
+	p.disarmLocked(h)
+	if h.conn.Claim() {
+		return true
+	}
+	h.dead = true
+	return false
+}
+
+// armLocked schedules the next keepalive ping of idle h.
+func (p *Pool) armLocked(h *head) {
+	if p.cfg.KeepaliveInterval <= 0 || h.removed || h.conn == nil {
+		return
+	}
+	h.pingSeq++
+	seq, c := h.pingSeq, h.conn
+	h.pings.Add(1)
+	h.ping = time.AfterFunc(p.cfg.KeepaliveInterval, func() { p.keepalive(h, c, seq) })
+}
+
+// disarmLocked cancels h's scheduled keepalive; one already running finds
+// its arming stale and does nothing.
+func (p *Pool) disarmLocked(h *head) {
+	h.pingSeq++
+	if h.ping != nil && h.ping.Stop() {
+		h.pings.Done()
+	}
+	h.ping = nil
+}
+
+// closeSocket hard-closes c, a socket of h (nil for an unpartitioned
+// socket), and waits for h's keepalive callbacks.
+func closeSocket(h *head, c *upstream.Conn) {
+	if c == nil {
+		return
+	}
+	_ = c.CloseNow()
+	if h != nil {
+		h.pings.Wait()
+	}
 }
 
 // closeHeads hard-closes the sockets of unregistered idle heads.

@@ -4,44 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"time"
 
 	"github.com/clodex/clodex/dataplane/upstream"
 )
 
-// An idle head is watched (docs/pool.md §9.4): its socket's own reader
-// hands what the socket says next to idleLost (upstream.Conn.Watch), and
-// a timer per head pings it. A request takes the head back with
-// claimLocked (upstream.Conn.Claim): whether a frame goes to the watch or
-// to the request is decided once, under the Conn's lock.
-
-// setConnLocked makes c the socket of h.
-func (p *Pool) setConnLocked(h *head, c *upstream.Conn) {
-	h.conn, h.dead = c, false
-	h.lost = func(err error) { p.idleLost(h, c, err) }
-}
-
-// watchLocked starts watching h, whose head just became idle.
-func (p *Pool) watchLocked(h *head) {
-	if h.removed || h.conn == nil {
-		return
-	}
-	h.conn.Watch(h.lost)
-	p.armLocked(h)
-}
-
-// claimLocked takes idle h's socket for a request: the keepalive stops and
-// the watch ends. It reports false when the socket is no longer live: its
-// watch was told something and drops the head (idleLost), which stays out
-// of every match until then (h.dead).
-func (p *Pool) claimLocked(h *head) bool {
-	p.disarmLocked(h)
-	if h.conn.Claim() {
-		return true
-	}
-	h.dead = true
-	return false
-}
+// Losing an idle head (docs/pool.md §9.4): its socket's own reader hands
+// what the socket says next to idleLost, or its keepalive ping goes
+// unanswered, and the head is dropped. The watch and the timer are started
+// as a head is released and stopped as it is reserved (watchLocked,
+// armLocked, claimLocked and disarmLocked, with the heads in pool.go).
 
 // idleLost is h's watch: the idle socket c closed, failed or sent a frame.
 // It runs on c's reader, which stopped reading.
@@ -53,27 +24,6 @@ func (p *Pool) idleLost(h *head, c *upstream.Conn, err error) {
 	if ok {
 		p.finishDrop(h, c, rec, true)
 	}
-}
-
-// armLocked schedules the next keepalive ping of idle h.
-func (p *Pool) armLocked(h *head) {
-	if p.cfg.KeepaliveInterval <= 0 || h.removed || h.conn == nil {
-		return
-	}
-	h.pingSeq++
-	seq, c := h.pingSeq, h.conn
-	h.pings.Add(1)
-	h.ping = time.AfterFunc(p.cfg.KeepaliveInterval, func() { p.keepalive(h, c, seq) })
-}
-
-// disarmLocked cancels h's scheduled keepalive; one already running finds
-// its arming stale and does nothing.
-func (p *Pool) disarmLocked(h *head) {
-	h.pingSeq++
-	if h.ping != nil && h.ping.Stop() {
-		h.pings.Done()
-	}
-	h.ping = nil
 }
 
 // keepalive is a timer callback (owned by h: whoever closes its socket
@@ -173,17 +123,5 @@ func (p *Pool) finishDrop(h *head, c *upstream.Conn, rec *lostRecord, waitPings 
 		"close_code", rec.CloseCode, "frame_type", rec.FrameType, "idle_ms", rec.IdleMs)
 	if p.cfg.Diagnostics != nil {
 		p.writeJSON(rec)
-	}
-}
-
-// closeSocket hard-closes c, a socket of h (nil for an unpartitioned
-// socket), and waits for h's keepalive callbacks.
-func closeSocket(h *head, c *upstream.Conn) {
-	if c == nil {
-		return
-	}
-	_ = c.CloseNow()
-	if h != nil {
-		h.pings.Wait()
 	}
 }

@@ -16,9 +16,10 @@ import (
 	"github.com/clodex/clodex/dataplane/upstream"
 )
 
-// Opening a new socket: dialUpstream, and dial around it, which sheds idle
-// heads and retries once when the process runs out of file descriptors
-// (docs/pool.md §8).
+// Opening a new socket: admit asks the failure memory and the Admitter
+// (docs/pool.md §6); dialUpstream dials with the account's credential
+// under the failure memory's ticket; dial around it sheds idle heads and
+// retries once when the process runs out of file descriptors (§8).
 
 // Ways descriptor exhaustion was detected.
 const (
@@ -78,6 +79,24 @@ func exhaustionErrno(err error) syscall.Errno {
 		return syscall.ENFILE
 	}
 	return 0
+}
+
+// admit asks for a new socket: an upstream known to be unreachable refuses
+// it at once (Health.Down), before the Admitter, so that such a refusal
+// does not spend the account's admission.
+func (p *Pool) admit(ctx context.Context, account string) error {
+	if p.cfg.Health != nil {
+		if err := p.cfg.Health.Down(p.upstream); err != nil {
+			return fmt.Errorf("admit new socket: %w", err)
+		}
+	}
+	if p.cfg.Admitter == nil {
+		return nil
+	}
+	if err := p.cfg.Admitter.Admit(ctx, account); err != nil {
+		return fmt.Errorf("admit new socket: %w", err)
+	}
+	return nil
 }
 
 // dial opens a socket. When the dial fails for lack of file descriptors
