@@ -3,34 +3,25 @@
 // rotating refresh token has exactly one holder however many data planes
 // use the account.
 //
-// A [Broker] keeps logins in a [Logins] store ([LoginReader],
-// [LoginWriter] and [Leaser]: the data directory's logins.json, or Redis
-// shared by replicas) with the tokens sealed by a [Key]: AES-256-GCM, the
-// account key authenticated with them, a fresh nonce per write. The key
-// is read by [ReadKeyFile] from --credential-key-file: 32 random bytes in
-// base64 (`head -c 32 /dev/urandom | base64`), mode 0600.
-//
+//	key, err := broker.ReadKeyFile(path)                // --credential-key-file: 32 random bytes, base64, mode 0600
 //	b, err := broker.New(broker.Options{Logins: st, Key: key, TokenEndpoint: url})
-//	st, err := b.Import(ctx, access, refresh, id, "")   // clodexctl account import / login
-//	tok, err := b.Token(ctx, key, "")                  // a data plane asks
-//	tok, err = b.Token(ctx, key, tok.Access)           // after an upstream 401
 //	go b.Run(ctx)                                      // refresh ahead of expiry
+//	st, err := b.Import(ctx, access, refresh, id, "")   // clodexctl account import / login
+//	tok, err := b.Token(ctx, key, "")                  // a data plane asks (CredentialService.GetToken)
+//	tok, err = b.Token(ctx, key, tok.Access)           // after an upstream 401: one forced refresh
+//	list, err := b.List(ctx)                           // clodexctl account list; Get, Remove
 //
-// Single writer: a refresh takes the account's lease first (a lock file,
-// or a Redis key set NX with a fencing token that every write checks),
-// re-reads the login and adopts a token another replica wrote meanwhile,
-// and only otherwise redeems the refresh token (codexauth.Redeem, the
-// data plane's client and skew rule) and writes the rotated tokens back.
-// A refusal for good (refresh_token_reused, _expired, _invalidated, any
-// 401) is never retried: the login is marked needs-login, every caller
-// gets a [NeedsLoginError] naming `clodexctl account login`, and
-// `clodexctl account list` shows it.
+// broker.go holds the [Broker]: the logins it keeps in a [Logins] store
+// ([LoginReader], [LoginWriter] and [Leaser]: the data directory's
+// logins.json, or Redis shared by replicas), the lease taken before each
+// refresh, the adoption of a token another replica wrote, the redemption
+// (codexauth.Redeem) and the errors, [*NeedsLoginError] for a sign-in an
+// operator must renew and [*UnavailableError]. key.go holds the [Key]
+// that seals the tokens (AES-256-GCM, the account key authenticated with
+// them, a fresh nonce per write). Tokens never reach logs, metrics or
+// errors.
 //
-// Tokens never reach logs, metrics or errors: errors name the account key
-// and the identity provider's refusal code only.
-//
-// Metrics (Options.Registerer):
-//
-//	clodex_controlplane_broker_refreshes_total{result="ok|transient|login_required"}
-//	clodex_controlplane_broker_adopted_total
+// The behaviour is specified in docs/credentials.md §8 (the key, signing
+// in, refreshing once, handing tokens out, when it cannot); its metrics in
+// docs/operations.md §13.
 package broker

@@ -1,8 +1,15 @@
 // Package controlplanetest runs the real control-plane server on a loopback
-// listener for tests: temporary token files and data directory, a client
-// dialer per role, and a restart that keeps the data directory. With
-// Options.RedisURL the server is a replica over that Redis (start several
-// with the same URL and prefix for replicas sharing one store).
+// listener for tests:
+//
+//	s := controlplanetest.Start(t, &controlplanetest.Options{}) // temporary token files and data directory
+//	cc := s.Dial(agentToken, nil)                               // a client connection per role
+//	s.Register(keys...)                                         // accounts a data plane would register
+//	s.Restart()                                                 // same port, same data directory; Kill, Stop
+//
+// With Options.RedisURL the server is a replica over that Redis (start
+// several with the same URL and prefix for replicas sharing one store).
+// WriteCerts writes a test CA and certificates; MountTmpfs and Remount
+// give a data directory that fills up or turns read-only (Linux, root).
 package controlplanetest
 
 import (

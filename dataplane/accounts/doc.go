@@ -10,30 +10,26 @@
 //
 // Accounts are named by their key (account.Key of the ChatGPT account id);
 // the raw id goes only into the chatgpt-account-id header, from the
-// credential.
+// credential. Errors never carry a token.
 //
-// A [Source] supplies the accounts and their credentials: [Files] serves
-// Codex auth.json files, each a [RefreshingFile] that keeps its token
-// fresh (docs/credentials.md): in [RefreshAuto] mode under an exclusive
-// lock on "<auth.json>.lock" shared with other processes, adopting a newer
-// token another program wrote there or else redeeming the refresh token
-// (codexauth.Redeem) and writing the rotated tokens back atomically with
-// mode 0600; in [RefreshNever] mode by re-reading the file. The control
-// plane's credential broker is the other Source. A dead sign-in is an
-// error wrapping [ErrLoginRequired] (a [*LoginRequiredError] carries the
-// client's words); a credential that cannot be had yet but may be soon is
-// an [*UnavailableError]. Errors never carry a token.
+// The parts, by file:
 //
-// The [Router] chooses: with one account every turn runs on it; with
-// several, a conversation keeps the account whose idle head it continues
-// (Heads.Holder) unless that account is at its usage limit, and a new
-// conversation goes to the account with the most headroom in its tightest
-// usage window, as the latest codex.rate_limits event read on its sockets
-// says (an account never reported counts as unused; equal ones take
-// turns). An account at usage_limit_reached takes no new conversation
-// until its reset; a conversation on it moves to another account at its
-// next turn, resending the whole conversation once. When every account is
-// at its limit Route answers an [*AllLimitedError] naming the first reset.
-// Each account's plan usage goes on to the control plane (Reporter), at
-// most once a second unless it changed.
+//   - router.go: the [Source] of credentials and the [Router] that chooses
+//     (one account, or the holder of the conversation's idle head through
+//     [Heads], else the most headroom), learns each account's usage from
+//     codex.rate_limits events and usage-limit errors ([ParseRateLimits],
+//     [RateLimits]) and passes it to the [Reporter]; [*AllLimitedError]
+//     when every account is at its limit.
+//   - authfile.go: [Files] ([OpenFiles]) serves Codex auth.json files, each
+//     a [RefreshingFile] ([FileConfig], [RefreshMode]); refresh.go keeps its
+//     token fresh (in [RefreshAuto] mode under the file's lock, adopting a
+//     newer token another program wrote or redeeming the refresh token; in
+//     [RefreshNever] mode by re-reading the file); write.go writes the
+//     rotated tokens back, keeping every other member.
+//   - errors.go: [ErrLoginRequired] and [*LoginRequiredError] (a dead
+//     sign-in, with the client's words), [*UnavailableError] (a credential
+//     that may be had soon); the broker's source returns them too.
+//
+// The behaviour is specified in docs/credentials.md: the file, the account
+// id, refresh and write-back (§1 to §7) and several accounts (§9).
 package accounts

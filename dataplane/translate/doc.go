@@ -16,37 +16,22 @@
 //	err = s.Finish()              // at StateCompleted; at StateFailed see Failure, Abort, Resume
 //	items, usage := s.OutputItems(), s.Usage() // the head snapshot, in CanonicalItem form
 //
-// Request: DecodeRequest, and DecodeCountTokens whose EstimatedTokens is
-// the count_tokens answer (CountTokens estimates any JSON object). A
-// ModelTable (DefaultModels, ParseModelAliases, WithPassthrough) checks
-// and resolves model names and lists them for GET /v1/models (List,
-// Info). ToResponses gives a Turn; CreateFrame renders its response.create
-// frame, whole or as a continuation; CanonicalItem is the form the pool
-// compares a socket's history in.
-//
-// Response: a Stream writes Anthropic events to an EventWriter: an SSE
-// (event/data frames, the headers with the first event; NewSSEStream
-// flushes once per upstream event) or a Collector, which builds the
-// non-streaming Message JSON (NewStream). Ping keeps a committed stream
-// alive; a failed response is Resumable when the client got nothing it
-// keeps, and Resume continues the same message on the next attempt; Abort
-// ends it with an error event.
-//
-// Errors: a body that cannot be sent is a *RequestError naming the field.
-// A failed response's Failure is classified by dataplane/retry (the
-// failure table: ClassifyFrame), which also renders the error body.
-//
-// Files by concern. On every turn: jsondoc.go, the one-pass JSON parser
-// (it accepts exactly what encoding/json accepts and yields the same
-// values) with the string encoder; request.go, decoding and validation;
-// tokens.go, the count_tokens estimate; responses.go, the mapping to a
-// Turn, its frame and the model resolution; items.go, the input and
-// output items and their canonical form; stream.go, the Stream and the SSE
-// it writes; upevents.go, the backend's events. Only when a turn needs
-// them: attachments.go (images, documents, search results: decoding and
-// mapping), requesterror.go (a refused body), failure.go (a failed
-// response), collector.go (a non-streaming answer), errors.go (RequestError),
-// models.go (the table's construction and the /v1/models list).
+// The files by concern. On every turn: jsondoc.go, the one-pass JSON
+// parser (it accepts exactly what encoding/json accepts and yields the
+// same values) with the string encoder; request.go, [DecodeRequest] and
+// [DecodeCountTokens], decoding and validation; tokens.go, the
+// count_tokens estimate ([CountTokens]); responses.go, [ToResponses], the
+// [Turn], its frame and the model resolution; items.go, the input and
+// output items and their canonical form ([CanonicalItem], what the pool
+// compares); stream.go, the [Stream] and the [SSE] it writes (one flush
+// per upstream event, pings, [Stream.Resumable] and [Stream.Resume] for a
+// retried attempt, Abort's error event); upevents.go, the backend's
+// events. Only when a turn needs them: attachments.go (images, documents,
+// search results), requesterror.go and errors.go (a refused body,
+// [RequestError]), failure.go (a failed response, classified by
+// dataplane/retry's failure table), collector.go (the non-streaming
+// answer, [Collector]), models.go (the [ModelTable]: [DefaultModels],
+// [ParseModelAliases], WithPassthrough, the /v1/models list).
 //
 // Cost: a body is parsed once; the decoding, the canonical tool-call
 // arguments, the compact tool schemas and the count_tokens estimate (a
@@ -55,6 +40,7 @@
 // client's bytes, and CreateFrame does not re-validate the items it built
 // itself. The goldens in testdata/ pin the frames byte for byte.
 //
-// The behaviour is written down in docs/translation.md (the request
-// mapping, §1 to §8; the events, §9 to §11).
+// The behaviour is specified in docs/translation.md: the request mapping
+// (§1 to §8) and the events, count_tokens and non-streaming answers (§9 to
+// §11).
 package translate

@@ -1,9 +1,12 @@
 // Package account derives the opaque account key both planes use to name a
 // ChatGPT account: "acct_" + the first 16 hex digits of SHA-256(account id).
 //
+//	key := account.Key(chatgptAccountID) // "acct_3c9b1f0e2a4d5c6b"
+//	ok := account.IsKey(s)               // a well-formed key
+//
 // The key is what crosses process boundaries (Admit requests, the control
 // plane's policy file, metrics labels, logs); the raw account id and any
-// token never do.
+// token never do (docs/credentials.md §2).
 package account
 
 import (

@@ -1,14 +1,15 @@
 // Package bearer holds the control plane's bearer tokens: reading them from
 // files, keeping them out of logs and sending them on gRPC calls.
 //
-// A Token formats as "[redacted]" under every fmt verb and in slog, so it
-// can be passed around and logged by accident without leaking; Reveal is
-// the one way to get the secret. Credentials turns a Token into gRPC
-// per-RPC credentials that send "authorization: Bearer <token>" over TLS
-// and over plaintext alike.
+//	tok, warning, err := bearer.ReadFile(path) // trimmed; warning: a mode readable by others
+//	creds := bearer.Credentials(tok)           // grpc.WithPerRPCCredentials(creds)
+//	secret := tok.Reveal()                     // the one way to the secret
 //
-// The package has no server dependencies: clients (clodexctl, data planes,
-// the benchmark) and the server share it.
+// A Token formats as "[redacted]" under every fmt verb, in slog and as
+// text, so it can be passed around and logged by accident without
+// leaking. Credentials sends "authorization: Bearer <token>" over TLS and
+// over plaintext alike. The package has no server dependencies: clients
+// (clodexctl, data planes, the benchmark) and the server share it.
 package bearer
 
 import (

@@ -1,48 +1,39 @@
-// Package clienttest gives tests the real clients that clodex serves and talks
-// like: Claude Code (npm @anthropic-ai/claude-code) and Codex CLI (npm
-// @openai/codex), at pinned versions, installed from the npm registry into a
-// cache folder outside the repository and driven non-interactively against
-// servers on 127.0.0.1.
+// Package clienttest gives tests the real clients that clodex serves and
+// talks like: Claude Code (npm @anthropic-ai/claude-code) and Codex CLI
+// (npm @openai/codex), at pinned versions, installed from the npm registry
+// into a cache folder outside the repository and driven non-interactively
+// against servers on 127.0.0.1.
 //
-// The cache folder is $CLODEX_CLIENT_CACHE, or $HOME/.cache/clodex/clients when
-// that is unset. Each client lives in <cache>/<name>-<version>/node_modules/.bin/.
-// scripts/install-clients.sh uses the same layout and lock file, so it can
-// prewarm the cache while tests run.
+//	bin := clienttest.ClaudeCode(t) // installed once into the cache; fails (or skips) saying why
+//	res := clienttest.RunClaude(ctx, t, bin, clienttest.ClaudeRun{BaseURL: url, Prompt: "hi"})
+//	codex := clienttest.CodexCLI(t) // RunCodex drives it the same way
+//	tmux := clienttest.Tool(t, "tmux", "apt-get install tmux") // another program a test needs
 //
-// Installs are idempotent and safe across processes: they happen under an
-// exclusive flock on <cache>/.install.lock, into a temporary folder that is
-// renamed into place once the client's --version shows the pinned version.
+// The parts, by file: install.go and policy.go, the cache
+// ($CLODEX_CLIENT_CACHE, else $HOME/.cache/clodex/clients; each client in
+// <cache>/<name>-<version>/node_modules/.bin/) and when a missing client
+// fails or skips the test; claude.go and codex.go, the runs; run.go, the
+// environment every run builds from scratch (PATH, a fresh HOME, TERM=dumb
+// and the client's own variables, a loopback base URL only, so nothing
+// from the developer's shell or home changes what the client does and no
+// client reaches a real Anthropic or OpenAI host); lock.go, the flocks.
 //
-// When a client cannot be had, [ClaudeCode] and [CodexCLI] fail the test with
-// one line naming the client, the cache folder, what failed and how to fix
-// it. The one exception: when the client is not cached and the npm registry
-// cannot be reached, the test is skipped, unless CI is set (CI=true, as CI
-// systems do) or CLODEX_REQUIRE_CLIENTS=1, which require the real clients:
-// then it fails too. There is no other switch to skip these tests. The
-// outcome is remembered for the rest of the test process, so only the first
-// test pays for an install or a probe, and only the first skip spells out
-// the reason; the others point to it.
+// Installs are idempotent and safe across processes: under an exclusive
+// flock on <cache>/.install.lock, into a temporary folder renamed into
+// place once the client's --version shows the pinned version;
+// scripts/install-clients.sh uses the same layout and lock, so it can
+// prewarm the cache while tests run. Client runs are serialised
+// machine-wide with a flock on <cache>/.run.lock ([LockClientRun];
+// RunClaude and RunCodex take it), because a client start-up takes a whole
+// core for a second or more and the test machines have two.
 //
-// An unreachable registry is also recorded in <cache>/.registry-unreachable
-// (the Unix time, then the reason), by the Go installer and by
-// scripts/install-clients.sh, which `make test` runs first. Other test
-// processes of the same run trust a record at most ten minutes old instead
-// of probing the registry again; an older one is ignored and a successful
-// probe removes it, so a registry that came back is noticed within ten
-// minutes (or at once after deleting the file).
-//
-// [Tool] applies the same rule to another program a test needs (tmux for the
-// interactive Claude Code test): missing, it fails the test under CI and
-// skips it otherwise, saying how to install it.
-//
-// Client runs are serialized machine-wide with a flock on <cache>/.run.lock
-// ([LockClientRun]; [RunClaude] and [RunCodex] take it themselves), because a
-// client start-up takes a whole core for a second or more and the test
-// machines have two.
-//
-// Every run builds its environment from scratch (PATH, a fresh HOME, TERM=dumb
-// and the client's own variables), so nothing from the developer's shell or
-// home folder (API keys, proxies, user config) changes what the client does,
-// and the base URL must point at a loopback address: these helpers never let a
-// client reach a real Anthropic or OpenAI host.
+// When a client cannot be had the test fails with one line naming the
+// client, the cache folder, what failed and how to fix it. The one
+// exception: a client not cached with the npm registry unreachable skips
+// the test, unless CI=true or CLODEX_REQUIRE_CLIENTS=1 require the real
+// clients. The outcome is remembered for the test process (only the first
+// skip spells out the reason), and an unreachable registry is recorded in
+// <cache>/.registry-unreachable, which other test processes trust for ten
+// minutes; the README's "Tests and benchmarks" describes the rule for
+// people running the suite.
 package clienttest

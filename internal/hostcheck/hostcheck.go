@@ -2,6 +2,11 @@
 // to who is calling, shared by the data plane's API listener and the
 // admin listeners (/metrics, /debug) of both planes:
 //
+//	p, err := hostcheck.New(listenAddr, allowedOrigins)
+//	if ref := p.Check(r); ref != nil { /* refuse, naming ref's header */ }
+//
+// Check applies both rules:
+//
 //   - a listener bound to loopback answers only requests whose Host is a
 //     loopback name or address (LoopbackHost): a web page that rebinds
 //     its own DNS name to 127.0.0.1 still sends that name, and is refused;
@@ -9,8 +14,8 @@
 //     the origin is allow-listed (NormalizeOrigin; the admin listeners
 //     allow none).
 //
-// Policy.Check applies both and returns a Refusal naming the header; each
-// listener words its own answer.
+// Each listener words its own answer (docs/errors.md §7,
+// docs/operations.md §12).
 package hostcheck
 
 import (

@@ -1,7 +1,8 @@
 // Package tlsconfig builds the control plane's TLS configurations from PEM
-// files: Server for clodex-controlplane (--tls-cert, --tls-key, optional
-// --client-ca for mutual TLS) and Client for clodexctl and data planes
-// (--tls-ca, optional --tls-cert/--tls-key for a client certificate).
+// files:
+//
+//	cfg, err := tlsconfig.Server(certFile, keyFile, clientCAFile) // clodex-controlplane; a client CA: mutual TLS
+//	cfg, err = tlsconfig.Client(caFile, certFile, keyFile)        // clodexctl and data planes
 //
 // Both return a nil *tls.Config when no file is given, meaning plaintext.
 package tlsconfig

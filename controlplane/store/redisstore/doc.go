@@ -1,24 +1,35 @@
 // Package redisstore keeps the control plane's state in Redis, shared by
 // any number of replicas.
 //
-//   - Open returns a *Store with the memory store's API (store.Memory):
-//     Admit, Cancel, HandOver, UpdatePolicy, SetAdaptive, Report403,
-//     Adapt, Account, Accounts, the live-agent directory (TouchAgent,
-//     DropAgent, LiveAgents) and PutQuota and Quotas; Run keeps it current
-//     (replica registration, Redis's clock, policy notifications, the
-//     breaker's probe); Close releases it.
-//   - The fleet's roster (PutAgent, RemoveAgent, Agents): every replica's
-//     agents with what clodexctl agents lists of them.
-//   - WatchPolicies delivers the policy changes other replicas made.
-//   - The broker's logins and leases and the scoped agent credentials
-//     (broker.Logins, controlplane.AgentCredStore).
-//   - Now is the clock decisions are made on (Redis's TIME); Info says
-//     whether the store is degraded; Check proves a Redis answers.
+//	st, err := redisstore.Open(ctx, redisstore.Options{URL: url, Replica: "cp-1"})
+//	go st.Run(ctx)                    // replica registration, Redis's clock, policy notifications, the breaker's probe
+//	defer st.Close()
+//	a, err := st.Admit(ctx, key, now) // the memory store's API (store.Memory), one Lua script per decision
+//	st.WatchPolicies(push)            // push(key) for each policy change another replica made
+//	err = st.PutAgent(ctx, s, info)   // the fleet's roster (RemoveAgent, Agents)
+//	err = redisstore.Check(ctx, url, timeout) // --check-config: a Redis answers
 //
-// Every decision is one Lua script (lua/) over one hash per account with
-// a time to live, the bucket, adaptive and pending-reservation rules of
-// docs/pacing.md mirrored in integers; storetest's conformance suite runs
-// against it and against store.Memory. While Redis cannot be reached a
-// breaker opens and Admit answers from this replica's share of each
-// policy (docs/operations.md §3).
+// A *Store has the memory store's API (Admit, Cancel, HandOver,
+// UpdatePolicy, SetAdaptive, Report403, Adapt, Account, Accounts, the
+// live-agent directory, PutQuota and Quotas), plus the fleet's roster, the
+// broker's logins and leases and the scoped agent credentials (what
+// broker.Logins and controlplane.AgentCredStore ask of it). Now is the
+// clock decisions are made on (Redis's TIME); Info says whether the store
+// is degraded.
+//
+// The parts, by file: store.go, Open, Check, Close and the store's
+// facts; accounts.go, the decisions and the account reads; policy.go,
+// policies and adaptive state; run.go, Run, the breaker and this
+// replica's local share while it is open; batch.go, concurrent script
+// calls sent in one pipeline per round trip; agents.go, quota.go,
+// logins.go and agentcreds.go, the rest of the state; metrics.go,
+// clodex_controlplane_redis_*; lua/, the scripts, over one hash per
+// account with a time to live, the bucket, adaptive and
+// pending-reservation rules of docs/pacing.md mirrored in integers.
+// storetest's conformance suite runs against this store and against
+// store.Memory.
+//
+// While Redis cannot be reached a breaker opens and Admit answers from
+// this replica's share of each policy (docs/operations.md §3); the
+// metrics are in docs/operations.md §13.
 package redisstore

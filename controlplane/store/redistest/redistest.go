@@ -1,6 +1,11 @@
 // Package redistest runs a real redis-server on a free loopback port for
-// tests. A missing redis-server skips the test, except under CI=true,
-// where it fails saying why.
+// tests:
+//
+//	srv := redistest.Start(t) // srv.URL; stopped at the test's cleanup
+//	srv.Kill(); srv.Restart() // the same address; Pause and Resume freeze it
+//
+// A missing redis-server skips the test, except under CI=true, where it
+// fails saying why.
 package redistest
 
 import (

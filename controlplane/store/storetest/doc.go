@@ -1,13 +1,15 @@
 // Package storetest is the conformance suite of the control plane's
-// stores: Run drives a store through the behaviour every implementation
-// must share (docs/pacing.md's bucket decisions at the defaults, at low
-// rates and at the boundaries; cancellations; policies and their
-// versions; adaptive mode; hand-overs; the live-agent directory across
-// two handles; plan quotas), at the same clock readings, and checks the
-// results. store.Memory and redisstore.Store each run it from their
-// tests through a Kind (Open, and Peer for a second handle on the same
-// state).
+// stores, run from each store's tests:
 //
-// Clock is a settable clock and Describe renders an admission as the
-// suite compares it, for the stores' own tests.
+//	storetest.Run(t, storetest.Kind{Open: open, Peer: peer}) // Peer: a second handle on the same state
+//
+// Run drives a store through the behaviour every implementation must
+// share, at the same clock readings, and checks the results: the bucket
+// decisions of docs/pacing.md at the defaults, at low rates and at the
+// boundaries, and cancellations (bucket.go); policies and their versions,
+// adaptive mode and hand-overs (policy.go); the live-agent directory
+// across two handles and plan quotas (agents.go). store.Memory and
+// redisstore.Store each run it. Clock is a settable clock and Describe
+// renders an admission as the suite compares it, for the stores' own
+// tests.
 package storetest
