@@ -93,6 +93,12 @@ const (
 type Config struct {
 	// Source supplies the accounts and their credentials. (Required)
 	Source Source
+	// Accounts are the keys Source serves, in its order, when they are
+	// fixed for the router's life (auth.json files: Files.Accounts at
+	// start): Route chooses among them and never asks Source.Accounts.
+	// (Optional; default none: Route asks Source.Accounts on every turn,
+	// as the broker's accounts change)
+	Accounts []string
 	// Reporter receives each account's plan usage, at most once a second
 	// unless it changed. (Optional)
 	Reporter Reporter
@@ -118,6 +124,7 @@ type state struct {
 // limits from the frames its sockets read. It is safe for concurrent use.
 type Router struct {
 	src    Source
+	fixed  []string // Config.Accounts; nil: ask src on every turn
 	report Reporter
 	now    func() time.Time
 	log    *slog.Logger
@@ -134,6 +141,9 @@ func NewRouter(cfg Config) (*Router, error) {
 		return nil, errors.New("accounts router: field Source is required")
 	}
 	r := &Router{src: cfg.Source, report: cfg.Reporter, now: cfg.Clock, log: cfg.Logger, state: map[string]*state{}}
+	if len(cfg.Accounts) > 0 {
+		r.fixed = slices.Clone(cfg.Accounts)
+	}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -164,11 +174,15 @@ func NewRouter(cfg Config) (*Router, error) {
 // (the turn resends the whole conversation), is counted in
 // clodex_dataplane_account_moves_total and logged once. When every account
 // is at its limit Route returns an *AllLimitedError; the source's errors
-// (no account yet, a dead sign-in) are returned as they are.
+// (no account yet, a dead sign-in) are returned as they are. The accounts
+// are Config.Accounts, else the source's answer.
 func (r *Router) Route(ctx context.Context, heads Heads, part pool.Partition, items [][]byte) (string, error) {
-	keys, err := r.src.Accounts(ctx)
-	if err != nil {
-		return "", err
+	keys := r.fixed
+	if keys == nil {
+		var err error
+		if keys, err = r.src.Accounts(ctx); err != nil {
+			return "", err
+		}
 	}
 	switch len(keys) {
 	case 0:

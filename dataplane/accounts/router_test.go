@@ -74,6 +74,40 @@ func TestRouteWithoutAccounts(t *testing.T) {
 	}
 }
 
+// unasked is a Source whose Accounts must not be called: the router was
+// told the fixed accounts.
+type unasked struct{ *keys }
+
+func (unasked) Accounts(context.Context) ([]string, error) {
+	return nil, errors.New("Accounts called; want Config.Accounts used")
+}
+
+// With Config.Accounts the router chooses among them and never asks the
+// source which accounts it serves.
+func TestRouteFixedAccounts(t *testing.T) {
+	for _, ids := range [][]string{{"a"}, {"a", "b"}} {
+		given := append([]string(nil), ids...)
+		r, err := NewRouter(Config{Source: unasked{&keys{}}, Accounts: given})
+		if err != nil {
+			t.Fatal(err)
+		}
+		given[0] = "changed" // NewRouter copies the list
+		got := map[string]int{}
+		for range 4 {
+			id, err := r.Route(t.Context(), noHeads{}, part(), nil)
+			if err != nil {
+				t.Fatalf("Route(accounts %v) = %v; want no error", ids, err)
+			}
+			got[id]++
+		}
+		for _, id := range ids {
+			if got[id] != 4/len(ids) {
+				t.Fatalf("Route(accounts %v) chose %v; want %d each", ids, got, 4/len(ids))
+			}
+		}
+	}
+}
+
 func TestUnknownHeadroomSpreadsRoundRobin(t *testing.T) {
 	r, _, _ := newRouter(t, "a", "b", "c")
 	got := picks(t, r, []string{"a", "b", "c"}, 9)

@@ -104,6 +104,36 @@ func (c *Client) Admit(ctx context.Context, accountKey string) error {
 	return c.local(ctx, accountKey, unreachable(err))
 }
 
+// route reports whether this Admit asks the control plane and whether it
+// is the probe of a local client.
+func (c *Client) route() (ask, probe bool, err error) {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return false, false, ErrClosed
+	case !c.reach.local:
+		return true, false, nil
+	case c.reach.probing || now.Before(c.reach.nextProbe):
+		return false, false, nil
+	}
+	c.reach.probing = true
+	c.stats.Probes++
+	return true, true, nil
+}
+
+// endProbe ends this Admit's probe, when it is one, without a verdict:
+// ctx ended before the control plane answered.
+func (c *Client) endProbe(probe bool) {
+	if !probe {
+		return
+	}
+	c.mu.Lock()
+	c.reach.probing = false
+	c.mu.Unlock()
+}
+
 // ask sends one Admit RPC bounded by the timeout. An answer with an unknown
 // decision is returned as an Unknown status error.
 func (c *Client) ask(ctx context.Context, key string) (*controlplanev1.AdmitResponse, error) {

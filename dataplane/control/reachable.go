@@ -21,9 +21,10 @@ const (
 )
 
 // reach is the client's one view of whether the control plane answers.
-// Admission routes on it (central or local, and when a local client asks
-// again); every RPC outcome and the agent stream's connects update it; each
-// change is announced once. It is guarded by Client.mu.
+// Admission routes on it (Client.route, in admit.go: central or local,
+// and when a local client asks again); every RPC outcome and the agent
+// stream's connects update it; each change is announced once. It is
+// guarded by Client.mu.
 type reach struct {
 	local     bool          // the control plane did not answer; admission decides locally
 	probing   bool          // a probe or a hand-over is asking the control plane
@@ -77,34 +78,6 @@ func unreachable(err error) bool {
 		return true
 	}
 	return false
-}
-
-// route reports whether this Admit asks the control plane and whether it
-// is the probe of a local client.
-func (c *Client) route() (ask, probe bool, err error) {
-	now := c.now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.closed:
-		return false, false, ErrClosed
-	case !c.reach.local:
-		return true, false, nil
-	case c.reach.probing || now.Before(c.reach.nextProbe):
-		return false, false, nil
-	}
-	c.reach.probing = true
-	c.stats.Probes++
-	return true, true, nil
-}
-
-func (c *Client) endProbe(probe bool) {
-	if !probe {
-		return
-	}
-	c.mu.Lock()
-	c.reach.probing = false
-	c.mu.Unlock()
 }
 
 // failed records an admission RPC's failure: an unreachable control plane

@@ -155,7 +155,9 @@ func Dial(ctx context.Context, opts DialOptions) (*Conn, error) {
 	for k, v := range opts.Header {
 		h[k] = append([]string(nil), v...)
 	}
-	h.Set("Authorization", "Bearer "+opts.Credential.AccessToken.Reveal())
+	// The one place the access token goes on the wire: a conversion, as
+	// Secret.Reveal does.
+	h.Set("Authorization", "Bearer "+string(opts.Credential.AccessToken))
 	if opts.Credential.AccountID != "" {
 		h.Set("Chatgpt-Account-Id", opts.Credential.AccountID)
 	}

@@ -9,7 +9,8 @@ import (
 
 // Secret is a sensitive string, such as an OAuth access token. It redacts
 // itself when printed with the fmt package or logged with slog; use
-// [Secret.Reveal] where the real value must go on the wire.
+// [Secret.Reveal], or the conversion string(s) it is, where the real
+// value must go on the wire.
 type Secret string
 
 const redacted = "[redacted]"

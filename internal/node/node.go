@@ -87,8 +87,9 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	}
 	tp, reg := cfg.tracerProvider(), telemetry.NewRegistry()
 
-	// The accounts: auth.json files, or the control plane's credential
-	// broker (the control-plane client below).
+	// The accounts: auth.json files, whose keys are fixed from here on
+	// (the control-plane client and the router are told them), or the
+	// control plane's credential broker (the control-plane client below).
 	var files *accounts.Files
 	var keys []string
 	if !cfg.brokered() {
@@ -124,7 +125,7 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	} else {
 		logger.Info("credentials from the control plane's credential broker", "addr", cfg.ControlPlane)
 	}
-	router, err := accounts.NewRouter(accounts.Config{Source: src, Reporter: n.ctl, Logger: logger, Registerer: reg})
+	router, err := accounts.NewRouter(accounts.Config{Source: src, Accounts: keys, Reporter: n.ctl, Logger: logger, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
