@@ -2,7 +2,9 @@
 // which one each conversation uses.
 //
 //	src, err := accounts.OpenFiles(ctx, []accounts.FileConfig{{Path: path}}) // one or several auth.json
-//	r, err := accounts.NewRouter(accounts.Config{Source: src, Reporter: ctl})  // or Source: the broker (dataplane/control)
+//	keys, _ := src.Accounts(ctx) // auth.json files: the keys are fixed
+//	r, err := accounts.NewRouter(accounts.Config{Source: src, Accounts: keys, Reporter: ctl})
+//	r, err = accounts.NewRouter(accounts.Config{Source: ctl, Reporter: ctl}) // the broker (dataplane/control): keys asked each turn
 //	key, err := r.Route(ctx, pool, part, items) // the account of a turn
 //	r.Observe(key, frame)                       // every frame a socket of the account reads (the pool's hook)
 //	cred, err := r.Credential(ctx, key)         // a new socket's credential

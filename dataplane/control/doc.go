@@ -27,12 +27,14 @@
 //     [Keepalive]). The embedded control plane is reached the same way,
 //     through Config.Dialer.
 //   - admit.go: [Client.Admit], central or from a local bucket holding this
-//     host's share of the account's policy, and the admission attributes
-//     it sets on the caller's span; errors.go: [RefusedError],
-//     [ErrInvalidKey], [ErrClosed].
-//   - reachable.go: [Client.Mode] and [Client.Reachable], what switches
-//     them, and the probes of a local client; handover.go: the tally of
-//     local grants and its ReportGrants.
+//     host's share of the account's policy (the route, and which Admit of
+//     a local client is the probe), and the admission attributes it sets
+//     on the caller's span; errors.go: [RefusedError], [ErrInvalidKey],
+//     [ErrClosed].
+//   - reachable.go: [Client.Mode] and [Client.Reachable], the one notion
+//     of the control plane reachable, what switches it and the probes'
+//     backoff; handover.go: the tally of local grants and its
+//     ReportGrants.
 //   - stream.go: the AgentService.Connect stream (hello, heartbeats,
 //     policy pushes with their live counts, goodbye); reports.go: the
 //     queued 403 and plan-usage reports it carries.

@@ -25,11 +25,11 @@
 //
 //   - retry.go: [Do], [Config], [Attempt], the classes ([Class]: Backoff,
 //     Throttled, Refused, Replace, Fatal) and [Wait], the wait before
-//     retry r; [Budgets], each account's budget as the control plane
-//     pushed it.
-//   - deadline.go: [Deadline], the no-data deadline every attempt shares
-//     (reset by each upstream event), the total deadline, and the
-//     [*TimeoutError] that ends a request.
+//     retry r; the deadlines Do puts every request under ([Deadline], the
+//     no-data deadline every attempt shares, reset by each upstream
+//     event; the total deadline; the [*TimeoutError] that ends a request)
+//     and their [Clock]; [Budgets], each account's budget as the control
+//     plane pushed it.
 //   - classify.go: [Classify], turning any error an attempt meets into a
 //     [*Failure]; [Transport], [Refusal], [CredentialFailure], [Final].
 //   - failures.go: [UpstreamError], [ClassifyFrame] and [ClassifyUpgrade]
