@@ -306,6 +306,7 @@ func TestShutdownEndsTurnInFlight(t *testing.T) {
 		up.send(evCreated)
 		srv.Close() // returns once the socket is released
 		<-done
+		synctest.Wait() // the backend's side sees the hard close
 		up.wantDiscarded("server shutting down")
 		status, body := w.snapshot()
 		if status != http.StatusServiceUnavailable || !strings.Contains(body, "shutting down") {

@@ -1,6 +1,7 @@
 package codexsim
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -236,8 +237,11 @@ func TestDropSockets(t *testing.T) {
 		t.Errorf("DropSockets() = %d, want 2", n)
 	}
 	for _, c := range []*websocket.Conn{c1, c2} {
-		_, _, err := c.Read(t.Context())
-		if err == nil || closeStatus(err) != -1 {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a socket left open fails, not hangs
+		_, _, err := c.Read(ctx)
+		timedOut := ctx.Err() != nil
+		cancel()
+		if err == nil || closeStatus(err) != -1 || timedOut {
 			t.Errorf("read after DropSockets: %v, want an abrupt end without a close frame", err)
 		}
 	}
