@@ -65,7 +65,7 @@ func main() {
 
 type options struct {
 	keep                        string
-	check, embedded             bool
+	check, embedded, funcs      bool
 	maxNew, maxNewPkgs, maxHeld int
 }
 
@@ -75,6 +75,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.keep, "keep", "", "keep the binaries and coverage data in this directory (default a temporary one, removed)")
 	fs.BoolVar(&o.check, "check", false, "exit 1 when a path is over its target")
 	fs.BoolVar(&o.embedded, "embedded", false, "run the control plane inside the data plane (its shared code then counts)")
+	fs.BoolVar(&o.funcs, "funcs", false, "also print, under each file, the functions whose blocks ran more often with the turn")
 	fs.IntVar(&o.maxNew, "max-new", 15, "target: files on the new-socket turn's path")
 	fs.IntVar(&o.maxNewPkgs, "max-new-packages", 7, "target: packages on the new-socket turn's path")
 	fs.IntVar(&o.maxHeld, "max-held", 12, "target: files on the held-socket turn's path")
@@ -163,6 +164,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	heldPath := onPath(counts[1], counts[2])
 	over := report(stdout, "new-socket turn", newPath, o.maxNew, o.maxNewPkgs)
 	over = report(stdout, "held-socket turn", heldPath, o.maxHeld, 0) || over
+	if o.funcs {
+		printFuncs(stdout, "new-socket turn", counts[0], counts[1])
+		printFuncs(stdout, "held-socket turn", counts[1], counts[2])
+	}
 	if o.check && over {
 		return errors.New("a turn's path is over its target")
 	}
