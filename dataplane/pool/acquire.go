@@ -7,16 +7,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/upstream"
 )
 
 // The decisions of docs/pool.md §5 and §6, in the order a request meets
 // them: look for an idle head, ask for admission (watching for a head
-// that frees up), look again, dial; the rotation of an old socket; and
-// last how a request finds the head it continues (§3).
+// that frees up), look again, dial a new socket (the failure memory's
+// ticket, the account's credential, the frame and 403 hooks); and last how
+// a request finds the head it continues (§3). The rotation of an old
+// socket and the unpartitioned socket are in rotate.go.
 
 // Acquire returns a socket for one request whose full input, as canonical
 // item bytes (docs/pool.md §3.1), is items. It reuses the idle head whose
@@ -394,150 +400,102 @@ func (p *Pool) dialHead(ctx context.Context, part Partition, h *head, decision s
 	}, nil
 }
 
-func (p *Pool) acquireUnpartitioned(ctx context.Context, part Partition, full []digest, rec *decisionRecord) (*Lease, error) {
-	if rec != nil {
-		rec.Decision = DecisionUnpartitioned
-		rec.Generation = GenerationIsolated
-	}
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
-	}
-	if err := p.admit(ctx, part.Account); err != nil {
-		if rec != nil {
-			rec.Outcome = "admission_refused"
+// admit asks for a new socket: an upstream known to be unreachable refuses
+// it at once (Health.Down), before the Admitter, so that such a refusal
+// does not spend the account's admission.
+func (p *Pool) admit(ctx context.Context, account string) error {
+	if p.cfg.Health != nil {
+		if err := p.cfg.Health.Down(p.upstream); err != nil {
+			return fmt.Errorf("admit new socket: %w", err)
 		}
-		return nil, err
 	}
-	conn, err := p.dial(ctx, part)
-	if err != nil {
-		if rec != nil {
-			rec.Outcome = "dial_failed"
-		}
-		return nil, fmt.Errorf("acquire socket: %w", err)
+	if p.cfg.Admitter == nil {
+		return nil
 	}
-	p.mu.Lock()
-	p.nextID++
-	id := p.nextID
-	p.countMissLocked(DecisionUnpartitioned)
-	p.countDecisionLocked(DecisionUnpartitioned)
-	p.mu.Unlock()
-	if rec != nil {
-		rec.CreatedConnectionID = id
+	if err := p.cfg.Admitter.Admit(ctx, account); err != nil {
+		return fmt.Errorf("admit new socket: %w", err)
 	}
-	return &Lease{
-		Conn:         conn,
-		Decision:     DecisionUnpartitioned,
-		Generation:   GenerationIsolated,
-		ConnectionID: id,
-		p:            p,
-		part:         part,
-		req:          full,
-		admitted:     true,
-	}, nil
+	return nil
 }
 
-// rotate replaces the socket of m.h, which the caller reserved, with a new
-// one carrying the full context. If admission is refused or the dial fails
-// while the old socket is younger than MaxSocketAge, the turn continues on
-// the old socket.
-func (p *Pool) rotate(ctx context.Context, part Partition, m match, full []digest, rec *decisionRecord, admitted bool) (*Lease, error) {
-	var err error
-	if !admitted {
-		err = p.admit(ctx, part.Account)
-		admitted = err == nil
-	}
-	var conn *upstream.Conn
+// dial opens a socket. When the dial fails for lack of file descriptors
+// (the error says so, or a probe open fails with EMFILE/ENFILE) it closes
+// every idle head, oldest first, and retries once.
+func (p *Pool) dial(ctx context.Context, part Partition) (*upstream.Conn, error) {
+	conn, err := p.dialUpstream(ctx, part)
 	if err == nil {
-		conn, err = p.dial(ctx, part)
+		return conn, nil
 	}
-	now := p.now()
-	h := m.h
-	p.mu.Lock()
+	if ctx.Err() != nil {
+		return nil, err
+	}
+	errno, by := exhaustionErrno(err), detectedByErrorCode
+	if errno == 0 {
+		if perr := p.cfg.ProbeDescriptor(); perr != nil {
+			errno, by = exhaustionErrno(perr), detectedByProbe
+		}
+	}
+	if errno == 0 {
+		return nil, err
+	}
+	held, shed := p.shedIdle()
+	p.reportExhaustion(ctx, errno, by, held, len(shed))
+	if len(shed) == 0 {
+		return nil, &DescriptorExhaustionError{Errno: errno, DetectedBy: by, Held: held, Err: err}
+	}
+	conn, err = p.dialUpstream(ctx, part)
 	if err != nil {
-		if ctx.Err() != nil {
-			// The request is gone; the head stays as it was, unless it
-			// was dropped meanwhile (then nobody else will close it).
-			p.releaseLocked(h)
-			dropped := h.removed
-			p.mu.Unlock()
-			if dropped {
-				closeSocket(h, h.conn)
-			}
-			if rec != nil {
-				rec.Outcome = "cancelled"
-			}
+		return nil, &DescriptorExhaustionError{Errno: errno, DetectedBy: by, Held: held, Shed: len(shed), Err: err}
+	}
+	return conn, nil
+}
+
+// dialUpstream opens one socket for part: its account's current
+// credential, the failure memory's ticket around the dial, and the hooks
+// of Config (frames watched, a 403 reported).
+func (p *Pool) dialUpstream(ctx context.Context, part Partition) (*upstream.Conn, error) {
+	cred, err := p.cfg.Credentials.Credential(ctx, part.Account)
+	if err != nil {
+		return nil, &retry.CredentialError{Err: fmt.Errorf("dial upstream: get credential: %w", err)}
+	}
+	var ticket *retry.DialTicket // nil-safe: a nil Health gates nothing
+	if p.cfg.Health != nil {
+		if ticket, err = p.cfg.Health.Dial(p.upstream); err != nil {
 			return nil, err
 		}
-		if !h.removed && now.Sub(h.created) < p.cfg.MaxSocketAge {
-			p.stats.RotationsDeferred++
-			p.metrics.rotationsDeferred.Inc()
-			var evicted []*head
-			l := p.continueLocked(m, full, now, rec, &evicted) // h stays in flight, on its old socket
-			l.admitted = admitted                              // admitted, but the dial failed
-			p.mu.Unlock()
-			closeHeads(evicted)
-			if rec != nil {
-				rec.Rotation = "deferred"
-			}
-			return l, nil
-		}
-		if !h.removed {
-			p.removeLocked(h)
-			p.countEvictionLocked(EvictMaxSocketAge, h, rec)
-		}
-		old := h.conn
-		p.mu.Unlock()
-		closeSocket(h, old)
-		if rec != nil {
-			rec.Decision = DecisionRotation
-			rec.Outcome = "rotation_failed"
-		}
-		return nil, fmt.Errorf("rotate socket: %w", err)
+		defer ticket.Done()
 	}
-	old := h.conn
-	p.nextID++
-	h.id = p.nextID
-	p.setConnLocked(h, conn)
-	h.created = now
-	h.ttlPaused = 0
-	h.inFlightSince = now
-	gen := h.gen
-	var evicted []*head
-	if gen == GenerationNursery && !h.removed {
-		if limit := p.cfg.MaxConnections; limit > 0 {
-			evicted = p.evictCapLocked(GenerationEstablished, limit, h, evicted, rec)
-		}
-		p.setGenLocked(h, GenerationEstablished)
-		gen = GenerationEstablished
+	opts := p.cfg.Upstream
+	opts.Credential = cred
+	opts.OnFrame = p.frameHook(part.Account)
+	c, err := upstream.Dial(ctx, opts)
+	if err == nil {
+		ticket.Reached()
+		return c, nil
 	}
-	p.stats.Rotations++
-	p.metrics.rotations.Inc()
-	p.countDecisionLocked(DecisionRotation)
-	if rec != nil {
-		rec.Decision = DecisionRotation
-		rec.Rotation = "rotated"
-		rec.Generation = gen
-		rec.CreatedConnectionID = h.id
-		rec.ContinuationMatchMode = m.mode
-		rec.fillCountsLocked(p)
+	var unreach *upstream.UnreachableError
+	var ue *upstream.UpgradeError
+	refused := errors.As(err, &ue)
+	switch {
+	case ctx.Err() != nil:
+	case errors.As(err, &unreach):
+		ticket.Unreachable(err)
+	case refused:
+		ticket.Reached() // the backend answered: up
 	}
-	p.mu.Unlock()
-	closeHeads(evicted)
-	closeSocket(h, old) // rotated: the socket reached its rotation age
-	return &Lease{
-		Conn:         h.conn,
-		Decision:     DecisionRotation,
-		Generation:   gen,
-		ConnectionID: h.id,
-		p:            p,
-		h:            h,
-		part:         part,
-		req:          full,
-		admitted:     true,
-	}, nil
+	if refused && ue.Status == http.StatusForbidden && p.cfg.OnForbidden != nil && part.Account != "" {
+		p.cfg.OnForbidden(part.Account, parseRetryAfter(ue.RetryAfter))
+	}
+	return nil, err
+}
+
+// parseRetryAfter reads a refused upgrade's Retry-After header: whole
+// seconds, at most an hour; 0 when absent or not a positive number.
+func parseRetryAfter(v string) time.Duration {
+	if secs, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && secs > 0 {
+		return time.Duration(min(secs, 3600)) * time.Second
+	}
+	return 0
 }
 
 // How a request finds the head it continues (docs/pool.md §3): heads keep

@@ -29,14 +29,15 @@
 //   - config.go: [Config] and its defaults, the [Credentials] and
 //     [Admitter] the pool asks, [CapsFromEnv] and [ParseCap].
 //   - pool.go: [Pool], its heads and partitions, continuation,
-//     [Pool.DropAccount], [Pool.Holder], [Pool.Forget] and [Pool.Close];
-//     match.go: canonical-item digests and the exact-prefix match.
-//   - acquire.go: [Pool.Acquire]: sweep, match, admission (a head that
-//     frees up ends the wait), the second look, new heads, rotation, the
-//     unpartitioned socket; lease.go: [Lease] and its Complete, Discard
-//     and Replace.
-//   - fd.go: the dial (failure memory, credential, upstream.Dial with the
-//     frame and 403 hooks) and descriptor exhaustion
+//     [Pool.DropAccount], [Pool.Holder], [Pool.Forget] and [Pool.Close].
+//   - acquire.go: [Pool.Acquire], one request's way to a socket: sweep,
+//     match (canonical-item digests, the exact-prefix match), admission (a
+//     head that frees up ends the wait), the second look, a new head and
+//     its dial (failure memory, credential, upstream.Dial with the frame
+//     and 403 hooks); lease.go: [Lease] and its Complete, Discard and
+//     Replace.
+//   - rotate.go: the rotation of an old socket and the unpartitioned
+//     socket; exhaust.go: descriptor exhaustion
 //     ([*DescriptorExhaustionError]); evict.go: TTLs and caps; watch.go:
 //     idle heads watched (upstream.Conn.Watch and Claim) and pinged.
 //   - diag.go: the ws_head_decision and ws_head_lost lines of

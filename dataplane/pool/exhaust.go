@@ -5,21 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
-	"time"
-
-	"github.com/clodex/clodex/dataplane/retry"
-	"github.com/clodex/clodex/dataplane/upstream"
 )
 
-// Opening a new socket: admit asks the failure memory and the Admitter
-// (docs/pool.md §6); dialUpstream dials with the account's credential
-// under the failure memory's ticket; dial around it sheds idle heads and
-// retries once when the process runs out of file descriptors (§8).
+// Descriptor exhaustion (docs/pool.md §8): a dial that fails because the
+// process or the system ran out of file descriptors sheds every idle head
+// and retries once (dial, in acquire.go); the user is told once per pool.
 
 // Ways descriptor exhaustion was detected.
 const (
@@ -77,104 +69,6 @@ func exhaustionErrno(err error) syscall.Errno {
 		return syscall.EMFILE
 	case errors.Is(err, syscall.ENFILE):
 		return syscall.ENFILE
-	}
-	return 0
-}
-
-// admit asks for a new socket: an upstream known to be unreachable refuses
-// it at once (Health.Down), before the Admitter, so that such a refusal
-// does not spend the account's admission.
-func (p *Pool) admit(ctx context.Context, account string) error {
-	if p.cfg.Health != nil {
-		if err := p.cfg.Health.Down(p.upstream); err != nil {
-			return fmt.Errorf("admit new socket: %w", err)
-		}
-	}
-	if p.cfg.Admitter == nil {
-		return nil
-	}
-	if err := p.cfg.Admitter.Admit(ctx, account); err != nil {
-		return fmt.Errorf("admit new socket: %w", err)
-	}
-	return nil
-}
-
-// dial opens a socket. When the dial fails for lack of file descriptors
-// (the error says so, or a probe open fails with EMFILE/ENFILE) it closes
-// every idle head, oldest first, and retries once.
-func (p *Pool) dial(ctx context.Context, part Partition) (*upstream.Conn, error) {
-	conn, err := p.dialUpstream(ctx, part)
-	if err == nil {
-		return conn, nil
-	}
-	if ctx.Err() != nil {
-		return nil, err
-	}
-	errno, by := exhaustionErrno(err), detectedByErrorCode
-	if errno == 0 {
-		if perr := p.cfg.ProbeDescriptor(); perr != nil {
-			errno, by = exhaustionErrno(perr), detectedByProbe
-		}
-	}
-	if errno == 0 {
-		return nil, err
-	}
-	held, shed := p.shedIdle()
-	p.reportExhaustion(ctx, errno, by, held, len(shed))
-	if len(shed) == 0 {
-		return nil, &DescriptorExhaustionError{Errno: errno, DetectedBy: by, Held: held, Err: err}
-	}
-	conn, err = p.dialUpstream(ctx, part)
-	if err != nil {
-		return nil, &DescriptorExhaustionError{Errno: errno, DetectedBy: by, Held: held, Shed: len(shed), Err: err}
-	}
-	return conn, nil
-}
-
-// dialUpstream opens one socket for part: its account's current
-// credential, the failure memory's ticket around the dial, and the hooks
-// of Config (frames watched, a 403 reported).
-func (p *Pool) dialUpstream(ctx context.Context, part Partition) (*upstream.Conn, error) {
-	cred, err := p.cfg.Credentials.Credential(ctx, part.Account)
-	if err != nil {
-		return nil, &retry.CredentialError{Err: fmt.Errorf("dial upstream: get credential: %w", err)}
-	}
-	var ticket *retry.DialTicket // nil-safe: a nil Health gates nothing
-	if p.cfg.Health != nil {
-		if ticket, err = p.cfg.Health.Dial(p.upstream); err != nil {
-			return nil, err
-		}
-		defer ticket.Done()
-	}
-	opts := p.cfg.Upstream
-	opts.Credential = cred
-	opts.OnFrame = p.frameHook(part.Account)
-	c, err := upstream.Dial(ctx, opts)
-	if err == nil {
-		ticket.Reached()
-		return c, nil
-	}
-	var unreach *upstream.UnreachableError
-	var ue *upstream.UpgradeError
-	refused := errors.As(err, &ue)
-	switch {
-	case ctx.Err() != nil:
-	case errors.As(err, &unreach):
-		ticket.Unreachable(err)
-	case refused:
-		ticket.Reached() // the backend answered: up
-	}
-	if refused && ue.Status == http.StatusForbidden && p.cfg.OnForbidden != nil && part.Account != "" {
-		p.cfg.OnForbidden(part.Account, parseRetryAfter(ue.RetryAfter))
-	}
-	return nil, err
-}
-
-// parseRetryAfter reads a refused upgrade's Retry-After header: whole
-// seconds, at most an hour; 0 when absent or not a positive number.
-func parseRetryAfter(v string) time.Duration {
-	if secs, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && secs > 0 {
-		return time.Duration(min(secs, 3600)) * time.Second
 	}
 	return 0
 }
