@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
@@ -165,15 +167,44 @@ func (a *adminService) CreateAgentCredential(ctx context.Context, req *controlpl
 	if s.auth.isFleetToken([sha256.Size]byte(sum)) {
 		return nil, s.toStatus(ctx, "CreateAgentCredential", invalidf("the token is the admin or the fleet's agent token; a scoped credential needs a token of its own"))
 	}
+	if err := s.checkSignedIn(ctx, accts); err != nil {
+		return nil, err
+	}
 	c := store.AgentCred{Name: req.GetName(), Digest: sum, Accounts: accts, Created: s.now()}
 	if err := s.opts.AgentCreds.PutAgentCred(ctx, c); err != nil {
-		return nil, s.toStatus(ctx, "CreateAgentCredential", err)
+		return nil, s.storeStatus(ctx, "CreateAgentCredential", err)
 	}
 	if err := s.reloadScopes(ctx); err != nil {
 		s.log.WarnContext(ctx, "reload agent credentials", "err", err)
 	}
 	s.log.InfoContext(ctx, "agent credential created", "agent_credential", c.Name, "accounts", accts)
 	return &controlplanev1.CreateAgentCredentialResponse{Credential: agentCredProto(c)}, nil
+}
+
+// checkSignedIn refuses a scoped credential for accounts the credential
+// broker holds no sign-in for: a data plane given it would get no token
+// for them, and every turn would fail. Without a broker it checks nothing
+// (data planes then bring their own auth.json).
+func (s *Server) checkSignedIn(ctx context.Context, keys []string) error {
+	if s.opts.Broker == nil {
+		return nil
+	}
+	var missing []string
+	for _, k := range keys {
+		_, err := s.opts.Broker.Get(ctx, k)
+		switch {
+		case errors.Is(err, broker.ErrUnknownAccount):
+			missing = append(missing, k)
+		case err != nil:
+			return s.storeStatus(ctx, "CreateAgentCredential", err)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition,
+		"the credential broker holds no sign-in for %s: a data plane with this credential would get no access token for it; sign the account in first (clodexctl account import --codex-auth FILE, or clodexctl account login), then create the credential; clodexctl account list shows the sign-ins it holds",
+		strings.Join(missing, ", "))
 }
 
 func agentCredProto(c store.AgentCred) *controlplanev1.AgentCredential {
@@ -187,7 +218,7 @@ func (a *adminService) ListAgentCredentials(ctx context.Context, req *controlpla
 	}
 	cs, err := s.opts.AgentCreds.AgentCreds(ctx)
 	if err != nil {
-		return nil, s.toStatus(ctx, "ListAgentCredentials", err)
+		return nil, s.storeStatus(ctx, "ListAgentCredentials", err)
 	}
 	out := make([]*controlplanev1.AgentCredential, len(cs))
 	for i, c := range cs {
@@ -206,7 +237,7 @@ func (a *adminService) RemoveAgentCredential(ctx context.Context, req *controlpl
 		return nil, errNoAgentCreds
 	}
 	if err := s.opts.AgentCreds.RemoveAgentCred(ctx, req.GetName()); err != nil {
-		return nil, s.toStatus(ctx, "RemoveAgentCredential", err)
+		return nil, s.storeStatus(ctx, "RemoveAgentCredential", err)
 	}
 	if err := s.reloadScopes(ctx); err != nil {
 		s.log.WarnContext(ctx, "reload agent credentials", "err", err)
