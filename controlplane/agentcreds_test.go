@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -14,6 +15,7 @@ import (
 	"github.com/clodex/clodex/controlplane/controlplanetest"
 	"github.com/clodex/clodex/controlplane/store/redistest"
 	"github.com/clodex/clodex/internal/account"
+	"github.com/clodex/clodex/internal/bearer"
 	"github.com/clodex/clodex/internal/codexsim/simauth"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
@@ -102,4 +104,43 @@ func TestAgentCredentialStoreDown(t *testing.T) {
 	if strings.Contains(logs.String(), "internal error") || strings.Contains(logs.String(), `msg="rpc failed" `) {
 		t.Errorf("a store failure was logged as an unexpected error:\n%s", logs.String())
 	}
+}
+
+// A scoped credential created through one replica works on another at
+// once: a token no credential matches makes the replica read the store
+// again (at most four times a second), so a data plane started right after
+// `clodexctl agent create` is not refused for up to a fleet tick.
+func TestAgentCredentialWorksOnEveryReplicaAtOnce(t *testing.T) {
+	rs := redistest.Start(t)
+	a := controlplanetest.Start(t, &controlplanetest.Options{RedisURL: rs.URL, Replica: "a", FleetTick: time.Hour})
+	b := controlplanetest.Start(t, &controlplanetest.Options{RedisURL: rs.URL, Replica: "b", FleetTick: time.Hour, Tokens: a})
+	tok, err := bearer.Parse("scoped-token-of-host-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(tok.Reveal()))
+	key := account.Key("acct-a")
+	admin := controlplanev1.NewAdminServiceClient(a.Dial(a.AdminToken, nil))
+	if _, err := admin.CreateAgentCredential(t.Context(), &controlplanev1.CreateAgentCredentialRequest{Name: "host-1", Accounts: []string{key}, TokenSha256: sum[:]}); err != nil {
+		t.Fatal(err)
+	}
+	creds := controlplanev1.NewCredentialServiceClient(b.Dial(tok, nil))
+	resp, err := creds.ServedAccounts(t.Context(), &controlplanev1.ServedAccountsRequest{})
+	if err != nil || len(resp.GetAccounts()) != 1 || resp.GetAccounts()[0] != key {
+		t.Errorf("ServedAccounts on the other replica right after the credential was created = %v, %v; want its account", resp.GetAccounts(), err)
+	}
+	// A token no credential matches is still refused.
+	stranger := controlplanev1.NewCredentialServiceClient(b.Dial(tokOf(t, "not-a-credential"), nil))
+	if _, err := stranger.ServedAccounts(t.Context(), &controlplanev1.ServedAccountsRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("ServedAccounts with an unknown token = %v; want Unauthenticated", err)
+	}
+}
+
+func tokOf(t *testing.T, s string) bearer.Token {
+	t.Helper()
+	tk, err := bearer.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
 }

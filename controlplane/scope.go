@@ -46,12 +46,27 @@ func (c *scopedCred) allows(key string) bool {
 }
 
 // scopeSet is the scoped agent credentials, by token digest, reloaded
-// from the store (Options.AgentCreds) when one is created or removed here
-// and every fleet tick, so every replica learns them within a tick.
+// from the store (Options.AgentCreds) when one is created or removed here,
+// every fleet tick, and when a token is presented that none matches (at
+// most once per unknownReloadEvery): a credential another replica just
+// created works here at once, not a tick later.
 type scopeSet struct {
+	store    AgentCredStore // nil: no scoped credentials
 	byDigest atomic.Pointer[map[[sha256.Size]byte]*scopedCred]
 	logged   sync.Map // credential name -> struct{}: its first out-of-scope call was logged
+
+	unknownMu   sync.Mutex // serializes reloads for unknown tokens; guards lastUnknown
+	lastUnknown time.Time  // wall time of the last such reload
 }
+
+// Reloads for a token no credential matches: at most one per
+// unknownReloadEvery, shared by the callers that wait for it, each bounded
+// by unknownReloadTimeout. An unknown token costs no state, and a flood of
+// them at most four store reads a second for the whole server.
+const (
+	unknownReloadEvery   = 250 * time.Millisecond
+	unknownReloadTimeout = 100 * time.Millisecond
+)
 
 func (s *scopeSet) lookup(sum [sha256.Size]byte) *scopedCred {
 	m := s.byDigest.Load()
@@ -61,13 +76,35 @@ func (s *scopeSet) lookup(sum [sha256.Size]byte) *scopedCred {
 	return (*m)[sum]
 }
 
-// reloadScopes reads the scoped agent credentials from the store. A
-// failure keeps the ones loaded before.
-func (s *Server) reloadScopes(ctx context.Context) error {
-	if s.opts.AgentCreds == nil {
+// find returns the credential of sum, reloading the credentials first when
+// none matches (within the limits above).
+func (s *scopeSet) find(ctx context.Context, sum [sha256.Size]byte) *scopedCred {
+	if c := s.lookup(sum); c != nil || s.store == nil {
+		return c
+	}
+	s.unknownMu.Lock()
+	defer s.unknownMu.Unlock()
+	if c := s.lookup(sum); c != nil { // loaded while this caller waited
+		return c
+	}
+	// Wall time, not the server's clock (which may be Redis's, or a test's
+	// fixed one): this only paces store reads.
+	if now := time.Now(); now.Sub(s.lastUnknown) >= unknownReloadEvery {
+		s.lastUnknown = now
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unknownReloadTimeout)
+		_ = s.load(cctx) // a failure keeps the credentials loaded before
+		cancel()
+	}
+	return s.lookup(sum)
+}
+
+// load reads the scoped agent credentials from the store. A failure keeps
+// the ones loaded before.
+func (s *scopeSet) load(ctx context.Context) error {
+	if s.store == nil {
 		return nil
 	}
-	cs, err := s.opts.AgentCreds.AgentCreds(ctx)
+	cs, err := s.store.AgentCreds(ctx)
 	if err != nil {
 		return fmt.Errorf("load agent credentials: %w", err)
 	}
@@ -78,9 +115,13 @@ func (s *Server) reloadScopes(ctx context.Context) error {
 		}
 		m[[sha256.Size]byte(c.Digest)] = &scopedCred{name: c.Name, accounts: slices.Sorted(slices.Values(c.Accounts))}
 	}
-	s.scopes.byDigest.Store(&m)
+	s.byDigest.Store(&m)
 	return nil
 }
+
+// reloadScopes reads the scoped agent credentials from the store. A
+// failure keeps the ones loaded before.
+func (s *Server) reloadScopes(ctx context.Context) error { return s.scopes.load(ctx) }
 
 // scopeKey carries the caller's *scopedCred in a request context.
 type scopeKey struct{}
