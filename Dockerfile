@@ -13,7 +13,7 @@
 
 ARG GO_VERSION=1.26.10
 
-FROM golang:${GO_VERSION}-bookworm AS build
+FROM docker.io/library/golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 # Modules first, so a source change does not download them again.
 COPY go.mod go.sum ./

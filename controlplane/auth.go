@@ -81,7 +81,7 @@ func (a *authenticator) role(ctx context.Context) (role, *scopedCred) {
 	}
 	// A scoped credential is found by its digest: the lookup's time
 	// depends on the digest, never on the token.
-	if c := a.scopes.lookup(sum); c != nil {
+	if c := a.scopes.find(ctx, sum); c != nil {
 		return roleAgent, c
 	}
 	return roleNone, nil

@@ -21,7 +21,7 @@ var errNoBroker = status.Error(codes.FailedPrecondition,
 	"this control plane holds no logins: start clodex-controlplane with --credential-key-file FILE (32 random bytes in base64: head -c 32 /dev/urandom | base64) to run the credential broker")
 
 // brokerStatus maps the broker's errors to gRPC status; anything else
-// goes through toStatus.
+// goes through storeStatus (a store failure is never Internal).
 func (s *Server) brokerStatus(ctx context.Context, op string, err error) error {
 	var nl *broker.NeedsLoginError
 	var un *broker.UnavailableError
@@ -35,7 +35,7 @@ func (s *Server) brokerStatus(ctx context.Context, op string, err error) error {
 	case errors.As(err, &un):
 		return status.Error(codes.Unavailable, un.Error())
 	}
-	return s.toStatus(ctx, op, err)
+	return s.storeStatus(ctx, op, err)
 }
 
 func loginProto(st broker.Status) *controlplanev1.Login {

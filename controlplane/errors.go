@@ -52,3 +52,29 @@ func (s *Server) toStatus(ctx context.Context, op string, err error) error {
 	s.log.LogAttrs(ctx, slog.LevelError, "rpc failed", slog.String("method", op), slog.String("err", err.Error()))
 	return status.Errorf(codes.Internal, "%s: internal error", op)
 }
+
+// storeStatus maps the failure of a call into a store (the scoped agent
+// credentials, the broker's sign-ins): the errors toStatus knows as it
+// maps them, and the caller's own deadline as DeadlineExceeded; any other
+// is the store failing (Redis unreachable or its breaker open, its call
+// deadline passed, a record it cannot read), which is Unavailable
+// with its cause and what to do, never Internal.
+func (s *Server) storeStatus(ctx context.Context, op string, err error) error {
+	var inv *invalidError
+	var rng *pacing.RangeError
+	var wr *store.WriteError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &inv), errors.As(err, &rng), errors.As(err, &wr),
+		errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrUnavailable):
+		return s.toStatus(ctx, op, err)
+	case ctx.Err() != nil:
+		// The caller's deadline or cancellation, not the store's own
+		// deadline (which ends a call while the caller still waits).
+		return s.toStatus(ctx, op, ctx.Err())
+	}
+	s.log.LogAttrs(ctx, slog.LevelWarn, "rpc failed: the store did not answer", slog.String("method", op), slog.String("err", err.Error()))
+	return status.Errorf(codes.Unavailable,
+		"%s: the store did not answer (%v); nothing may have been saved: run the command again once it answers (clodexctl health --store says when)", op, err)
+}

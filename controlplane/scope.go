@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
@@ -44,12 +46,27 @@ func (c *scopedCred) allows(key string) bool {
 }
 
 // scopeSet is the scoped agent credentials, by token digest, reloaded
-// from the store (Options.AgentCreds) when one is created or removed here
-// and every fleet tick, so every replica learns them within a tick.
+// from the store (Options.AgentCreds) when one is created or removed here,
+// every fleet tick, and when a token is presented that none matches (at
+// most once per unknownReloadEvery): a credential another replica just
+// created works here at once, not a tick later.
 type scopeSet struct {
+	store    AgentCredStore // nil: no scoped credentials
 	byDigest atomic.Pointer[map[[sha256.Size]byte]*scopedCred]
 	logged   sync.Map // credential name -> struct{}: its first out-of-scope call was logged
+
+	unknownMu   sync.Mutex // serializes reloads for unknown tokens; guards lastUnknown
+	lastUnknown time.Time  // wall time of the last such reload
 }
+
+// Reloads for a token no credential matches: at most one per
+// unknownReloadEvery, shared by the callers that wait for it, each bounded
+// by unknownReloadTimeout. An unknown token costs no state, and a flood of
+// them at most four store reads a second for the whole server.
+const (
+	unknownReloadEvery   = 250 * time.Millisecond
+	unknownReloadTimeout = 100 * time.Millisecond
+)
 
 func (s *scopeSet) lookup(sum [sha256.Size]byte) *scopedCred {
 	m := s.byDigest.Load()
@@ -59,13 +76,35 @@ func (s *scopeSet) lookup(sum [sha256.Size]byte) *scopedCred {
 	return (*m)[sum]
 }
 
-// reloadScopes reads the scoped agent credentials from the store. A
-// failure keeps the ones loaded before.
-func (s *Server) reloadScopes(ctx context.Context) error {
-	if s.opts.AgentCreds == nil {
+// find returns the credential of sum, reloading the credentials first when
+// none matches (within the limits above).
+func (s *scopeSet) find(ctx context.Context, sum [sha256.Size]byte) *scopedCred {
+	if c := s.lookup(sum); c != nil || s.store == nil {
+		return c
+	}
+	s.unknownMu.Lock()
+	defer s.unknownMu.Unlock()
+	if c := s.lookup(sum); c != nil { // loaded while this caller waited
+		return c
+	}
+	// Wall time, not the server's clock (which may be Redis's, or a test's
+	// fixed one): this only paces store reads.
+	if now := time.Now(); now.Sub(s.lastUnknown) >= unknownReloadEvery {
+		s.lastUnknown = now
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unknownReloadTimeout)
+		_ = s.load(cctx) // a failure keeps the credentials loaded before
+		cancel()
+	}
+	return s.lookup(sum)
+}
+
+// load reads the scoped agent credentials from the store. A failure keeps
+// the ones loaded before.
+func (s *scopeSet) load(ctx context.Context) error {
+	if s.store == nil {
 		return nil
 	}
-	cs, err := s.opts.AgentCreds.AgentCreds(ctx)
+	cs, err := s.store.AgentCreds(ctx)
 	if err != nil {
 		return fmt.Errorf("load agent credentials: %w", err)
 	}
@@ -76,9 +115,13 @@ func (s *Server) reloadScopes(ctx context.Context) error {
 		}
 		m[[sha256.Size]byte(c.Digest)] = &scopedCred{name: c.Name, accounts: slices.Sorted(slices.Values(c.Accounts))}
 	}
-	s.scopes.byDigest.Store(&m)
+	s.byDigest.Store(&m)
 	return nil
 }
+
+// reloadScopes reads the scoped agent credentials from the store. A
+// failure keeps the ones loaded before.
+func (s *Server) reloadScopes(ctx context.Context) error { return s.scopes.load(ctx) }
 
 // scopeKey carries the caller's *scopedCred in a request context.
 type scopeKey struct{}
@@ -165,15 +208,44 @@ func (a *adminService) CreateAgentCredential(ctx context.Context, req *controlpl
 	if s.auth.isFleetToken([sha256.Size]byte(sum)) {
 		return nil, s.toStatus(ctx, "CreateAgentCredential", invalidf("the token is the admin or the fleet's agent token; a scoped credential needs a token of its own"))
 	}
+	if err := s.checkSignedIn(ctx, accts); err != nil {
+		return nil, err
+	}
 	c := store.AgentCred{Name: req.GetName(), Digest: sum, Accounts: accts, Created: s.now()}
 	if err := s.opts.AgentCreds.PutAgentCred(ctx, c); err != nil {
-		return nil, s.toStatus(ctx, "CreateAgentCredential", err)
+		return nil, s.storeStatus(ctx, "CreateAgentCredential", err)
 	}
 	if err := s.reloadScopes(ctx); err != nil {
 		s.log.WarnContext(ctx, "reload agent credentials", "err", err)
 	}
 	s.log.InfoContext(ctx, "agent credential created", "agent_credential", c.Name, "accounts", accts)
 	return &controlplanev1.CreateAgentCredentialResponse{Credential: agentCredProto(c)}, nil
+}
+
+// checkSignedIn refuses a scoped credential for accounts the credential
+// broker holds no sign-in for: a data plane given it would get no token
+// for them, and every turn would fail. Without a broker it checks nothing
+// (data planes then bring their own auth.json).
+func (s *Server) checkSignedIn(ctx context.Context, keys []string) error {
+	if s.opts.Broker == nil {
+		return nil
+	}
+	var missing []string
+	for _, k := range keys {
+		_, err := s.opts.Broker.Get(ctx, k)
+		switch {
+		case errors.Is(err, broker.ErrUnknownAccount):
+			missing = append(missing, k)
+		case err != nil:
+			return s.storeStatus(ctx, "CreateAgentCredential", err)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition,
+		"the credential broker holds no sign-in for %s: a data plane with this credential would get no access token for it; sign the account in first (clodexctl account import --codex-auth FILE, or clodexctl account login), then create the credential; clodexctl account list shows the sign-ins it holds",
+		strings.Join(missing, ", "))
 }
 
 func agentCredProto(c store.AgentCred) *controlplanev1.AgentCredential {
@@ -187,7 +259,7 @@ func (a *adminService) ListAgentCredentials(ctx context.Context, req *controlpla
 	}
 	cs, err := s.opts.AgentCreds.AgentCreds(ctx)
 	if err != nil {
-		return nil, s.toStatus(ctx, "ListAgentCredentials", err)
+		return nil, s.storeStatus(ctx, "ListAgentCredentials", err)
 	}
 	out := make([]*controlplanev1.AgentCredential, len(cs))
 	for i, c := range cs {
@@ -206,7 +278,7 @@ func (a *adminService) RemoveAgentCredential(ctx context.Context, req *controlpl
 		return nil, errNoAgentCreds
 	}
 	if err := s.opts.AgentCreds.RemoveAgentCred(ctx, req.GetName()); err != nil {
-		return nil, s.toStatus(ctx, "RemoveAgentCredential", err)
+		return nil, s.storeStatus(ctx, "RemoveAgentCredential", err)
 	}
 	if err := s.reloadScopes(ctx); err != nil {
 		s.log.WarnContext(ctx, "reload agent credentials", "err", err)

@@ -245,7 +245,7 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxAccountsPerCredential == 0 {
 		opts.MaxAccountsPerCredential = DefaultMaxAccountsPerCredential
 	}
-	scopes := &scopeSet{}
+	scopes := &scopeSet{store: opts.AgentCreds}
 	s := &Server{
 		scopes: scopes,
 		opts:   opts,

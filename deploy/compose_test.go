@@ -23,6 +23,7 @@ type composeFile struct {
 
 type composeService struct {
 	Image       string            `json:"image"`
+	Build       any               `json:"build"` // set for an image compose builds itself
 	Command     []string          `json:"command"`
 	Entrypoint  []string          `json:"entrypoint"`
 	Environment map[string]string `json:"environment"`

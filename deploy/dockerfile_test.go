@@ -106,8 +106,8 @@ func TestDockerfile(t *testing.T) {
 	} else if goVersion != string(tc[1]) {
 		t.Errorf("ARG GO_VERSION=%s; want go.mod's toolchain %s, the release the binaries are tested with", goVersion, tc[1])
 	}
-	if build.from != "golang:${GO_VERSION}-bookworm" {
-		t.Errorf("build stage FROM %s; want golang:${GO_VERSION}-bookworm", build.from)
+	if build.from != "docker.io/library/golang:${GO_VERSION}-bookworm" {
+		t.Errorf("build stage FROM %s; want docker.io/library/golang:${GO_VERSION}-bookworm", build.from)
 	}
 	var buildRun string
 	for _, n := range build.nodes {
@@ -263,4 +263,38 @@ func digest(t *testing.T, path string) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// fullyQualified reports whether an image reference names its registry:
+// podman (and any engine configured without a default registry) refuses
+// a short name such as golang:1.26 ("short-name resolution enforced").
+func fullyQualified(ref string) bool {
+	first, _, found := strings.Cut(ref, "/")
+	return found && (strings.ContainsAny(first, ".:") || first == "localhost")
+}
+
+// Every image the Dockerfile and compose pull names its registry, so
+// podman builds and runs them as Docker does; the clodex image compose
+// builds itself is the exception.
+func TestImagesFullyQualified(t *testing.T) {
+	for _, bad := range []string{"golang:1.26", "library/golang:1.26", "prom/prometheus:v3"} {
+		if fullyQualified(bad) {
+			t.Errorf("fullyQualified(%q) = true; want false", bad)
+		}
+	}
+	_, stages := parseDockerfile(t)
+	names := map[string]bool{"scratch": true}
+	for _, s := range stages {
+		if !names[s.from] && !fullyQualified(s.from) {
+			t.Errorf("Dockerfile FROM %s is a short name; want the registry named, such as docker.io/library/%s", s.from, s.from)
+		}
+		if s.name != "" {
+			names[s.name] = true
+		}
+	}
+	for name, s := range readCompose(t).Services {
+		if s.Build == nil && !fullyQualified(s.Image) {
+			t.Errorf("compose service %s: image %s is a short name; want the registry named (docker.io/...)", name, s.Image)
+		}
+	}
 }

@@ -140,7 +140,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs := flag.NewFlagSet("clodex-controlplane", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.Listen, "listen", or(env(envListen), defaultListen), "gRPC listen `address` (env "+envListen+")")
-	fs.StringVar(&c.DataDir, "data-dir", env(envDataDir), "data `directory` holding policy.json (required without --redis; env "+envDataDir+")")
+	fs.StringVar(&c.DataDir, "data-dir", env(envDataDir), "data `directory` holding policy.json and, with --credential-key-file, logins.json: the memory store, for one control plane (this or --redis is required; with --redis it is not used; env "+envDataDir+")")
 	fs.StringVar(&c.Redis, "redis", env(envRedis), "serve from Redis at this `URL` as one of any number of replicas: redis://[user:pass@]host:port[/db], rediss://..., or redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379 (env "+envRedis+", which keeps a password out of the process list)")
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", "clodex:", "`prefix` of every Redis key and channel")
 	fs.DurationVar(&c.RedisTimeout, "redis-timeout", 100*time.Millisecond, "hard deadline of every Redis call (1ms..5s); past it, or with Redis down, this replica admits from its share of the policy")
@@ -168,7 +168,9 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "Usage: clodex-controlplane --data-dir DIR --admin-token-file FILE --agent-token-file FILE [flags]")
+			fmt.Fprintln(stdout, "Usage: clodex-controlplane (--data-dir DIR | --redis URL) --admin-token-file FILE --agent-token-file FILE [flags]")
+			fmt.Fprintln(stdout, "\nOne control plane keeps its state in --data-dir; any number of replicas share one Redis (--redis, or "+envRedis+") and need no data dir.")
+			fmt.Fprintln(stdout, "\nFlags:")
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return nil, errHelp

@@ -342,6 +342,17 @@ func TestRunVersionHelpCheckConfig(t *testing.T) {
 	if err := runEnv(t.Context(), []string{"--help"}, noEnv, &out, io.Discard, nil); err != nil || !strings.Contains(out.String(), "-admin-token-file") {
 		t.Errorf("--help = %q, %v", out.String(), err)
 	}
+	// The data dir is one of two stores, not required with Redis.
+	if usage, _, _ := strings.Cut(out.String(), "\n"); usage != "Usage: clodex-controlplane (--data-dir DIR | --redis URL) --admin-token-file FILE --agent-token-file FILE [flags]" ||
+		!strings.Contains(out.String(), "with --redis it is not used") {
+		t.Errorf("--help presents --data-dir as required with --redis too:\n%s", out.String())
+	}
+	out.Reset()
+	redisOnly := envMap(map[string]string{"CLODEX_ADMIN_TOKEN": "a", "CLODEX_AGENT_TOKEN": "b"})
+	err := runEnv(t.Context(), []string{"--check-config", "--redis", "redis://127.0.0.1:1"}, redisOnly, &out, io.Discard, nil)
+	if err == nil || strings.Contains(err.Error(), "data-dir") || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("--check-config --redis (closed port) without --data-dir = %v; want only the unreachable Redis named", err)
+	}
 	out.Reset()
 	env := envMap(map[string]string{"CLODEX_ADMIN_TOKEN": "a", "CLODEX_AGENT_TOKEN": "b"})
 	if err := runEnv(t.Context(), []string{"--check-config", "--data-dir", t.TempDir()}, env, &out, io.Discard, nil); err != nil || out.String() != "configuration ok\n" {

@@ -76,6 +76,11 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		handler = slog.NewJSONHandler(stderr, hopts)
 	}
 	log := slog.New(handler)
+	if cfg.Redis != "" {
+		// go-redis's own lines (its pool's dial failures) join the
+		// structured log, at most one per redisstore.ClientLogEvery.
+		redisstore.LogClientTo(log, nil)
+	}
 
 	adminTok, agentTok, warnings, err := cfg.tokens()
 	if err != nil {

@@ -43,8 +43,12 @@ type loginView struct {
 	State      string `json:"state"` // ok or needs-login
 	NeedsLogin string `json:"needs_login,omitempty"`
 	ExpiresAt  string `json:"expires_at,omitempty"`
-	Refreshed  string `json:"refreshed_at,omitempty"`
-	Refreshes  int64  `json:"refreshes"`
+	// UpdatedAt is when the tokens were last written; UpdatedBy says by
+	// what: "sign-in" (an import or login: no refresh since) or
+	// "refresh" (the broker's last refresh).
+	UpdatedAt string `json:"updated_at,omitempty"`
+	UpdatedBy string `json:"updated_by,omitempty"`
+	Refreshes int64  `json:"refreshes"`
 }
 
 func loginViewOf(l *controlplanev1.Login) loginView {
@@ -56,7 +60,12 @@ func loginViewOf(l *controlplanev1.Login) loginView {
 		v.ExpiresAt = rfc3339(ms)
 	}
 	if ms := l.GetRefreshedAtUnixMs(); ms != 0 {
-		v.Refreshed = rfc3339(ms)
+		// The store keeps one time, of the last write: the sign-in until
+		// the first refresh, then the latest refresh.
+		v.UpdatedAt, v.UpdatedBy = rfc3339(ms), "sign-in"
+		if v.Refreshes > 0 {
+			v.UpdatedBy = "refresh"
+		}
 	}
 	return v
 }
@@ -282,13 +291,17 @@ func (c *client) loginError(err error, label, key string) error {
 // writeLogins prints sign-ins as a table, one per row.
 func writeLogins(w io.Writer, vs []loginView) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tACCOUNT ID\tSTATE\tEXPIRES\tREFRESHED\tREFRESHES")
+	fmt.Fprintln(tw, "KEY\tACCOUNT ID\tSTATE\tEXPIRES\tUPDATED\tREFRESHES")
 	for _, v := range vs {
 		state := v.State
 		if v.NeedsLogin != "" {
 			state += " (" + v.NeedsLogin + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", v.Key, dash(v.AccountID), state, dash(v.ExpiresAt), dash(v.Refreshed), v.Refreshes)
+		updated := dash(v.UpdatedAt)
+		if v.UpdatedBy != "" {
+			updated += " (" + v.UpdatedBy + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", v.Key, dash(v.AccountID), state, dash(v.ExpiresAt), updated, v.Refreshes)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

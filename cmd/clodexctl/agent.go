@@ -98,27 +98,39 @@ func runAgentCmd(ctx context.Context, e *env, args []string) error {
 }
 
 // agentKeys turns --accounts into account keys: a key stays as it is, an
-// account id is hashed.
-func agentKeys(list string) ([]string, error) {
-	var keys []string
+// account id is hashed. labels maps each key hashed from an id back to
+// the id, for messages.
+func agentKeys(list string) (keys []string, labels map[string]string, err error) {
+	labels = map[string]string{}
 	for _, a := range strings.Split(list, ",") {
 		a = strings.TrimSpace(a)
 		if a == "" {
-			return nil, usagef("--accounts %q has an empty entry; want comma-separated ChatGPT account ids or keys", list)
+			return nil, nil, usagef("--accounts %q has an empty entry; want comma-separated ChatGPT account ids or keys", list)
 		}
 		if account.IsKey(a) {
 			keys = append(keys, a)
 		} else {
-			keys = append(keys, account.Key(a))
+			k := account.Key(a)
+			keys = append(keys, k)
+			labels[k] = a
 		}
 	}
-	return keys, nil
+	return keys, labels, nil
+}
+
+// named writes the account id beside each key msg names, as the operator
+// typed it in --accounts.
+func named(msg string, labels map[string]string) string {
+	for k, id := range labels {
+		msg = strings.ReplaceAll(msg, k, fmt.Sprintf("%s (key %s)", id, k))
+	}
+	return msg
 }
 
 // agentCreate draws a new token, writes it to out (atomically, 0600) and
 // registers its digest; the token never leaves this machine otherwise.
 func (e *env) agentCreate(ctx context.Context, name, accounts, out string) error {
-	keys, err := agentKeys(accounts)
+	keys, labels, err := agentKeys(accounts)
 	if err != nil {
 		return err
 	}
@@ -131,13 +143,27 @@ func (e *env) agentCreate(ctx context.Context, name, accounts, out string) error
 	}
 	sum := sha256.Sum256([]byte(tok))
 	var resp *controlplanev1.CreateAgentCredentialResponse
+	brokerless := false
 	err = e.withAdmin(ctx, func(ctx context.Context, c *client) (err error) {
 		resp, err = c.admin.CreateAgentCredential(ctx, &controlplanev1.CreateAgentCredentialRequest{Name: name, Accounts: keys, TokenSha256: sum[:]})
-		return c.loginError(err, name, "")
+		if status.Code(err) == codes.FailedPrecondition {
+			return errors.New(named(status.Convert(err).Message(), labels))
+		}
+		if err != nil {
+			return c.loginError(err, name, "")
+		}
+		// A control plane without a broker cannot tell whether the
+		// accounts are signed in anywhere: say what the token needs then.
+		_, lerr := c.admin.ListLogins(ctx, &controlplanev1.ListLoginsRequest{PageSize: 1})
+		brokerless = status.Code(lerr) == codes.FailedPrecondition
+		return nil
 	})
 	if err != nil {
 		_ = os.Remove(out)
 		return err
+	}
+	if brokerless {
+		fmt.Fprintln(e.stderr, "clodexctl: note: this control plane runs no credential broker (no --credential-key-file), so it hands out no sign-ins: a data plane given this token serves these accounts only from its own --codex-auth files")
 	}
 	v := agentCredViewOf(resp.GetCredential())
 	v.Out = out

@@ -20,6 +20,7 @@ import (
 
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/bearer"
+	"github.com/clodex/clodex/internal/cptarget"
 	"github.com/clodex/clodex/internal/tlsconfig"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
@@ -170,7 +171,7 @@ func (e *env) flagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	g := &e.g
-	fs.StringVar(&g.controlPlane, "control-plane", g.controlPlane, "control plane `address` (env "+envControlPlane+")")
+	fs.StringVar(&g.controlPlane, "control-plane", g.controlPlane, "control plane `address`: host:port, or the replicas' comma-separated list a:17700,b:17700 the data planes take, or dns:///host:port (env "+envControlPlane+")")
 	fs.StringVar(&g.tokenFile, "token-file", g.tokenFile, "`file` holding the admin token (env "+envAdminTokenFile+", or the token itself in "+envAdminToken+")")
 	fs.StringVar(&g.output, "o", g.output, "output `format`: table or json")
 	fs.StringVar(&g.tlsCA, "tls-ca", g.tlsCA, "verify the control plane with this CA PEM `file` (default plaintext)")
@@ -273,15 +274,35 @@ func (e *env) dial() (*client, error) {
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
 	}
-	conn, err := grpc.NewClient(e.g.controlPlane,
-		grpc.WithTransportCredentials(creds),
+	conn, err := e.newConn(creds,
 		grpc.WithPerRPCCredentials(bearer.Credentials(tok)),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 	)
 	if err != nil {
-		return nil, usagef("--control-plane %q: %v", e.g.controlPlane, err)
+		return nil, err
 	}
 	return &client{conn: conn, admin: controlplanev1.NewAdminServiceClient(conn), addr: e.g.controlPlane}, nil
+}
+
+// lbConfig spreads clodexctl's calls round robin over the replicas of a
+// --control-plane list (or of a name with several records): a replica
+// that is down is skipped, so any one that answers serves the command.
+const lbConfig = `{"loadBalancingConfig": [{"round_robin": {}}]}`
+
+// newConn opens a connection to --control-plane, which takes what the
+// data planes' --control-plane takes: host:port, a comma-separated list
+// of replicas, or dns:///host:port (package cptarget).
+func (e *env) newConn(creds credentials.TransportCredentials, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	t, err := cptarget.Parse(e.g.controlPlane)
+	if err != nil {
+		return nil, usagef("--control-plane %q: %v", e.g.controlPlane, err)
+	}
+	opts = append(opts, grpc.WithTransportCredentials(creds), grpc.WithDefaultServiceConfig(lbConfig))
+	conn, err := grpc.NewClient(t.Target, append(opts, t.DialOptions()...)...)
+	if err != nil {
+		return nil, usagef("--control-plane %q: %v", e.g.controlPlane, err)
+	}
+	return conn, nil
 }
 
 func (c *client) Close() { _ = c.conn.Close() }

@@ -8,8 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -17,24 +17,37 @@ import (
 	"github.com/clodex/clodex/internal/tlsconfig"
 )
 
-const healthUsage = "health [URL]"
+const healthUsage = "health [--store] [--wait D] [URL]"
 
 var healthCmd = &command{
 	name:  "health",
 	usage: healthUsage,
-	short: "exit 0 when the control plane's gRPC health is SERVING, or when URL (e.g. a data plane's /healthz) answers 200; for probes",
+	short: "exit 0 when the control plane's gRPC health is SERVING (--store: its store, e.g. Redis, too), or when URL (e.g. a data plane's /healthz) answers 200; --wait D keeps asking for up to D; for probes and start-up scripts",
 	run:   runHealth,
 }
 
-type healthArgs struct{}
+// storeHealthService is the health service on which a control plane
+// reports its store (controlplane.StoreHealthService): NOT_SERVING while
+// a replica cannot reach Redis and admits from its local share.
+const storeHealthService = "clodex.controlplane.v1.Store"
+
+// healthPoll is how often --wait asks again.
+const healthPoll = 200 * time.Millisecond
+
+type healthArgs struct {
+	store bool
+	wait  time.Duration
+}
 
 // runHealth checks the control plane's grpc.health.v1 service (no token
 // needed), or GETs an http:// URL. It prints one line and exits 1 when
 // unhealthy, so container and systemd health checks can run it without a
 // shell.
 func runHealth(ctx context.Context, e *env, args []string) error {
-	var _ healthArgs
+	var a healthArgs
 	fs := e.flagSet("health")
+	fs.BoolVar(&a.store, "store", false, "the control plane's store must be SERVING too (a replica over Redis that cannot reach it is not)")
+	fs.DurationVar(&a.wait, "wait", 0, "keep asking until healthy, for at most this long (0..10m; default 0: ask once)")
 	pos, err := parseArgs(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return usagef("usage: clodexctl %s", healthUsage)
@@ -45,54 +58,94 @@ func runHealth(ctx context.Context, e *env, args []string) error {
 	if len(pos) > 1 {
 		return usagef("unexpected argument %q; usage: clodexctl %s", pos[1], healthUsage)
 	}
-	cctx, cancel := e.callCtx(ctx)
-	defer cancel()
-	if len(pos) == 1 {
-		return e.httpHealth(cctx, pos[0])
+	if a.wait < 0 || a.wait > 10*time.Minute {
+		return usagef("--wait %v is out of range; allowed 0..10m", a.wait)
 	}
+	if len(pos) == 1 && a.store {
+		return usagef("--store applies to the control plane's health, not to a URL")
+	}
+	check := func(ctx context.Context) (string, error) { return e.grpcHealth(ctx, a.store) }
+	if len(pos) == 1 {
+		u, err := url.Parse(pos[0])
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usagef("URL %q is not an http:// or https:// URL with a host", pos[0])
+		}
+		check = func(ctx context.Context) (string, error) { return httpHealth(ctx, u) }
+	}
+	deadline := time.Now().Add(a.wait)
+	for {
+		cctx, cancel := e.callCtx(ctx)
+		line, err := check(cctx)
+		cancel()
+		if err == nil {
+			fmt.Fprintln(e.stdout, line)
+			return nil
+		}
+		var u *usageError
+		if errors.As(err, &u) || !time.Now().Add(healthPoll).Before(deadline) || ctx.Err() != nil {
+			if a.wait > 0 && !errors.As(err, &u) {
+				return fmt.Errorf("still unhealthy after --wait %v: %w", a.wait, err)
+			}
+			return err
+		}
+		if err := sleepCtx(ctx, healthPoll); err != nil {
+			return err
+		}
+	}
+}
+
+// grpcHealth asks the control plane's grpc.health.v1 service (no token
+// needed): the overall status, or with store the store's as well.
+func (e *env) grpcHealth(ctx context.Context, store bool) (string, error) {
 	tlsCfg, err := tlsconfig.Client(e.g.tlsCA, e.g.tlsCert, e.g.tlsKey)
 	if err != nil {
-		return usagef("%v", err)
+		return "", usagef("%v", err)
 	}
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
 	}
-	conn, err := grpc.NewClient(e.g.controlPlane, grpc.WithTransportCredentials(creds))
+	conn, err := e.newConn(creds)
 	if err != nil {
-		return usagef("--control-plane %q: %v", e.g.controlPlane, err)
+		return "", err
 	}
 	defer conn.Close()
-	resp, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{})
+	hc := healthpb.NewHealthClient(conn)
+	resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
 		c := &client{addr: e.g.controlPlane}
-		return c.rpcError(err, "", "")
+		return "", c.rpcError(err, "", "")
 	}
 	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		return fmt.Errorf("the control plane at %s is %s", e.g.controlPlane, resp.GetStatus())
+		return "", fmt.Errorf("the control plane at %s is %s", e.g.controlPlane, resp.GetStatus())
 	}
-	fmt.Fprintf(e.stdout, "%s SERVING\n", e.g.controlPlane)
-	return nil
+	if !store {
+		return e.g.controlPlane + " SERVING", nil
+	}
+	resp, err = hc.Check(ctx, &healthpb.HealthCheckRequest{Service: storeHealthService})
+	if err != nil {
+		c := &client{addr: e.g.controlPlane}
+		return "", c.rpcError(err, "", "")
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return "", fmt.Errorf("the control plane at %s serves, but its store is %s: it cannot reach its store (Redis) and admits from its local share; policy changes and sign-ins wait until it answers", e.g.controlPlane, resp.GetStatus())
+	}
+	return e.g.controlPlane + " SERVING, store SERVING", nil
 }
 
-func (e *env) httpHealth(ctx context.Context, raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usagef("URL %q is not an http:// or https:// URL with a host", raw)
-	}
+func httpHealth(ctx context.Context, u *url.URL) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return usagef("URL %q: %v", raw, err)
+		return "", usagef("URL %q: %v", u.Redacted(), err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", u.Redacted(), err)
+		return "", fmt.Errorf("GET %s: %w", u.Redacted(), err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", u.Redacted(), resp.Status)
+		return "", fmt.Errorf("GET %s: %s", u.Redacted(), resp.Status)
 	}
-	fmt.Fprintf(e.stdout, "%s %s\n", u.Redacted(), resp.Status)
-	return nil
+	return u.Redacted() + " " + resp.Status, nil
 }

@@ -1,6 +1,6 @@
 // Command clodexctl is the control plane's admin API as a CLI.
 //
-//	clodexctl [--control-plane ADDR] [--token-file FILE] [-o table|json] COMMAND ...
+//	clodexctl [--control-plane ADDR[,ADDR...]] [--token-file FILE] [-o table|json] COMMAND ...
 //
 //	set-rate ACCOUNT RATE [--burst N]
 //	set-budget ACCOUNT [--idle-timeout D] [--total-timeout D] [--max-retries N]
@@ -8,15 +8,21 @@
 //	get ACCOUNT
 //	accounts
 //	quota [ACCOUNT]
+//	account login | import --codex-auth FILE | list | show ACCOUNT | remove ACCOUNT
 //	agents
+//	agent create NAME --accounts ACCOUNT[,ACCOUNT...] --out FILE | list | remove NAME
 //	top [--interval D] [--once]
-//	health [URL]
+//	health [--store] [--wait D] [URL]
 //
-// top is a live terminal view per account (configured and effective rate,
-// bucket level, admits, waits, refusals and upstream 403s per minute,
-// agents), redrawn every --interval until Ctrl-C. health exits 0 when the
-// control plane's gRPC health is SERVING (no token needed), or when URL
-// answers 200; container and unit health checks run it without a shell.
+// --control-plane takes what the data planes' --control-plane takes: one
+// address, the replicas' comma-separated list (a call goes to a replica
+// that answers) or dns:///host:port. top is a live terminal view per
+// account (configured and effective rate, bucket level, admissions,
+// waits, refusals and upstream 403s per minute, agents, plan usage),
+// redrawn every --interval until Ctrl-C. health exits 0 when the control
+// plane's gRPC health is SERVING (no token needed; --store: its store
+// too), or when URL answers 200; container and unit health checks run it
+// without a shell, and --wait D lets a start-up script wait for a server.
 //
 // ACCOUNT is the ChatGPT account id; clodexctl hashes it into the account
 // key the way the data plane does, so the control plane never sees the

@@ -24,7 +24,7 @@ const topUsage = "top [--interval D] [--once]"
 var topCmd = &command{
 	name:  "top",
 	usage: topUsage,
-	short: "a live view per account: rates, tokens, admits, waits, refusals and 403s per minute, agents",
+	short: "a live view per account: rates, tokens, admissions, waits, refusals and 403s per minute, agents, plan usage",
 	run:   runTop,
 }
 
@@ -39,23 +39,28 @@ type topSample struct {
 	accounts []*controlplanev1.Account
 	agents   []*controlplanev1.Agent
 	quotas   map[string]*controlplanev1.AccountQuota // nil from a control plane without quotas
+	// quotaErr is why the plan usage could not be read (the store is
+	// degraded); nil when it was.
+	quotaErr error
 	store    *storeView
 }
 
 // topRow is one account as top prints it. Per-minute fields are nil
 // until two samples of the same replica's counters exist.
 type topRow struct {
-	Key                       string
-	Rate, Effective           int32
-	Adaptive                  bool
-	Tokens                    float64
+	Key             string
+	Rate, Effective int32
+	Adaptive        bool
+	Tokens          float64
+	// Admits counts every admission, at once or after a wait; Waits
+	// those that waited.
 	Admits, Waits, Refusals   *float64 // per minute
 	Forbidden                 *float64 // upstream 403s per minute
 	ForbiddenTotal            int64
 	Counted                   bool
 	LiveAgents, AgentsServing int
-	// Quota is the tightest window of the account's plan, "29% 7d", or
-	// "-" when none was reported.
+	// Quota is the tightest window of the account's plan, "29% 7d", "-"
+	// when none was reported, "?" when it could not be read.
 	Quota string
 }
 
@@ -161,11 +166,16 @@ func (e *env) topPoll(ctx context.Context, c *client) (*topSample, error) {
 		return nil, err
 	}
 	smp := &topSample{at: time.Now(), accounts: accts, agents: agents, store: storeOf(info)}
-	if q, err := c.admin.ListQuotas(cctx, &controlplanev1.ListQuotasRequest{}); err == nil {
+	q, err := c.admin.ListQuotas(cctx, &controlplanev1.ListQuotasRequest{})
+	switch status.Code(err) {
+	case codes.OK:
 		smp.quotas = map[string]*controlplanev1.AccountQuota{}
 		for _, aq := range q.GetQuotas() {
 			smp.quotas[aq.GetKey()] = aq
 		}
+	case codes.Unimplemented: // an older control plane keeps no plan usage
+	default:
+		smp.quotaErr = err
 	}
 	return smp, nil
 }
@@ -210,6 +220,9 @@ func topRows(prev, cur *topSample) []topRow {
 			Tokens: a.GetTokens(), ForbiddenTotal: a.GetForbiddenUpgrades(), Counted: a.GetCounted(),
 			Quota: tightest(cur.quotas[a.GetKey()]),
 		}
+		if cur.quotaErr != nil {
+			r.Quota = "?"
+		}
 		for _, ag := range cur.agents {
 			if slices.Contains(ag.GetAccounts(), r.Key) {
 				r.AgentsServing++
@@ -224,7 +237,7 @@ func topRows(prev, cur *topSample) []topRow {
 					v := float64(max(now-then, 0)) / mins
 					return &v
 				}
-				r.Admits = per(a.GetAdmits(), p.GetAdmits())
+				r.Admits = per(a.GetAdmits()+a.GetWaits(), p.GetAdmits()+p.GetWaits())
 				r.Waits = per(a.GetWaits(), p.GetWaits())
 				r.Refusals = per(a.GetRefusals(), p.GetRefusals())
 				r.Forbidden = per(a.GetForbiddenUpgrades(), p.GetForbiddenUpgrades())
@@ -268,6 +281,7 @@ func writeTop(w io.Writer, addr string, interval time.Duration, now time.Time, r
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ACCOUNT\tRATE/MIN\tEFFECTIVE\tTOKENS\tADMITS/MIN\tWAITS/MIN\tREFUSALS/MIN\t403/MIN\t403 TOTAL\tAGENTS\tQUOTA")
+	debt := false
 	for _, r := range rows {
 		eff := strconv.Itoa(int(r.Effective))
 		if r.Adaptive {
@@ -277,12 +291,28 @@ func writeTop(w io.Writer, addr string, interval time.Duration, now time.Time, r
 		if !r.Counted {
 			total = "n/c"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", r.Key, r.Rate, eff, tokens(r.Tokens),
+		toks := tokens(r.Tokens)
+		if r.Tokens < 0 && r.Effective > 0 {
+			// Debt: sockets already admitted wait for these tokens; a new
+			// one waits for a whole token at the effective rate.
+			wait := time.Duration((1 - r.Tokens) / float64(r.Effective) * float64(time.Minute))
+			toks += " (" + wait.Round(100*time.Millisecond).String() + " wait)"
+			debt = true
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", r.Key, r.Rate, eff, toks,
 			perMin(r.Admits), perMin(r.Waits), perMin(r.Refusals), perMin(r.Forbidden), total, r.LiveAgents, r.AgentsServing, r.Quota)
 	}
 	_ = tw.Flush()
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "no known accounts yet: an account appears with its first admission or stored policy")
+		return
+	}
+	fmt.Fprintln(w, "\nADMITS/MIN: new upstream sockets admitted, at once or after a wait; WAITS/MIN: those of them that waited.")
+	if debt {
+		fmt.Fprintln(w, "TOKENS below 0: the bucket's debt, sockets admitted to open later, one per 1/EFFECTIVE minute; a new socket now waits the time shown.")
+	}
+	if cur != nil && cur.quotaErr != nil {
+		fmt.Fprintf(w, "QUOTA ?: plan usage cannot be read now (%s); it shows again when the store answers.\n", status.Convert(cur.quotaErr).Message())
 	}
 }
 

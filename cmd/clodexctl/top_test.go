@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/clodex/clodex/controlplane/controlplanetest"
 	"github.com/clodex/clodex/internal/account"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
@@ -41,6 +44,15 @@ func TestTopFrameGolden(t *testing.T) {
 	var b strings.Builder
 	writeTop(&b, "cp:17700", 2*time.Second, cur.at, topRows(prev, cur), cur, nil)
 	golden(t, "top_frame", b.String())
+
+	// While Redis is degraded the plan usage cannot be read: QUOTA says
+	// so instead of showing none.
+	degraded := *cur
+	degraded.store = &storeView{Kind: "redis", Address: "redis://r:6379/0", Replica: "cp-a", Replicas: 2, Degraded: true}
+	degraded.quotaErr = status.Error(codes.Unavailable, "quotas: store unavailable: redis r:6379 unreachable (redis breaker open)")
+	b.Reset()
+	writeTop(&b, "cp:17700", 2*time.Second, cur.at, topRows(prev, &degraded), &degraded, nil)
+	golden(t, "top_frame_degraded", b.String())
 
 	// Another replica's counters are not subtracted.
 	other := *cur

@@ -330,7 +330,7 @@ func dial(cfg *Config) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(bearer.Credentials(cfg.Token)),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
-	}, cps.dialOptions()...)
+	}, dialOptions(cps)...)
 	if cfg.Dialer != nil {
 		opts = append(opts, grpc.WithContextDialer(cfg.Dialer))
 	}

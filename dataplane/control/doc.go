@@ -21,7 +21,8 @@
 //     stream, the hand-over loop and, with Config.Broker, the token loop)
 //     and [Client.Close];
 //     [NewID] and [ValidateID] make and check agent ids.
-//   - target.go: [ParseControlPlanes] reads a --control-plane value; the
+//   - target.go: [ParseControlPlanes] reads a --control-plane value
+//     (internal/cptarget, which clodexctl shares); the
 //     connection's options (round robin over the replicas whose
 //     [StoreHealthService] is SERVING, an Admit retried on another replica,
 //     [Keepalive]). The embedded control plane is reached the same way,

@@ -1,18 +1,14 @@
 package control
 
 import (
-	"errors"
-	"fmt"
-	"net"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	_ "google.golang.org/grpc/health" // client-side health checking for the service config's healthCheckConfig
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
+
+	"github.com/clodex/clodex/internal/cptarget"
 )
 
 // StoreHealthService is the health service a control plane reports its
@@ -21,13 +17,6 @@ import (
 // its RPCs only to replicas that report it SERVING; with none, every RPC
 // fails at once and admission is local.
 const StoreHealthService = "clodex.controlplane.v1.Store"
-
-// listScheme is the resolver scheme of a --control-plane list. The
-// resolver is registered on the one connection only (grpc.WithResolvers).
-const listScheme = "clodex-controlplanes"
-
-// maxControlPlanes bounds the addresses of one --control-plane list.
-const maxControlPlanes = 64
 
 // serviceConfig balances RPCs round robin over the replicas whose store
 // is healthy, and sends an admission RPC that failed with Unavailable (its
@@ -79,79 +68,13 @@ const (
 )
 
 // ControlPlanes is a parsed --control-plane value: the replicas a data
-// plane balances its RPCs over.
-type ControlPlanes struct {
-	// Target is the gRPC target to dial.
-	Target string
-	// Addrs are the listed replicas, host:port each, in order; nil when
-	// the value named one address (whose name may resolve to several
-	// replicas) or a dns:/// target.
-	Addrs []string
-}
+// plane balances its RPCs over (package cptarget, which clodexctl shares).
+type ControlPlanes = cptarget.Targets
 
-// ParseControlPlanes parses a --control-plane value:
-//
-//   - "host:port": one address; a name with several A/AAAA records is
-//     every replica behind it (re-resolved when a connection fails);
-//   - "a:17700,b:17700": a list of replicas;
-//   - "dns:///host:port" (or "dns://resolver/host:port"): gRPC's DNS
-//     target, as the first form.
-//
-// Every address needs a port.
-func ParseControlPlanes(spec string) (ControlPlanes, error) {
-	spec = strings.TrimSpace(spec)
-	if spec == "" {
-		return ControlPlanes{}, errors.New("control plane address is empty; want host:port, a comma-separated list of host:port, or dns:///host:port")
-	}
-	if rest, ok := strings.CutPrefix(spec, "dns://"); ok {
-		_, hostport, found := strings.Cut(rest, "/")
-		if !found || strings.Contains(hostport, ",") {
-			return ControlPlanes{}, fmt.Errorf("control plane target %q is invalid; want dns:///host:port (one name; list several addresses without the dns:// prefix)", spec)
-		}
-		if err := checkHostPort(hostport); err != nil {
-			return ControlPlanes{}, fmt.Errorf("control plane target %q: %w", spec, err)
-		}
-		return ControlPlanes{Target: spec}, nil
-	}
-	if strings.Contains(spec, "://") {
-		return ControlPlanes{}, fmt.Errorf("control plane address %q has a scheme; want host:port, a comma-separated list of host:port, or dns:///host:port", spec)
-	}
-	parts := strings.Split(spec, ",")
-	if len(parts) > maxControlPlanes {
-		return ControlPlanes{}, fmt.Errorf("control plane list has %d addresses; allowed at most %d", len(parts), maxControlPlanes)
-	}
-	var errs []error
-	seen := map[string]bool{}
-	var addrs []string
-	for i, p := range parts {
-		p = strings.TrimSpace(p)
-		if err := checkHostPort(p); err != nil {
-			errs = append(errs, fmt.Errorf("control plane address %d of %d (%q): %w", i+1, len(parts), p, err))
-			continue
-		}
-		if seen[p] {
-			errs = append(errs, fmt.Errorf("control plane address %q is listed twice", p))
-			continue
-		}
-		seen[p] = true
-		addrs = append(addrs, p)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return ControlPlanes{}, err
-	}
-	if len(addrs) == 1 {
-		return ControlPlanes{Target: "dns:///" + addrs[0]}, nil
-	}
-	return ControlPlanes{Target: listScheme + ":///controlplanes", Addrs: addrs}, nil
-}
-
-func checkHostPort(s string) error {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil || host == "" || port == "" {
-		return errors.New("not host:port (e.g. controlplane.internal:17700)")
-	}
-	return nil
-}
+// ParseControlPlanes parses a --control-plane value: "host:port" (a name
+// may resolve to several replicas), a comma-separated list of replicas, or
+// "dns:///host:port" (cptarget.Parse).
+func ParseControlPlanes(spec string) (ControlPlanes, error) { return cptarget.Parse(spec) }
 
 // dialOptions are the options that make one connection serve every
 // replica: for a list, a resolver holding the addresses (each verified
@@ -163,7 +86,7 @@ func checkHostPort(s string) error {
 // keepalive; and the reconnect backoff of the probes (MinBackoff doubling
 // to MaxBackoff, ±20 %, with gRPC's default 20 s connect timeout), so the
 // transport comes back on the same schedule as admission asks again.
-func (c ControlPlanes) dialOptions() []grpc.DialOption {
+func dialOptions(c ControlPlanes) []grpc.DialOption {
 	opts := []grpc.DialOption{
 		grpc.WithDefaultServiceConfig(serviceConfig),
 		grpc.WithDisableServiceConfig(),
@@ -173,15 +96,6 @@ func (c ControlPlanes) dialOptions() []grpc.DialOption {
 		}),
 		grpc.WithKeepaliveParams(Keepalive),
 	}
-	if len(c.Addrs) > 0 {
-		r := manual.NewBuilderWithScheme(listScheme)
-		eps := make([]resolver.Endpoint, len(c.Addrs))
-		for i, a := range c.Addrs {
-			host, _, _ := net.SplitHostPort(a)
-			eps[i] = resolver.Endpoint{Addresses: []resolver.Address{{Addr: a, ServerName: host}}}
-		}
-		r.InitialState(resolver.State{Endpoints: eps})
-		opts = append(opts, grpc.WithResolvers(r))
-	}
+	opts = append(opts, c.DialOptions()...)
 	return opts
 }

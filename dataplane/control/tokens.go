@@ -304,17 +304,35 @@ func (c *Client) refreshDue(ctx context.Context, keys []string, now time.Time) {
 	}
 }
 
-// noteWaiting logs once that the broker cannot supply a token.
+// noteWaiting logs once that the broker cannot supply a token, saying
+// what turns get meanwhile: the tokens this data plane holds serve them
+// until they expire; only without one is a turn answered 503.
 func (c *Client) noteWaiting(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return
 	}
+	now := c.now()
 	c.tokensMu.Lock()
 	first := !c.waiting
 	c.waiting = true
+	held, until := 0, time.Time{}
+	for _, e := range c.tokens {
+		if e.dead == nil && now.Before(e.cred.Expiry) {
+			held++
+			if until.IsZero() || e.cred.Expiry.Before(until) {
+				until = e.cred.Expiry
+			}
+		}
+	}
 	c.tokensMu.Unlock()
-	if first {
+	if !first {
+		return
+	}
+	if held == 0 {
 		c.log.WarnContext(ctx, "waiting for the control plane's credential broker; turns are answered 503 with retry-after until it supplies a token",
 			"target", c.target, "err", reason(err))
+		return
 	}
+	c.log.WarnContext(ctx, "the control plane's credential broker does not answer; turns go on with the access tokens this data plane holds until they expire (a turn on an account whose token expired is answered 503 with retry-after)",
+		"target", c.target, "err", reason(err), "tokens_held", held, "first_expiry", until.UTC().Format(time.RFC3339))
 }

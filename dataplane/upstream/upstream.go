@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/codexauth"
 )
 
@@ -211,7 +212,13 @@ func Dial(ctx context.Context, opts DialOptions) (*Conn, error) {
 		return nil, unreachable(key, fmt.Errorf("dial upstream %s: %w", redactURL(u), err))
 	}
 	ws.SetReadLimit(readLimit)
-	logger.DebugContext(ctx, "upstream socket open", "upstream", redactURL(u), "account_id", opts.Credential.AccountID)
+	// The account by its key, as every log and span names it: the raw
+	// ChatGPT account id stays out of logs.
+	acct := "-"
+	if opts.Credential.AccountID != "" {
+		acct = account.Key(opts.Credential.AccountID)
+	}
+	logger.DebugContext(ctx, "upstream socket open", "upstream", redactURL(u), "account", acct)
 	return newConn(ws, tap.raw, opts.OnFrame), nil
 }
 

@@ -289,8 +289,12 @@ type ConfigPatch struct {
 	UsageLimitPlan     *string   `json:"usage_limit_plan,omitempty"`
 }
 
-// apply returns c changed by p, validated; c is not modified.
+// apply returns c changed by p, validated; c is not modified. A bad value
+// is named by its key.
 func (p ConfigPatch) apply(c Config) (Config, error) {
+	if err := p.check(); err != nil {
+		return c, err
+	}
 	setD := func(dst *time.Duration, v *Duration) {
 		if v != nil {
 			*dst = time.Duration(*v)
@@ -376,65 +380,4 @@ func (p ConfigPatch) apply(c Config) (Config, error) {
 		return c, err
 	}
 	return c, nil
-}
-
-// configView is the JSON form of the running configuration (GET /sim/config).
-type configView struct {
-	UpgradeLimit   int      `json:"upgrade_limit"`
-	UpgradeWindow  Duration `json:"upgrade_window"`
-	CountRejected  bool     `json:"count_rejected"`
-	InstantLimit   int      `json:"instant_limit"`
-	MaxOpenSockets int      `json:"max_open_sockets"`
-	AcceptTokens   int      `json:"accept_tokens"` // how many; tokens are secrets
-	MaxFrameBytes  int64    `json:"max_frame_bytes"`
-	SocketLifetime Duration `json:"socket_lifetime"`
-	DeltaInterval  Duration `json:"delta_interval"`
-	OAuth          bool     `json:"oauth"`
-	Faults         struct {
-		FirstByteDelay   Duration `json:"first_byte_delay"`
-		InterEventDelay  Duration `json:"inter_event_delay"`
-		CloseAfterEvents int      `json:"close_after_events"`
-		Upgrade5xxShare  float64  `json:"upgrade_5xx_share"`
-		Upgrade5xxStatus int      `json:"upgrade_5xx_status"`
-		Stall            bool     `json:"stall"`
-		RetryAfter403    Duration `json:"retry_after_403"`
-		FailResponses    string   `json:"fail_responses"`
-		// UsageLimitResetsIn is the time left until the usage limit
-		// resets (0s: no limit); UsageLimitResetsAt the reset in Unix
-		// seconds (0: no limit).
-		UsageLimitResetsIn Duration `json:"usage_limit_resets_in"`
-		UsageLimitResetsAt int64    `json:"usage_limit_resets_at"`
-		UsageLimitPlan     string   `json:"usage_limit_plan"`
-	} `json:"faults"`
-}
-
-// viewOf renders c; usageReset is when the running usage limit resets
-// (zero: none) and now the emulator's time.
-func viewOf(c Config, usageReset, now time.Time) configView {
-	v := configView{
-		UpgradeLimit:   c.UpgradeLimit,
-		UpgradeWindow:  Duration(c.UpgradeWindow),
-		CountRejected:  c.CountRejected,
-		InstantLimit:   c.InstantLimit,
-		MaxOpenSockets: c.MaxOpenSockets,
-		AcceptTokens:   len(c.AcceptTokens),
-		MaxFrameBytes:  c.MaxFrameBytes,
-		SocketLifetime: Duration(c.SocketLifetime),
-		DeltaInterval:  Duration(c.DeltaInterval),
-		OAuth:          c.Auth != nil,
-	}
-	v.Faults.FirstByteDelay = Duration(c.Faults.FirstByteDelay)
-	v.Faults.InterEventDelay = Duration(c.Faults.InterEventDelay)
-	v.Faults.CloseAfterEvents = c.Faults.CloseAfterEvents
-	v.Faults.Upgrade5xxShare = c.Faults.Upgrade5xxShare
-	v.Faults.Upgrade5xxStatus = c.Faults.Upgrade5xxStatus
-	v.Faults.Stall = c.Faults.Stall
-	v.Faults.RetryAfter403 = Duration(c.Faults.RetryAfter403)
-	v.Faults.FailResponses = c.Faults.FailResponses
-	if left := usageReset.Sub(now); !usageReset.IsZero() && left > 0 {
-		v.Faults.UsageLimitResetsIn = Duration(left.Round(time.Second))
-		v.Faults.UsageLimitResetsAt = usageReset.Unix()
-	}
-	v.Faults.UsageLimitPlan = c.Faults.UsageLimitPlan
-	return v
 }

@@ -64,8 +64,8 @@ func TestUsageLimitKnob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if view.Faults.UsageLimitResetsIn != Duration(60*time.Second) || view.Faults.UsageLimitResetsAt != clock.Now().Unix()+60 {
-		t.Errorf("GET /sim/config usage limit = %v at %d, want 1m0s at %d", time.Duration(view.Faults.UsageLimitResetsIn), view.Faults.UsageLimitResetsAt, clock.Now().Unix()+60)
+	if view.UsageLimitResetsIn != Duration(60*time.Second) || view.UsageLimitResetsAt != clock.Now().Unix()+60 {
+		t.Errorf("GET /sim/config usage limit = %v at %d, want 1m0s at %d", time.Duration(view.UsageLimitResetsIn), view.UsageLimitResetsAt, clock.Now().Unix()+60)
 	}
 	send(t, c, create("#sim reply blocked", nil))
 	eo := errorOf(t, readEvent(t, c))

@@ -165,18 +165,24 @@ func TestSimEndpoints(t *testing.T) {
 		t.Errorf("max_upgrades_per_window = %v, want an object", stats["max_upgrades_per_window"])
 	}
 
+	// Every refusal names the key and what it takes, never a Go type.
 	badPatches := []struct{ body, want string }{
-		{`{"upgrade_limitt":3}`, "upgrade_limitt"},
-		{`{"upgrade_window":"soon"}`, "duration"},
-		{`{"upgrade_limit":-1}`, "UpgradeLimit"},
-		{`{"upgrade_5xx_share":2}`, "Upgrade5xxShare"},
-		{`{"token_ttl":"1ms"}`, "token_ttl"},
-		{`not json`, "invalid"},
+		{`{"upgrade_limitt":3}`, `unknown key \"upgrade_limitt\"; allowed: accept_tokens, close_after_events,`},
+		{`{"faults":{"stall":true}}`, `unknown key \"faults\"; allowed:`},
+		{`{"upgrade_window":"soon"}`, `upgrade_window: want a duration such as \"10s\", got \"soon\"`},
+		{`{"stall":"yes"}`, `stall: want true or false, got \"yes\"`},
+		{`{"accept_tokens":3}`, `accept_tokens: want an object of token to account id`},
+		{`{"upgrade_limit":-1}`, "upgrade_limit -1 is invalid; want 1 or more"},
+		{`{"upgrade_5xx_share":2}`, "upgrade_5xx_share 2 is invalid; want a number in [0, 1]"},
+		{`{"token_ttl":"1ms"}`, "token_ttl 1ms is invalid; want at least 1s"},
+		{`{"oauth":false}`, "oauth is read-only"},
+		{`{"accepted_tokens":2,"stall":1}`, "accepted_tokens is read-only"},
+		{`not json`, "the body is not one JSON object of settings"},
 	}
 	for _, bp := range badPatches {
 		status, body := post(ConfigPath, bp.body)
-		if status != 400 || !strings.Contains(body, bp.want) {
-			t.Errorf("POST %s: %d %s; want 400 naming %q", bp.body, status, body, bp.want)
+		if status != 400 || !strings.Contains(body, bp.want) || strings.Contains(body, "Go ") || strings.Contains(body, "ConfigPatch") {
+			t.Errorf("POST %s: %d %s; want 400 naming %q and no Go type", bp.body, status, body, bp.want)
 		}
 	}
 	status, body := post(ConfigPath, `{"upgrade_limit":3,"upgrade_window":"10s","delta_interval":"5ms","close_after_events":7,"token_ttl":"30s","accept_tokens":{"tok-new":"acct-new"}}`)
@@ -185,8 +191,19 @@ func TestSimEndpoints(t *testing.T) {
 	}
 	cfg := get(ConfigPath)
 	if cfg["upgrade_limit"] != 3.0 || cfg["upgrade_window"] != "10s" || cfg["delta_interval"] != "5ms" ||
-		cfg["faults"].(map[string]any)["close_after_events"] != 7.0 || cfg["accept_tokens"] != 2.0 {
-		t.Errorf("config after patch = %v", cfg)
+		cfg["close_after_events"] != 7.0 || cfg["accepted_tokens"] != 2.0 || cfg["token_ttl"] != "30s" {
+		t.Errorf("config after patch = %v; want the patched values, token_ttl 30s and 2 accepted tokens", cfg)
+	}
+	// One shape: what GET shows, POST takes (but the read-only facts).
+	for k := range readOnlyKeys {
+		delete(cfg, k)
+	}
+	back, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, body := post(ConfigPath, string(back)); status != 200 {
+		t.Errorf("POST of GET's own keys %s: %d %s; want 200", back, status, body)
 	}
 	if strings.Contains(body, "tok-new") || strings.Contains(body, testToken) {
 		t.Errorf("config view leaks a token: %s", body)

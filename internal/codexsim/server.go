@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -402,11 +403,14 @@ func (s *Server) serveStats(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) serveConfig(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
-		var p ConfigPatch
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&p); err != nil {
-			httpError(w, http.StatusBadRequest, "invalid_config", "config patch is invalid: "+clip(err.Error(), 300)+"; see ConfigPatch for the fields")
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+		if err != nil {
+			httpError(w, http.StatusBadRequest, "invalid_config", "config patch: the body could not be read or is over 1 MiB")
+			return
+		}
+		p, err := decodePatch(body)
+		if err != nil {
+			httpError(w, http.StatusBadRequest, "invalid_config", "config patch: "+err.Error())
 			return
 		}
 		if err := s.SetConfig(p); err != nil {
@@ -421,7 +425,11 @@ func (s *Server) serveConfig(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	cfg, reset := s.cfg, s.usageReset
 	s.mu.Unlock()
-	_ = enc.Encode(viewOf(cfg, reset, now))
+	var ttl time.Duration
+	if s.auth != nil {
+		ttl = s.auth.TokenTTL()
+	}
+	_ = enc.Encode(viewOf(cfg, reset, now, ttl))
 }
 
 // CloseIdleRequest is the body of POST /sim/close-idle and the argument of

@@ -236,6 +236,13 @@ func (a *Authority) SetTokenTTL(d time.Duration) {
 	a.tokenTTL = clampTTL(d, DefaultTokenTTL)
 }
 
+// TokenTTL is the lifetime of access tokens issued from now on.
+func (a *Authority) TokenTTL() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tokenTTL
+}
+
 // SetRefreshTTL changes the lifetime of refresh tokens issued from now on.
 // d <= 0 restores the 30-day default; values under 1s become 1s.
 func (a *Authority) SetRefreshTTL(d time.Duration) {
