@@ -148,6 +148,9 @@ func (s *Server) tapAuthorize(ctx context.Context, info *tap.Info) (context.Cont
 }
 
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := s.checkSize(ctx, info.FullMethod, req); err != nil {
+		return nil, err
+	}
 	scope, err := s.authorizeScoped(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
@@ -160,6 +163,7 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 	if err != nil {
 		return err
 	}
+	ss = sizedStream{ServerStream: ss, s: s, method: info.FullMethod}
 	if scope != nil {
 		ss = scopedStream{ServerStream: ss, ctx: withScope(ss.Context(), scope)}
 	}

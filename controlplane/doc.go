@@ -40,7 +40,9 @@
 //   - auth.go, accounts.go, denials.go: bearer tokens (checked from the
 //     headers before a message is read), the accounts data planes
 //     registered, and the counted, rate-limited log of denied calls;
-//     errors.go maps errors to gRPC status; metrics.go the metrics.
+//     recvlimits.go each method's receive limit, checked before a
+//     message is decoded; errors.go maps errors to gRPC status;
+//     metrics.go the metrics.
 //   - server.go: New, Serve, grpc.health.v1 (whose StoreHealthService
 //     reports the store) and reflection.
 //

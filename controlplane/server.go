@@ -31,19 +31,6 @@ import (
 // DefaultShutdownGrace bounds GracefulStop before Stop.
 const DefaultShutdownGrace = 5 * time.Second
 
-// MaxRecvMsgSize bounds every request message the server reads (larger
-// ones are ResourceExhausted, refused before their body is allocated).
-// The largest legitimate requests are a ReportGrants of 1000 accounts
-// with 128-byte keys (about 163 KB; an agent hello or heartbeat lists at
-// most 1000 22-byte keys, about 24 KB); Admit, Cancel and every admin
-// request are under 1 KB. grpc-go's limit applies to the whole server,
-// which serves the agent and admin services alike, so it is the smallest
-// cap that fits the largest request with margin. Only a caller with a
-// valid token gets this far: the token is checked from the headers
-// before a message is read (see Server's InTapHandle), so a caller
-// without one costs no message buffer at all.
-const MaxRecvMsgSize = 256 << 10
-
 // KeepaliveEnforcement lets data planes ping every 5 s or more, with or
 // without an open stream: they ping a quiet connection every 10 s to
 // notice a hung replica (admission.Keepalive). gRPC's default (5 min)
@@ -273,6 +260,7 @@ func New(opts Options) (*Server, error) {
 		grpc.InTapHandle(s.tapAuthorize),
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.ForceServerCodecV2(newRecvCodec()), // each method's own limit (recvlimits.go)
 		grpc.MaxHeaderListSize(MaxHeaderListSize),
 		grpc.KeepaliveEnforcementPolicy(KeepaliveEnforcement),
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelOpts...)),

@@ -17,7 +17,7 @@ import (
 
 // Limits of one ReportGrants request, as the control plane enforces them.
 const (
-	maxReportAccounts = 1000
+	maxReportAccounts = 200
 	maxReportGrants   = 100000
 	maxReportIDPrefix = 100 // the agent id part of a report id (ids are at most 128 bytes)
 )
