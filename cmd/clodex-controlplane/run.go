@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,26 +22,11 @@ import (
 	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/controlplane/store/redisstore"
+	"github.com/clodex/clodex/internal/memlimit"
 	"github.com/clodex/clodex/internal/pacing"
 	"github.com/clodex/clodex/internal/telemetry"
 	"github.com/clodex/clodex/internal/tlsconfig"
 )
-
-// defaultGOGC is the control plane's GOGC unless the environment sets one.
-// Its live heap is small (buckets, agents, policies: a few MB for 10,000
-// accounts) and Admit under load allocates per RPC, so at Go's default
-// of 100 the collector ran very often: at 64 Admits in flight on the
-// Redis store, GC took about 15 % of the process's CPU. At 400 the heap
-// may grow to five times the live heap between collections (still tens
-// of MB) and the CPU per Admit fell by about a fifth in an A/B run.
-const defaultGOGC = 400
-
-// tuneGC sets defaultGOGC when the environment has no GOGC.
-func tuneGC(lookupEnv func(string) (string, bool)) {
-	if _, ok := lookupEnv("GOGC"); !ok {
-		debug.SetGCPercent(defaultGOGC)
-	}
-}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runEnv(ctx, args, os.LookupEnv, stdout, stderr, nil)
@@ -76,6 +60,8 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		handler = slog.NewJSONHandler(stderr, hopts)
 	}
 	log := slog.New(handler)
+	lim, _ := memlimit.Parse(cfg.MemoryLimit) // checked by Validate
+	tuneMemory(lim, lookupEnv, os.DirFS("/"), log)
 
 	adminTok, agentTok, warnings, err := cfg.tokens()
 	if err != nil {
