@@ -33,8 +33,11 @@ type AgentCredStore interface {
 }
 
 // scopedCred is a scoped agent credential as the authenticator holds it.
+// A reload makes new ones: an agent stream keeps the one it connected
+// with, and is closed when a reload drops or replaces it (revoke.go).
 type scopedCred struct {
 	name     string
+	digest   [sha256.Size]byte
 	accounts []string // sorted
 }
 
@@ -59,8 +62,9 @@ func (s *scopeSet) lookup(sum [sha256.Size]byte) *scopedCred {
 	return (*m)[sum]
 }
 
-// reloadScopes reads the scoped agent credentials from the store. A
-// failure keeps the ones loaded before.
+// reloadScopes reads the scoped agent credentials from the store, then
+// closes the agent streams of credentials removed or replaced since
+// (revokeStale). A failure keeps the ones loaded before.
 func (s *Server) reloadScopes(ctx context.Context) error {
 	if s.opts.AgentCreds == nil {
 		return nil
@@ -74,9 +78,11 @@ func (s *Server) reloadScopes(ctx context.Context) error {
 		if len(c.Digest) != sha256.Size {
 			continue
 		}
-		m[[sha256.Size]byte(c.Digest)] = &scopedCred{name: c.Name, accounts: slices.Sorted(slices.Values(c.Accounts))}
+		d := [sha256.Size]byte(c.Digest)
+		m[d] = &scopedCred{name: c.Name, digest: d, accounts: slices.Sorted(slices.Values(c.Accounts))}
 	}
 	s.scopes.byDigest.Store(&m)
+	s.revokeStale(ctx)
 	return nil
 }
 

@@ -138,6 +138,12 @@ type Options struct {
 	// agent create): tokens that may act only for the accounts they name.
 	// (Optional; default none)
 	AgentCreds AgentCredStore
+	// AgentCredChanges, when set, tells the server that another replica
+	// sharing the store changed the scoped agent credentials, which it
+	// reloads at once (a removal closes the credential's streams here
+	// too). *redisstore.Store implements it. (Optional; default none:
+	// reloaded every FleetTick)
+	AgentCredChanges AgentCredWatcher
 	// Broker, when set, is the credential broker: AdminService's login
 	// RPCs and CredentialService are served from it. (Optional; default
 	// none: those RPCs answer FailedPrecondition)
@@ -175,6 +181,7 @@ type Server struct {
 	notices       pacing.Notices   // one-time operator notices, keyed per account
 	agents        *directory       // the agent directory
 	scopes        *scopeSet        // scoped agent credentials (Options.AgentCreds)
+	credsDirty    chan struct{}    // size 1: another replica changed the scoped credentials
 	streams       sync.WaitGroup   // agent streams' receive loops
 
 	mu          sync.Mutex // guards the following fields
@@ -234,11 +241,12 @@ func New(opts Options) (*Server, error) {
 	}
 	scopes := &scopeSet{}
 	s := &Server{
-		scopes: scopes,
-		opts:   opts,
-		log:    opts.Logger.With("component", "controlplane"),
-		now:    opts.Now,
-		auth:   newAuthenticator(opts.AdminToken, opts.AgentToken, scopes),
+		scopes:     scopes,
+		credsDirty: make(chan struct{}, 1),
+		opts:       opts,
+		log:        opts.Logger.With("component", "controlplane"),
+		now:        opts.Now,
+		auth:       newAuthenticator(opts.AdminToken, opts.AgentToken, scopes),
 	}
 	s.denied = newDenials(s.log, opts.Now)
 	s.accounts = newAccountRegistry(opts.MaxAccountsPerCredential)
@@ -288,6 +296,9 @@ func New(opts Options) (*Server, error) {
 	s.reportStoreHealth()
 	if opts.PolicyChanges != nil {
 		opts.PolicyChanges.WatchPolicies(s.policyChanged)
+	}
+	if opts.AgentCredChanges != nil {
+		opts.AgentCredChanges.WatchAgentCreds(s.credsChanged)
 	}
 	return s, nil
 }

@@ -154,6 +154,7 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		ShutdownGrace: cfg.ShutdownGrace,
 
 		MaxAccountsPerCredential: cfg.MaxAgentAccounts,
+		AgentCredChanges:         st.credChanges,
 		DrainDelay:               cfg.DrainDelay,
 	})
 	if err != nil {
@@ -241,6 +242,9 @@ type servedStore struct {
 	roster     controlplane.AgentRoster // nil: one control plane lists its own agents
 	quotas     controlplane.QuotaStore
 	changes    controlplane.PolicyWatcher // nil: no other replica changes policies
+	// credChanges tells of the agent credentials other replicas change;
+	// nil: no other replica does.
+	credChanges controlplane.AgentCredWatcher
 	// now is the clock the server decides on: Redis's for Redis.
 	now func() time.Time
 	// logins keeps the logins and scoped agent credentials when the
@@ -274,7 +278,7 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheu
 		return nil, err
 	}
 	return &servedStore{
-		admissions: r, policies: r, agents: r, roster: r, quotas: r, changes: r,
+		admissions: r, policies: r, agents: r, roster: r, quotas: r, changes: r, credChanges: r,
 		now: r.Now, logins: r, run: r.Run, close: func() { _ = r.Close() },
 	}, nil
 }
