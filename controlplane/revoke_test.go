@@ -71,19 +71,7 @@ func recvRevoked(t *testing.T, st rawStream, name string) {
 		if closed != want {
 			t.Errorf("close reason = %q, want %q", closed, want)
 		}
-		s := status.Convert(err)
-		if s.Code() != codes.Unauthenticated {
-			t.Errorf("stream ended with %v, want Unauthenticated", err)
-		}
-		var info *errdetails.ErrorInfo
-		for _, d := range s.Details() {
-			if i, ok := d.(*errdetails.ErrorInfo); ok {
-				info = i
-			}
-		}
-		if info.GetReason() != "AGENT_REFUSAL_REVOKED" || info.GetDomain() != "clodex.controlplane.v1" || info.GetMetadata()["credential"] != name {
-			t.Errorf("status details = %v, want an ErrorInfo AGENT_REFUSAL_REVOKED naming %s", s.Details(), name)
-		}
+		checkRevoked(t, "the stream's end", err, name)
 		return
 	}
 }
@@ -109,9 +97,8 @@ func TestRemoveAgentCredentialClosesItsStreams(t *testing.T) {
 	}
 	recvRevoked(t, stA, "team-a")
 	t.Logf("revocation on the same replica: the stream ended %v after RemoveAgentCredential was sent", time.Since(start).Round(time.Microsecond))
-	if _, err := controlplanev1.NewAdmissionServiceClient(srv.Dial(tokA, nil)).Admit(t.Context(), &controlplanev1.AdmitRequest{Account: a}); status.Code(err) != codes.Unauthenticated {
-		t.Errorf("Admit with the revoked token = %v, want Unauthenticated", err)
-	}
+	_, err := controlplanev1.NewAdmissionServiceClient(srv.Dial(tokA, nil)).Admit(t.Context(), &controlplanev1.AdmitRequest{Account: a})
+	checkRevoked(t, "Admit with the revoked token", err, "team-a")
 	if _, err := controlplanev1.NewAdmissionServiceClient(srv.Dial(tokB, nil)).Admit(t.Context(), &controlplanev1.AdmitRequest{Account: b}); err != nil {
 		t.Errorf("Admit with another credential = %v, want it answered", err)
 	}
@@ -183,7 +170,26 @@ func TestRevocationReachesEveryReplica(t *testing.T) {
 	}
 	recvRevoked(t, st, "team-a")
 	t.Logf("revocation through replica A closed the stream on replica B after %v", time.Since(start).Round(time.Microsecond))
-	if _, err := controlplanev1.NewAdmissionServiceClient(b.Dial(tok, nil)).Admit(t.Context(), &controlplanev1.AdmitRequest{Account: acct}); status.Code(err) != codes.Unauthenticated {
-		t.Errorf("Admit on replica B with the revoked token = %v, want Unauthenticated", err)
+	_, err := controlplanev1.NewAdmissionServiceClient(b.Dial(tok, nil)).Admit(t.Context(), &controlplanev1.AdmitRequest{Account: acct})
+	checkRevoked(t, "Admit on replica B with the revoked token", err, "team-a")
+}
+
+// checkRevoked requires err to be the refusal of the revoked credential
+// name: Unauthenticated saying so, with its ErrorInfo.
+func checkRevoked(t *testing.T, what string, err error, name string) {
+	t.Helper()
+	s := status.Convert(err)
+	want := `agent credential "` + name + `" was revoked (clodexctl agent remove); an operator must issue this data plane a new agent credential`
+	if s.Code() != codes.Unauthenticated || s.Message() != want {
+		t.Errorf("%s = %v, want Unauthenticated %q", what, err, want)
+	}
+	var info *errdetails.ErrorInfo
+	for _, d := range s.Details() {
+		if i, ok := d.(*errdetails.ErrorInfo); ok {
+			info = i
+		}
+	}
+	if info.GetReason() != "AGENT_REFUSAL_REVOKED" || info.GetMetadata()["credential"] != name {
+		t.Errorf("%s: details %v, want an ErrorInfo AGENT_REFUSAL_REVOKED naming %s", what, s.Details(), name)
 	}
 }

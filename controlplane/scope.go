@@ -52,6 +52,52 @@ func (c *scopedCred) allows(key string) bool {
 type scopeSet struct {
 	byDigest atomic.Pointer[map[[sha256.Size]byte]*scopedCred]
 	logged   sync.Map // credential name -> struct{}: its first out-of-scope call was logged
+
+	mu      sync.Mutex                   // guards the following fields
+	revoked map[[sha256.Size]byte]string // credentials a reload dropped, by digest: their names
+	order   [][sha256.Size]byte          // revoked's digests, oldest first
+}
+
+// maxRevoked bounds the revoked credentials a replica remembers, to name
+// them when their token is refused.
+const maxRevoked = 1000
+
+// replace installs the credentials m and remembers the ones it drops as
+// revoked (a credential created again is no longer revoked).
+func (s *scopeSet) replace(m map[[sha256.Size]byte]*scopedCred) {
+	old := s.byDigest.Swap(&m)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.revoked == nil {
+		s.revoked = map[[sha256.Size]byte]string{}
+	}
+	for d := range m {
+		delete(s.revoked, d)
+	}
+	if old != nil {
+		for d, c := range *old {
+			if _, kept := m[d]; !kept {
+				if _, known := s.revoked[d]; !known {
+					s.order = append(s.order, d)
+				}
+				s.revoked[d] = c.name
+			}
+		}
+	}
+	s.order = slices.DeleteFunc(s.order, func(d [sha256.Size]byte) bool { _, ok := s.revoked[d]; return !ok })
+	for len(s.order) > maxRevoked {
+		delete(s.revoked, s.order[0])
+		s.order = s.order[1:]
+	}
+}
+
+// revokedName returns the name of the credential with digest sum when a
+// reload dropped it.
+func (s *scopeSet) revokedName(sum [sha256.Size]byte) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name, ok := s.revoked[sum]
+	return name, ok
 }
 
 func (s *scopeSet) lookup(sum [sha256.Size]byte) *scopedCred {
@@ -81,7 +127,7 @@ func (s *Server) reloadScopes(ctx context.Context) error {
 		d := [sha256.Size]byte(c.Digest)
 		m[d] = &scopedCred{name: c.Name, digest: d, accounts: slices.Sorted(slices.Values(c.Accounts))}
 	}
-	s.scopes.byDigest.Store(&m)
+	s.scopes.replace(m)
 	s.revokeStale(ctx)
 	return nil
 }

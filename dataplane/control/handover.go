@@ -141,6 +141,9 @@ func (c *Client) handOver(ctx context.Context) error {
 		if err != nil && unreachable(err) {
 			return err
 		}
+		if e, ok := c.refuse(ctx, err); ok {
+			return e // kept for when the control plane accepts this data plane again
+		}
 		c.mu.Lock()
 		c.pending = slices.DeleteFunc(c.pending, func(p *pendingReport) bool { return p == r })
 		if err == nil {
