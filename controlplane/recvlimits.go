@@ -11,7 +11,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
-	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -68,7 +67,10 @@ var recvLimits = func() map[protoreflect.FullName]int {
 		&controlplanev1.RemoveLoginRequest{}, &controlplanev1.ListAgentCredentialsRequest{},
 		&controlplanev1.RemoveAgentCredentialRequest{},
 		&healthpb.HealthCheckRequest{}, &healthpb.HealthListRequest{})
-	set(recvReflection, &reflectionv1.ServerReflectionRequest{}, &reflectionv1alpha.ServerReflectionRequest{})
+	set(recvReflection, &reflectionv1.ServerReflectionRequest{})
+	// The deprecated v1alpha reflection service reflection.Register still
+	// serves, by name: its package is deprecated.
+	m["grpc.reflection.v1alpha.ServerReflectionRequest"] = recvReflection
 	set(MaxRecvMsgSize,
 		&controlplanev1.ConnectRequest{}, &controlplanev1.ReportGrantsRequest{},
 		&controlplanev1.CreateAgentCredentialRequest{}, &controlplanev1.ImportLoginRequest{})
