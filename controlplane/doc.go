@@ -19,8 +19,8 @@
 // interface its consumer declares: Admitter (admission.go); PolicyStore,
 // made of PolicyReader and PolicyWriter (admin.go), AdaptiveRates
 // (reports.go) and StoreInfo; and, optional, AgentCounter and AgentRoster
-// (directory.go), QuotaStore (reports.go), PolicyWatcher and
-// AgentCredStore (scope.go). store.Memory (one process) and
+// (directory.go), QuotaStore (reports.go), PolicyWatcher, AgentCredStore
+// (scope.go) and AgentCredWatcher (revoke.go). store.Memory (one process) and
 // redisstore.Store (replicas sharing one Redis) implement them; the data
 // directory's store.LoginFile keeps the agent credentials without Redis.
 //
@@ -29,8 +29,10 @@
 //   - admission.go: AdmissionService (Admit, Cancel, ReportGrants), and
 //     BenchService's no-op floor with Options.EnableBench.
 //   - admin.go: AdminService's policy and listing RPCs; scope.go its
-//     scoped agent credentials; credentials.go CredentialService and the
-//     login RPCs, served by Options.Broker.
+//     scoped agent credentials, revoke.go their revocation (the streams
+//     of a removed credential closed on every replica);
+//     credentials.go CredentialService and the login RPCs, served by
+//     Options.Broker.
 //   - stream.go: AgentService.Connect, each data plane's stream (hello,
 //     heartbeats, goodbye, coalesced policy pushes with the fleet-wide
 //     live count); reports.go the 403 and plan-usage reports it carries.
@@ -40,7 +42,9 @@
 //   - auth.go, accounts.go, denials.go: bearer tokens (checked from the
 //     headers before a message is read), the accounts data planes
 //     registered, and the counted, rate-limited log of denied calls;
-//     errors.go maps errors to gRPC status; metrics.go the metrics.
+//     recvlimits.go each method's receive limit, checked before a
+//     message is decoded; errors.go maps errors to gRPC status;
+//     metrics.go the metrics.
 //   - server.go: New, Serve, grpc.health.v1 (whose StoreHealthService
 //     reports the store) and reflection.
 //

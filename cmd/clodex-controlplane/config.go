@@ -14,6 +14,7 @@ import (
 	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/internal/bearer"
 	"github.com/clodex/clodex/internal/codexauth"
+	"github.com/clodex/clodex/internal/memlimit"
 	"github.com/clodex/clodex/internal/pacing"
 	"github.com/clodex/clodex/internal/telemetry"
 )
@@ -106,6 +107,10 @@ type config struct {
 	// BenchService registers the benchmark's no-op service. (Optional;
 	// default false)
 	BenchService bool
+	// MemoryLimit is the soft memory limit: auto (GOMEMLIMIT, else 0.9
+	// of the cgroup's memory limit), off, or a size such as 400MiB.
+	// (Optional; default auto)
+	MemoryLimit string
 	// LogLevel is debug, info, warn or error. (Optional; default info)
 	LogLevel string
 	// LogFormat is text or json. (Optional; default text)
@@ -161,6 +166,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.DurationVar(&c.ColdStart, "cold-start", 0, "memory store: after start, new buckets start empty for this long, an explicit stand-in for grants made while this control plane was down (0..10m; default 0: full buckets, grants are handed over)")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "wait after marking health NOT_SERVING before stopping")
 	fs.IntVar(&c.MaxAgentAccounts, "max-agent-accounts", 1000, "most accounts one agent credential may register (1..1000000); Admit refuses an account no operator configured and no registered data plane serves")
+	fs.StringVar(&c.MemoryLimit, "memory-limit", "auto", "soft memory `limit` of the Go runtime: auto (GOMEMLIMIT when set, else 0.9 of the cgroup's memory.max or memory.limit_in_bytes, else none), off, or a size such as 400MiB or 1GiB")
 	fs.BoolVar(&c.BenchService, "bench-service", false, "register the benchmark's no-op BenchService")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text, json")
@@ -272,6 +278,9 @@ func (c *config) Validate() error {
 	}
 	if c.DrainDelay < 0 || c.DrainDelay > time.Minute {
 		errs = append(errs, fmt.Errorf("--drain-delay %v is out of range; allowed 0..1m", c.DrainDelay))
+	}
+	if _, err := memlimit.Parse(c.MemoryLimit); err != nil {
+		errs = append(errs, fmt.Errorf("--memory-limit: %w", err))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)

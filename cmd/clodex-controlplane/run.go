@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,26 +22,11 @@ import (
 	"github.com/clodex/clodex/controlplane/broker"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/controlplane/store/redisstore"
+	"github.com/clodex/clodex/internal/memlimit"
 	"github.com/clodex/clodex/internal/pacing"
 	"github.com/clodex/clodex/internal/telemetry"
 	"github.com/clodex/clodex/internal/tlsconfig"
 )
-
-// defaultGOGC is the control plane's GOGC unless the environment sets one.
-// Its live heap is small (buckets, agents, policies: a few MB for 10,000
-// accounts) and Admit under load allocates per RPC, so at Go's default
-// of 100 the collector ran very often: at 64 Admits in flight on the
-// Redis store, GC took about 15 % of the process's CPU. At 400 the heap
-// may grow to five times the live heap between collections (still tens
-// of MB) and the CPU per Admit fell by about a fifth in an A/B run.
-const defaultGOGC = 400
-
-// tuneGC sets defaultGOGC when the environment has no GOGC.
-func tuneGC(lookupEnv func(string) (string, bool)) {
-	if _, ok := lookupEnv("GOGC"); !ok {
-		debug.SetGCPercent(defaultGOGC)
-	}
-}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runEnv(ctx, args, os.LookupEnv, stdout, stderr, nil)
@@ -81,6 +65,8 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		// structured log, at most one per redisstore.ClientLogEvery.
 		redisstore.LogClientTo(log, nil)
 	}
+	lim, _ := memlimit.Parse(cfg.MemoryLimit) // checked by Validate
+	tuneMemory(lim, lookupEnv, os.DirFS("/"), log)
 
 	adminTok, agentTok, warnings, err := cfg.tokens()
 	if err != nil {
@@ -173,6 +159,7 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		ShutdownGrace: cfg.ShutdownGrace,
 
 		MaxAccountsPerCredential: cfg.MaxAgentAccounts,
+		AgentCredChanges:         st.credChanges,
 		DrainDelay:               cfg.DrainDelay,
 	})
 	if err != nil {
@@ -260,6 +247,9 @@ type servedStore struct {
 	roster     controlplane.AgentRoster // nil: one control plane lists its own agents
 	quotas     controlplane.QuotaStore
 	changes    controlplane.PolicyWatcher // nil: no other replica changes policies
+	// credChanges tells of the agent credentials other replicas change;
+	// nil: no other replica does.
+	credChanges controlplane.AgentCredWatcher
 	// now is the clock the server decides on: Redis's for Redis.
 	now func() time.Time
 	// logins keeps the logins and scoped agent credentials when the
@@ -293,7 +283,7 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheu
 		return nil, err
 	}
 	return &servedStore{
-		admissions: r, policies: r, agents: r, roster: r, quotas: r, changes: r,
+		admissions: r, policies: r, agents: r, roster: r, quotas: r, changes: r, credChanges: r,
 		now: r.Now, logins: r, run: r.Run, close: func() { _ = r.Close() },
 	}, nil
 }

@@ -178,6 +178,8 @@ func (s *Server) start(addr string) {
 	}
 	var roster controlplane.AgentRoster    // Redis only
 	var changes controlplane.PolicyWatcher // Redis only
+
+	var credChanges controlplane.AgentCredWatcher // Redis only
 	if s.opts.RedisURL != "" {
 		r, err := redisstore.Open(context.Background(), redisstore.Options{
 			URL: s.opts.RedisURL, Prefix: s.opts.RedisPrefix, Defaults: s.opts.Defaults, Now: s.opts.Now,
@@ -187,6 +189,7 @@ func (s *Server) start(addr string) {
 			t.Fatalf("controlplanetest: %v", err)
 		}
 		st, closeStore, logins, roster, changes = r, func() { _ = r.Close() }, r, r, r
+		credChanges = r
 		if now == nil {
 			now = r.Now
 		}
@@ -230,6 +233,8 @@ func (s *Server) start(addr string) {
 		EnableBench:   s.opts.EnableBench,
 		ShutdownGrace: s.opts.ShutdownGrace,
 		FleetTick:     s.opts.FleetTick,
+
+		AgentCredChanges: credChanges,
 	})
 	if err != nil {
 		t.Fatalf("controlplanetest: %v", err)

@@ -8,5 +8,7 @@
 // rate after upstream 403s, and (TestLearnedThrottle) that with default
 // settings 30 new conversations over three data planes against a limit
 // of 20 upgrades per 60 s cost at most 3 upstream 403s and no failed turn.
-// It has no non-test code.
+// TestRevocation checks that a data plane whose scoped agent credential
+// is removed through another replica answers its next turn 403 with
+// x-should-retry: false and serves no more. It has no non-test code.
 package fleet

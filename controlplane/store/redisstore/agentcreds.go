@@ -12,14 +12,50 @@ import (
 
 func (r *Store) agentCredsKey() string { return r.prefix + "agentcreds" }
 
-// PutAgentCred stores c in Redis (one hash field per credential).
+// credsChannel carries a notice (the replica's id) with every change of
+// the agent credentials, so every replica reloads them at once: a
+// removed credential stops working fleet-wide within a round trip.
+func (r *Store) credsChannel() string { return r.prefix + "agentcreds-changed" }
+
+// WatchAgentCreds registers fn to be called when another replica created,
+// replaced or removed an agent credential, and when Redis answers again
+// after an outage (notices may have been missed). fn runs on Run's
+// goroutine and must not block.
+func (r *Store) WatchAgentCreds(fn func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.credWatchers = append(r.credWatchers, fn)
+}
+
+// credsNotice delivers another replica's notice.
+func (r *Store) credsNotice(replica string) {
+	if replica != r.replica {
+		r.notifyCreds()
+	}
+}
+
+func (r *Store) notifyCreds() {
+	r.mu.Lock()
+	ws := append([]func(){}, r.credWatchers...)
+	r.mu.Unlock()
+	for _, fn := range ws {
+		fn()
+	}
+}
+
+// PutAgentCred stores c in Redis (one hash field per credential) and
+// announces the change.
 func (r *Store) PutAgentCred(ctx context.Context, c store.AgentCred) error {
 	b, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("encode agent credential %s: %w", c.Name, err)
 	}
 	return r.call(ctx, "agentcreds", func(ctx context.Context) error {
-		return r.client.HSet(ctx, r.agentCredsKey(), c.Name, string(b)).Err()
+		pipe := r.client.TxPipeline()
+		pipe.HSet(ctx, r.agentCredsKey(), c.Name, string(b))
+		pipe.Publish(ctx, r.credsChannel(), r.replica)
+		_, err := pipe.Exec(ctx)
+		return err
 	})
 }
 
@@ -47,12 +83,16 @@ func (r *Store) AgentCreds(ctx context.Context) ([]store.AgentCred, error) {
 	return out, nil
 }
 
-// RemoveAgentCred deletes a credential from Redis.
+// RemoveAgentCred deletes a credential from Redis and announces the
+// change.
 func (r *Store) RemoveAgentCred(ctx context.Context, name string) error {
 	var n int64
 	err := r.call(ctx, "agentcreds", func(ctx context.Context) error {
-		v, err := r.client.HDel(ctx, r.agentCredsKey(), name).Result()
-		n = v
+		pipe := r.client.TxPipeline()
+		del := pipe.HDel(ctx, r.agentCredsKey(), name)
+		pipe.Publish(ctx, r.credsChannel(), r.replica)
+		_, err := pipe.Exec(ctx)
+		n = del.Val()
 		return err
 	})
 	if err != nil {

@@ -6,6 +6,7 @@
 //	defer st.Close()
 //	a, err := st.Admit(ctx, key, now) // the memory store's API (store.Memory), one Lua script per decision
 //	st.WatchPolicies(push)            // push(key) for each policy change another replica made
+//	st.WatchAgentCreds(reload)        // reload() for each agent credential another replica changed
 //	err = st.PutAgent(ctx, s, info)   // the fleet's roster (RemoveAgent, Agents)
 //	err = redisstore.Check(ctx, url, timeout) // --check-config: a Redis answers
 //

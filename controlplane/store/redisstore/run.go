@@ -333,7 +333,7 @@ func (r *Store) register(ctx context.Context) {
 // answer closes the breaker, hands the local grants over and notifies
 // every key. It returns nil when ctx ends, after deregistering.
 func (r *Store) Run(ctx context.Context) error {
-	ps := r.client.Subscribe(ctx, r.channel)
+	ps := r.client.Subscribe(ctx, r.channel, r.credsChannel())
 	var wg sync.WaitGroup
 	wg.Go(func() { r.receive(ctx, ps) })
 	defer func() {
@@ -400,6 +400,7 @@ func (r *Store) tryClose(ctx context.Context) {
 		"local_grants_handed_over", total, "accounts", len(grants))
 	r.checkDefaults(ctx)
 	r.notify("")
+	r.notifyCreds() // changes made while Redis was away went unannounced
 }
 
 // checkVersion reloads the policies and notifies every key when the
@@ -423,6 +424,10 @@ func (r *Store) checkVersion(ctx context.Context) {
 // until ps closes.
 func (r *Store) receive(ctx context.Context, ps *redis.PubSub) {
 	for msg := range ps.Channel() {
+		if msg.Channel == r.credsChannel() {
+			r.credsNotice(msg.Payload)
+			continue
+		}
 		f := strings.Fields(msg.Payload)
 		if len(f) != 3 || f[2] == r.replica {
 			continue

@@ -154,8 +154,9 @@ type Store struct {
 
 	replicas atomic.Int64 // live replicas, as last read
 
-	mu       sync.Mutex // guards the following field
-	watchers []func(key string)
+	mu           sync.Mutex // guards the following fields
+	watchers     []func(key string)
+	credWatchers []func() // WatchAgentCreds
 }
 
 // Open connects to Redis and returns the store. A malformed URL or a
