@@ -58,6 +58,9 @@ func TestRevocationRefusesTheClient(t *testing.T) {
 	scoped := tok(t, "scoped-token-of-dp-1")
 	sum := sha256.Sum256([]byte(scoped.Reveal()))
 	admin := adminClient(srv)
+	// A scoped credential needs the broker to hold a sign-in for its
+	// accounts.
+	startIdP(t).login(t, admin, "acct-a")
 	create := func() {
 		if _, err := admin.CreateAgentCredential(t.Context(), &controlplanev1.CreateAgentCredentialRequest{Name: "dp-1", Accounts: []string{key}, TokenSha256: sum[:]}); err != nil {
 			t.Fatal(err)
