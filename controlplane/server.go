@@ -153,6 +153,10 @@ type Options struct {
 	// it the registration is ResourceExhausted. (Optional; default
 	// DefaultMaxAccountsPerCredential)
 	MaxAccountsPerCredential int
+	// ConsoleLinks, when set, issues the web console's sign-in links
+	// (CreateConsoleLink). (Optional; default none: the RPC answers
+	// FailedPrecondition)
+	ConsoleLinks ConsoleLinks
 	// FleetTick is how often Serve expires silent agents and applies
 	// adaptive raises (pushing the new rates). (Optional; default 1s)
 	FleetTick time.Duration

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/clodex/clodex/controlplane/broker"
+	"github.com/clodex/clodex/controlplane/console"
 	"github.com/clodex/clodex/internal/bearer"
 	"github.com/clodex/clodex/internal/codexauth"
 	"github.com/clodex/clodex/internal/memlimit"
@@ -29,6 +30,7 @@ const (
 	envAdminTokenFile = "CLODEX_ADMIN_TOKEN_FILE"
 	envAgentTokenFile = "CLODEX_AGENT_TOKEN_FILE"
 	envAdminListen    = "CLODEX_CONTROLPLANE_ADMIN_LISTEN"
+	envConsoleURL     = "CLODEX_CONTROLPLANE_CONSOLE_URL"
 	envMetricsToken   = "CLODEX_METRICS_TOKEN_FILE"
 	envRedis          = "CLODEX_REDIS_URL"
 	envReplica        = "CLODEX_CONTROLPLANE_REPLICA"
@@ -82,6 +84,11 @@ type config struct {
 	MetricsTokenFile string
 	// Pprof serves /debug/pprof on AdminListen. (Optional; default off)
 	Pprof bool
+	// ConsoleURL is the web console's base URL as browsers reach it
+	// (scheme and host), put in the sign-in links clodexctl console
+	// prints. (Optional; default http:// and the admin listener's address,
+	// with localhost for an unspecified host)
+	ConsoleURL string
 	// TLSCert and TLSKey enable TLS; ClientCA requires client
 	// certificates. (Optional; default plaintext)
 	TLSCert, TLSKey, ClientCA string
@@ -157,6 +164,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.StringVar(&c.AdminListen, "admin-listen", env(envAdminListen), "serve /metrics, /debug/ and, with --pprof, /debug/pprof on this `address` (default off; non-loopback needs --metrics-token-file)")
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", env(envMetricsToken), "`file` holding the bearer token every --admin-listen request must carry (required off loopback; env "+envMetricsToken+")")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on --admin-listen")
+	fs.StringVar(&c.ConsoleURL, "console-url", env(envConsoleURL), "the web console's base `URL` as browsers reach it, e.g. https://clodex.example.com (default http:// and --admin-listen's address; env "+envConsoleURL+")")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "server certificate PEM `file` (with --tls-key; default plaintext)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "server key PEM `file`")
 	fs.StringVar(&c.ClientCA, "client-ca", "", "require client certificates signed by this CA PEM `file`")
@@ -250,6 +258,13 @@ func (c *config) Validate() error {
 	}
 	if err := telemetry.CheckAdminFlags(c.AdminListen, c.MetricsTokenFile, c.Pprof); err != nil {
 		errs = append(errs, err)
+	}
+	if c.ConsoleURL != "" {
+		if c.AdminListen == "" {
+			errs = append(errs, errors.New("--console-url is set but --admin-listen is not: the console is served on the admin listener"))
+		} else if _, err := console.NewLinks(c.ConsoleURL, nil); err != nil {
+			errs = append(errs, fmt.Errorf("--console-url: %w", err))
+		}
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key must be given together"))

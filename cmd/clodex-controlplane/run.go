@@ -20,6 +20,7 @@ import (
 
 	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/broker"
+	"github.com/clodex/clodex/controlplane/console"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/controlplane/store/redisstore"
 	"github.com/clodex/clodex/internal/memlimit"
@@ -140,7 +141,27 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 			return err
 		}
 	}
+	// The admin listener first: the console's sign-in links name its
+	// address, and the server issues them.
+	var lc net.ListenConfig
+	var adminLis net.Listener
+	var links *console.Links
+	if cfg.AdminListen != "" {
+		adminLis, err = lc.Listen(ctx, "tcp", cfg.AdminListen)
+		if err != nil {
+			return fmt.Errorf("admin listen: %w", err)
+		}
+		defer adminLis.Close() // a failed start; the admin server closes it otherwise
+		if links, err = console.NewLinks(consoleURL(cfg.ConsoleURL, adminLis.Addr()), st.now); err != nil {
+			return fmt.Errorf("--console-url: %w", err)
+		}
+	}
+	var consoleLinks controlplane.ConsoleLinks // nil without an admin listener: the RPC says so
+	if links != nil {
+		consoleLinks = links
+	}
 	srv, err := controlplane.New(controlplane.Options{
+		ConsoleLinks:  consoleLinks,
 		Broker:        brk,
 		AgentCreds:    logins,
 		Admissions:    st.admissions,
@@ -167,34 +188,31 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 	}
 	defer srv.Stop() // ends its stream workers when it is not served (a listen failure); no-op after Serve
 
-	var lc net.ListenConfig
 	lis, err := lc.Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
-	}
-	var adminLis net.Listener
-	if cfg.AdminListen != "" {
-		adminLis, err = lc.Listen(ctx, "tcp", cfg.AdminListen)
-		if err != nil {
-			_ = lis.Close()
-			return fmt.Errorf("admin listen: %w", err)
-		}
 	}
 	info := st.policies.Info()
 	log.Info("starting", "version", version, "instance", instance, "store", info.Kind, "store_address", info.Address,
 		"replica", info.Replica, "default_rate_per_minute", cfg.Defaults.RatePerMinute, "default_burst", cfg.Defaults.Burst)
 
 	var admin http.Handler
+	var con *console.Console
 	if adminLis != nil {
 		facts := map[string]string{
 			"service": "clodex-controlplane", "version": version, "instance": instance,
 			"listen": lis.Addr().String(), "tls": fmt.Sprint(tlsCfg != nil),
 			"store": info.Kind, "store_address": info.Address, "replica": info.Replica,
 		}
-		admin, err = telemetry.AdminHandler(reg, telemetry.AdminOptions{Listen: cfg.AdminListen, Token: metricsTok, Pprof: cfg.Pprof, Facts: facts})
+		con, err = console.New(console.Config{Admin: srv.Admin(), Links: links, Logger: log, Now: st.now})
 		if err != nil {
 			_ = lis.Close()
-			_ = adminLis.Close()
+			return err
+		}
+		admin, err = telemetry.AdminHandler(reg, telemetry.AdminOptions{Listen: cfg.AdminListen, Token: metricsTok, Pprof: cfg.Pprof, Facts: facts,
+			Console: con.Handler()})
+		if err != nil {
+			_ = lis.Close()
 			return err
 		}
 	}
@@ -224,7 +242,8 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 			defer cancel()
 			return hs.Shutdown(sctx)
 		})
-		log.Info("admin listener", "addr", adminLis.Addr().String())
+		g.Go(func() error { return con.Run(gctx) })
+		log.Info("admin listener", "addr", adminLis.Addr().String(), "console", links.Base()+"/console/")
 	}
 	if ready != nil {
 		adminAddr := ""
@@ -236,6 +255,22 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 	err = g.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// consoleURL is the console's base URL: the configured one, else the
+// admin listener's address (localhost for an unspecified host).
+func consoleURL(configured string, addr net.Addr) string {
+	if configured != "" {
+		return configured
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // servedStore is the store a start serves from: the memory store

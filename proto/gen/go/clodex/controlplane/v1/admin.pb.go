@@ -2097,6 +2097,107 @@ func (*RemoveAgentCredentialResponse) Descriptor() ([]byte, []int) {
 	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
+type CreateConsoleLinkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// operator names who signs in, for the console's log of actions
+	// ("alice@laptop"): 1..64 printable ASCII characters, no spaces.
+	Operator      string `protobuf:"bytes,1,opt,name=operator,proto3" json:"operator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateConsoleLinkRequest) Reset() {
+	*x = CreateConsoleLinkRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateConsoleLinkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateConsoleLinkRequest) ProtoMessage() {}
+
+func (x *CreateConsoleLinkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateConsoleLinkRequest.ProtoReflect.Descriptor instead.
+func (*CreateConsoleLinkRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CreateConsoleLinkRequest) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+type CreateConsoleLinkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url is the link: the console's base URL (--console-url, else the
+	// admin listener's address) with /console/signin?link=<one-time token>.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// expires_unix_ms is when the link stops working if it was not used.
+	ExpiresUnixMs int64 `protobuf:"varint,2,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateConsoleLinkResponse) Reset() {
+	*x = CreateConsoleLinkResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateConsoleLinkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateConsoleLinkResponse) ProtoMessage() {}
+
+func (x *CreateConsoleLinkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateConsoleLinkResponse.ProtoReflect.Descriptor instead.
+func (*CreateConsoleLinkResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *CreateConsoleLinkResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CreateConsoleLinkResponse) GetExpiresUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresUnixMs
+	}
+	return 0
+}
+
 var File_clodex_controlplane_v1_admin_proto protoreflect.FileDescriptor
 
 const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
@@ -2248,7 +2349,12 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"2\n" +
 	"\x1cRemoveAgentCredentialRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x1f\n" +
-	"\x1dRemoveAgentCredentialResponse2\xf4\v\n" +
+	"\x1dRemoveAgentCredentialResponse\"6\n" +
+	"\x18CreateConsoleLinkRequest\x12\x1a\n" +
+	"\boperator\x18\x01 \x01(\tR\boperator\"U\n" +
+	"\x19CreateConsoleLinkResponse\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12&\n" +
+	"\x0fexpires_unix_ms\x18\x02 \x01(\x03R\rexpiresUnixMs2\xee\f\n" +
 	"\fAdminService\x12Z\n" +
 	"\aSetRate\x12&.clodex.controlplane.v1.SetRateRequest\x1a'.clodex.controlplane.v1.SetRateResponse\x12`\n" +
 	"\tSetBudget\x12(.clodex.controlplane.v1.SetBudgetRequest\x1a).clodex.controlplane.v1.SetBudgetResponse\x12c\n" +
@@ -2267,7 +2373,8 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\vRemoveLogin\x12*.clodex.controlplane.v1.RemoveLoginRequest\x1a+.clodex.controlplane.v1.RemoveLoginResponse\x12\x84\x01\n" +
 	"\x15CreateAgentCredential\x124.clodex.controlplane.v1.CreateAgentCredentialRequest\x1a5.clodex.controlplane.v1.CreateAgentCredentialResponse\x12\x81\x01\n" +
 	"\x14ListAgentCredentials\x123.clodex.controlplane.v1.ListAgentCredentialsRequest\x1a4.clodex.controlplane.v1.ListAgentCredentialsResponse\x12\x84\x01\n" +
-	"\x15RemoveAgentCredential\x124.clodex.controlplane.v1.RemoveAgentCredentialRequest\x1a5.clodex.controlplane.v1.RemoveAgentCredentialResponseBMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
+	"\x15RemoveAgentCredential\x124.clodex.controlplane.v1.RemoveAgentCredentialRequest\x1a5.clodex.controlplane.v1.RemoveAgentCredentialResponse\x12x\n" +
+	"\x11CreateConsoleLink\x120.clodex.controlplane.v1.CreateConsoleLinkRequest\x1a1.clodex.controlplane.v1.CreateConsoleLinkResponseBMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
 
 var (
 	file_clodex_controlplane_v1_admin_proto_rawDescOnce sync.Once
@@ -2281,7 +2388,7 @@ func file_clodex_controlplane_v1_admin_proto_rawDescGZIP() []byte {
 	return file_clodex_controlplane_v1_admin_proto_rawDescData
 }
 
-var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*Account)(nil),                       // 0: clodex.controlplane.v1.Account
 	(*SetRateRequest)(nil),                // 1: clodex.controlplane.v1.SetRateRequest
@@ -2317,7 +2424,9 @@ var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*ListAgentCredentialsResponse)(nil),  // 31: clodex.controlplane.v1.ListAgentCredentialsResponse
 	(*RemoveAgentCredentialRequest)(nil),  // 32: clodex.controlplane.v1.RemoveAgentCredentialRequest
 	(*RemoveAgentCredentialResponse)(nil), // 33: clodex.controlplane.v1.RemoveAgentCredentialResponse
-	(*QuotaWindow)(nil),                   // 34: clodex.controlplane.v1.QuotaWindow
+	(*CreateConsoleLinkRequest)(nil),      // 34: clodex.controlplane.v1.CreateConsoleLinkRequest
+	(*CreateConsoleLinkResponse)(nil),     // 35: clodex.controlplane.v1.CreateConsoleLinkResponse
+	(*QuotaWindow)(nil),                   // 36: clodex.controlplane.v1.QuotaWindow
 }
 var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: clodex.controlplane.v1.SetRateResponse.account:type_name -> clodex.controlplane.v1.Account
@@ -2329,7 +2438,7 @@ var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	12, // 6: clodex.controlplane.v1.ListAgentsResponse.agents:type_name -> clodex.controlplane.v1.Agent
 	0,  // 7: clodex.controlplane.v1.SetAdaptiveResponse.account:type_name -> clodex.controlplane.v1.Account
 	17, // 8: clodex.controlplane.v1.ListQuotasResponse.quotas:type_name -> clodex.controlplane.v1.AccountQuota
-	34, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
+	36, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
 	20, // 10: clodex.controlplane.v1.ImportLoginResponse.login:type_name -> clodex.controlplane.v1.Login
 	20, // 11: clodex.controlplane.v1.ListLoginsResponse.logins:type_name -> clodex.controlplane.v1.Login
 	20, // 12: clodex.controlplane.v1.GetLoginResponse.login:type_name -> clodex.controlplane.v1.Login
@@ -2349,22 +2458,24 @@ var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	28, // 26: clodex.controlplane.v1.AdminService.CreateAgentCredential:input_type -> clodex.controlplane.v1.CreateAgentCredentialRequest
 	30, // 27: clodex.controlplane.v1.AdminService.ListAgentCredentials:input_type -> clodex.controlplane.v1.ListAgentCredentialsRequest
 	32, // 28: clodex.controlplane.v1.AdminService.RemoveAgentCredential:input_type -> clodex.controlplane.v1.RemoveAgentCredentialRequest
-	2,  // 29: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
-	4,  // 30: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
-	6,  // 31: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
-	9,  // 32: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
-	11, // 33: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
-	14, // 34: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
-	16, // 35: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
-	19, // 36: clodex.controlplane.v1.AdminService.ImportLogin:output_type -> clodex.controlplane.v1.ImportLoginResponse
-	22, // 37: clodex.controlplane.v1.AdminService.ListLogins:output_type -> clodex.controlplane.v1.ListLoginsResponse
-	24, // 38: clodex.controlplane.v1.AdminService.GetLogin:output_type -> clodex.controlplane.v1.GetLoginResponse
-	26, // 39: clodex.controlplane.v1.AdminService.RemoveLogin:output_type -> clodex.controlplane.v1.RemoveLoginResponse
-	29, // 40: clodex.controlplane.v1.AdminService.CreateAgentCredential:output_type -> clodex.controlplane.v1.CreateAgentCredentialResponse
-	31, // 41: clodex.controlplane.v1.AdminService.ListAgentCredentials:output_type -> clodex.controlplane.v1.ListAgentCredentialsResponse
-	33, // 42: clodex.controlplane.v1.AdminService.RemoveAgentCredential:output_type -> clodex.controlplane.v1.RemoveAgentCredentialResponse
-	29, // [29:43] is the sub-list for method output_type
-	15, // [15:29] is the sub-list for method input_type
+	34, // 29: clodex.controlplane.v1.AdminService.CreateConsoleLink:input_type -> clodex.controlplane.v1.CreateConsoleLinkRequest
+	2,  // 30: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
+	4,  // 31: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
+	6,  // 32: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
+	9,  // 33: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
+	11, // 34: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
+	14, // 35: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
+	16, // 36: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
+	19, // 37: clodex.controlplane.v1.AdminService.ImportLogin:output_type -> clodex.controlplane.v1.ImportLoginResponse
+	22, // 38: clodex.controlplane.v1.AdminService.ListLogins:output_type -> clodex.controlplane.v1.ListLoginsResponse
+	24, // 39: clodex.controlplane.v1.AdminService.GetLogin:output_type -> clodex.controlplane.v1.GetLoginResponse
+	26, // 40: clodex.controlplane.v1.AdminService.RemoveLogin:output_type -> clodex.controlplane.v1.RemoveLoginResponse
+	29, // 41: clodex.controlplane.v1.AdminService.CreateAgentCredential:output_type -> clodex.controlplane.v1.CreateAgentCredentialResponse
+	31, // 42: clodex.controlplane.v1.AdminService.ListAgentCredentials:output_type -> clodex.controlplane.v1.ListAgentCredentialsResponse
+	33, // 43: clodex.controlplane.v1.AdminService.RemoveAgentCredential:output_type -> clodex.controlplane.v1.RemoveAgentCredentialResponse
+	35, // 44: clodex.controlplane.v1.AdminService.CreateConsoleLink:output_type -> clodex.controlplane.v1.CreateConsoleLinkResponse
+	30, // [30:45] is the sub-list for method output_type
+	15, // [15:30] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -2384,7 +2495,7 @@ func file_clodex_controlplane_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_admin_proto_rawDesc), len(file_clodex_controlplane_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

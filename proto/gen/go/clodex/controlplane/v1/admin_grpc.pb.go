@@ -33,6 +33,7 @@ const (
 	AdminService_CreateAgentCredential_FullMethodName = "/clodex.controlplane.v1.AdminService/CreateAgentCredential"
 	AdminService_ListAgentCredentials_FullMethodName  = "/clodex.controlplane.v1.AdminService/ListAgentCredentials"
 	AdminService_RemoveAgentCredential_FullMethodName = "/clodex.controlplane.v1.AdminService/RemoveAgentCredential"
+	AdminService_CreateConsoleLink_FullMethodName     = "/clodex.controlplane.v1.AdminService/CreateConsoleLink"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -104,6 +105,13 @@ type AdminServiceClient interface {
 	// RemoveAgentCredential revokes one scoped agent credential by name;
 	// NotFound when there is none.
 	RemoveAgentCredential(ctx context.Context, in *RemoveAgentCredentialRequest, opts ...grpc.CallOption) (*RemoveAgentCredentialResponse, error)
+	// CreateConsoleLink issues a one-time sign-in link to the web console
+	// of the answering replica's admin listener (/console/), valid for 60 s
+	// and for one use: following it sets the browser's session cookie. The
+	// admin token itself never travels in a URL. FailedPrecondition when
+	// the replica serves no console (no --admin-listen); ResourceExhausted
+	// when too many links are waiting to be used.
+	CreateConsoleLink(ctx context.Context, in *CreateConsoleLinkRequest, opts ...grpc.CallOption) (*CreateConsoleLinkResponse, error)
 }
 
 type adminServiceClient struct {
@@ -254,6 +262,16 @@ func (c *adminServiceClient) RemoveAgentCredential(ctx context.Context, in *Remo
 	return out, nil
 }
 
+func (c *adminServiceClient) CreateConsoleLink(ctx context.Context, in *CreateConsoleLinkRequest, opts ...grpc.CallOption) (*CreateConsoleLinkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateConsoleLinkResponse)
+	err := c.cc.Invoke(ctx, AdminService_CreateConsoleLink_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -323,6 +341,13 @@ type AdminServiceServer interface {
 	// RemoveAgentCredential revokes one scoped agent credential by name;
 	// NotFound when there is none.
 	RemoveAgentCredential(context.Context, *RemoveAgentCredentialRequest) (*RemoveAgentCredentialResponse, error)
+	// CreateConsoleLink issues a one-time sign-in link to the web console
+	// of the answering replica's admin listener (/console/), valid for 60 s
+	// and for one use: following it sets the browser's session cookie. The
+	// admin token itself never travels in a URL. FailedPrecondition when
+	// the replica serves no console (no --admin-listen); ResourceExhausted
+	// when too many links are waiting to be used.
+	CreateConsoleLink(context.Context, *CreateConsoleLinkRequest) (*CreateConsoleLinkResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -374,6 +399,9 @@ func (UnimplementedAdminServiceServer) ListAgentCredentials(context.Context, *Li
 }
 func (UnimplementedAdminServiceServer) RemoveAgentCredential(context.Context, *RemoveAgentCredentialRequest) (*RemoveAgentCredentialResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveAgentCredential not implemented")
+}
+func (UnimplementedAdminServiceServer) CreateConsoleLink(context.Context, *CreateConsoleLinkRequest) (*CreateConsoleLinkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateConsoleLink not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -648,6 +676,24 @@ func _AdminService_RemoveAgentCredential_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_CreateConsoleLink_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateConsoleLinkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).CreateConsoleLink(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_CreateConsoleLink_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).CreateConsoleLink(ctx, req.(*CreateConsoleLinkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -710,6 +756,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveAgentCredential",
 			Handler:    _AdminService_RemoveAgentCredential_Handler,
+		},
+		{
+			MethodName: "CreateConsoleLink",
+			Handler:    _AdminService_CreateConsoleLink_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
