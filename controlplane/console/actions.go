@@ -28,7 +28,9 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := c.sessions.start(operator)
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/console/", HttpOnly: true,
+	// Secure under TLS only: on a plain-http loopback listener a browser
+	// would drop a Secure cookie.
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/console/", HttpOnly: true, //nolint:gosec // G124: Secure is set whenever the console is reached over TLS (see above)
 		SameSite: http.SameSiteStrictMode, Secure: c.secure(r), MaxAge: int(SessionMax.Seconds())})
 	c.log.InfoContext(r.Context(), "console sign-in", "operator", operator, "remote", r.RemoteAddr)
 	http.Redirect(w, r, "/console/", http.StatusSeeOther)
