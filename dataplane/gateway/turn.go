@@ -656,6 +656,7 @@ func (t *turnRun) writeUpstreamError(f *retry.UpstreamError) {
 		c.Status = http.StatusBadGateway
 		f = &c
 	}
-	f = retry.Answer(t.w.Header(), f, retry.Facts{AuthRefreshed: t.refreshed, Wait: t.s.cfg.Health.RetryAfterAccount(t.s.cfg.Upstream, t.part.Account)}, t.s.rand)
+	f = retry.Answer(t.w.Header(), f, retry.Facts{AuthRefreshed: t.refreshed, Now: t.s.now(),
+		Wait: t.s.cfg.Health.RetryAfterAccount(t.s.cfg.Upstream, t.part.Account)}, t.s.rand)
 	writeJSON(t.w, f.Status, retry.ErrorBody(f))
 }
