@@ -368,6 +368,7 @@ func (t *turnRun) drive(ctx context.Context, a retry.Attempt, l *pool.Lease) err
 	if err := t.startStream(); err != nil {
 		return t.clientFailed(l, err)
 	}
+	t.stream.SetCachedPrefix(int(l.CachedTokens))
 	if err := t.send(ctx, l); err != nil {
 		return err
 	}
@@ -580,6 +581,7 @@ func (t *turnRun) completeLease(l *pool.Lease) {
 	l.Complete(t.stream.ResponseID(), items, pool.Usage{
 		InputTokens:  int64(u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens),
 		CachedTokens: int64(u.CacheReadInputTokens),
+		OutputTokens: int64(u.OutputTokens),
 	})
 }
 

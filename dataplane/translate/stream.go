@@ -79,6 +79,7 @@ type Stream struct {
 	sawToolUse bool
 	usage      Usage
 	haveUsage  bool
+	cached     int    // tokens of the input the socket already holds (SetCachedPrefix)
 	incomplete string // incomplete_details.reason of a response.incomplete
 	finished   bool
 	output     []json.RawMessage // cached OutputItems
@@ -527,7 +528,12 @@ func (s *Stream) start() error {
 	b = appendString(b, s.msgID)
 	b = append(b, `,"type":"message","role":"assistant","content":[],"model":`...)
 	b = appendString(b, s.turn.RequestedModel)
-	b = append(b, `,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}`...)
+	u := s.StartUsage()
+	b = append(b, `,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":`...)
+	b = appendInt(b, u.InputTokens)
+	b = append(b, `,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":`...)
+	b = appendInt(b, u.CacheReadInputTokens)
+	b = append(b, `}}}`...)
 	s.buf = b
 	return s.write("message_start", b)
 }
@@ -573,6 +579,25 @@ func (s *Stream) Usage() Usage {
 		u.CacheReadInputTokens, u.CacheCreationInputTokens = 0, 0
 	}
 	return u
+}
+
+// SetCachedPrefix tells the stream how many tokens of the request's input
+// the socket already holds: on a continuation, the conversation it
+// continues as the backend counted it (pool.Lease.CachedTokens); 0 on a
+// new socket. Only message_start reads it.
+func (s *Stream) SetCachedPrefix(tokens int) { s.cached = max(tokens, 0) }
+
+// StartUsage is the usage message_start carries, before the backend has
+// counted anything (docs/translation.md §9.3): the request's count_tokens
+// estimate, of which the cached prefix (at most the whole estimate) is
+// cache_read_input_tokens and the rest input_tokens; no output yet.
+// Clients that read input and cache figures only from message_start
+// (LangChain) see the turn's size; message_delta then carries the
+// backend's exact figures.
+func (s *Stream) StartUsage() Usage {
+	est := max(s.turn.EstimatedInputTokens, 0)
+	cached := min(s.cached, est)
+	return Usage{InputTokens: est - cached, CacheReadInputTokens: cached}
 }
 
 var errNotCompleted = errors.New("finish stream: the response has not completed")

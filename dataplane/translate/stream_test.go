@@ -64,7 +64,7 @@ var spec16Frames = []string{
 }
 
 const spec16SSE = `event: message_start
-data: {"type":"message_start","message":{"id":"msg_1766000000123","type":"message","role":"assistant","content":[],"model":"clodex:openai-oauth:gpt-5.6-sol","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}
+data: {"type":"message_start","message":{"id":"msg_1766000000123","type":"message","role":"assistant","content":[],"model":"clodex:openai-oauth:gpt-5.6-sol","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":77,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}
 event: content_block_start
 data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}
 event: content_block_delta

@@ -178,3 +178,49 @@ func TestResumeClosesAnEmptyTextBlock(t *testing.T) {
 		t.Errorf("events\n got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestMessageStartUsage: message_start carries the request's count_tokens estimate, the
+// part of it the socket already holds (a continuation) as cache_read_input_tokens, never
+// more than the whole; message_delta the backend's exact figures (docs/translation.md §9.3).
+func TestMessageStartUsage(t *testing.T) {
+	tests := []struct {
+		name   string
+		cached int
+		start  string
+	}{
+		{"new socket", 0, `"usage":{"input_tokens":1200,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}`},
+		{"continuation", 1000, `"usage":{"input_tokens":200,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":1000}`},
+		{"cached beyond the estimate", 5000, `"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":1200}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &recorder{}
+			s := NewStream(&Turn{RequestedModel: "m", EstimatedInputTokens: 1200}, rec, "msg_1")
+			s.SetCachedPrefix(tt.cached)
+			for _, f := range []string{msgAdded, msgDelta, msgDone,
+				`{"type":"response.completed","response":{"id":"r","usage":{"input_tokens":1500,"input_tokens_details":{"cached_tokens":1100},"output_tokens":7}}}`} {
+				if _, err := s.Handle([]byte(f)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Finish(); err != nil {
+				t.Fatal(err)
+			}
+			var start, delta string
+			for _, e := range rec.events {
+				switch n, d := splitEvent(e); n {
+				case "message_start":
+					start = d
+				case "message_delta":
+					delta = d
+				}
+			}
+			if !strings.Contains(start, tt.start) {
+				t.Errorf("message_start %s\nwant usage %s", start, tt.start)
+			}
+			if want := `"usage":{"input_tokens":400,"output_tokens":7,"cache_creation_input_tokens":0,"cache_read_input_tokens":1100}`; !strings.Contains(delta, want) {
+				t.Errorf("message_delta %s\nwant usage %s (the backend's figures)", delta, want)
+			}
+		})
+	}
+}
