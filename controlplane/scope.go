@@ -72,12 +72,29 @@ func (s *Server) reloadScopes(ctx context.Context) error {
 	m := make(map[[sha256.Size]byte]*scopedCred, len(cs))
 	for _, c := range cs {
 		if len(c.Digest) != sha256.Size {
+			// Unreadable without a copy: keep enforcing the one loaded
+			// before, if any.
+			if sum, old := s.scopes.byName(c.Name); old != nil {
+				m[sum] = old
+			}
 			continue
 		}
 		m[[sha256.Size]byte(c.Digest)] = &scopedCred{name: c.Name, accounts: slices.Sorted(slices.Values(c.Accounts))}
 	}
 	s.scopes.byDigest.Store(&m)
 	return nil
+}
+
+// byName returns the loaded credential named name and its digest.
+func (s *scopeSet) byName(name string) ([sha256.Size]byte, *scopedCred) {
+	if m := s.byDigest.Load(); m != nil {
+		for sum, c := range *m {
+			if c.name == name {
+				return sum, c
+			}
+		}
+	}
+	return [sha256.Size]byte{}, nil
 }
 
 // scopeKey carries the caller's *scopedCred in a request context.
@@ -177,7 +194,11 @@ func (a *adminService) CreateAgentCredential(ctx context.Context, req *controlpl
 }
 
 func agentCredProto(c store.AgentCred) *controlplanev1.AgentCredential {
-	return &controlplanev1.AgentCredential{Name: c.Name, Accounts: slices.Clone(c.Accounts), CreatedUnixMs: c.Created.UnixMilli()}
+	p := &controlplanev1.AgentCredential{Name: c.Name, Accounts: slices.Clone(c.Accounts), Unreadable: c.Unreadable}
+	if !c.Created.IsZero() {
+		p.CreatedUnixMs = c.Created.UnixMilli()
+	}
+	return p
 }
 
 func (a *adminService) ListAgentCredentials(ctx context.Context, req *controlplanev1.ListAgentCredentialsRequest) (*controlplanev1.ListAgentCredentialsResponse, error) {

@@ -30,6 +30,9 @@ func (d DirState) Snapshot(ctx context.Context) (Snapshot, error) {
 			return Snapshot{}, fmt.Errorf("snapshot: %w", err)
 		}
 		s.Logins, s.AgentCreds = doc.Logins, doc.AgentCreds
+		if s.KeyCanary, err = d.Logins.KeyCanary(ctx); err != nil {
+			return Snapshot{}, fmt.Errorf("snapshot: %w", err)
+		}
 	}
 	return s.normalized(), nil
 }
@@ -60,6 +63,11 @@ func (d DirState) Restore(ctx context.Context, s Snapshot, opts RestoreOptions) 
 	}
 	if res.Logins, res.AgentCreds, err = d.Logins.restore(ctx, s, opts); err != nil {
 		return res, err
+	}
+	if s.KeyCanary != nil {
+		if err := d.Logins.PutKeyCanary(ctx, s.KeyCanary, false); err != nil {
+			return res, err
+		}
 	}
 	return res, nil
 }

@@ -104,3 +104,56 @@ func loadGood[T any](path string, parse func([]byte) (T, error)) (T, *Recovery, 
 	}
 	return v, rec, nil
 }
+
+// checkGood is loadGood without writing: it reports what a load would
+// do (a Recovery whose From would take the file's place) or the error.
+func checkGood[T any](path string, parse func([]byte) (T, error)) (*Recovery, error) {
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if _, berr := os.Stat(path + bakSuffix); errors.Is(berr, fs.ErrNotExist) {
+			_, err := parse(nil)
+			return nil, err
+		}
+	case err != nil:
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	default:
+		if _, perr := parse(b); perr == nil {
+			return nil, nil
+		} else {
+			err = perr
+		}
+	}
+	good, berr := os.ReadFile(path + bakSuffix)
+	if berr != nil {
+		if errors.Is(berr, fs.ErrNotExist) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w; and its last good copy: %w", err, berr)
+	}
+	if _, perr := parse(good); perr != nil {
+		return nil, fmt.Errorf("%w; and its last good copy %s: %w", err, path+bakSuffix, perr)
+	}
+	return &Recovery{File: path, Err: err, From: path + bakSuffix, At: time.Now()}, nil
+}
+
+// CheckDataFiles reads the data dir's policy.json and logins.json as a
+// start would, writing nothing (--check-config): an error names a file
+// that does not decode and has no good copy; each warning says which
+// file a start would replace with its last good copy.
+func CheckDataFiles(dir string) (warnings []string, err error) {
+	var errs []error
+	path := policyPath(dir)
+	if rec, err := checkGood(path, func(b []byte) (policyFile, error) { return parsePolicyFile(path, b) }); err != nil {
+		errs = append(errs, err)
+	} else if rec != nil {
+		warnings = append(warnings, "a start will put back a last good copy: "+rec.String())
+	}
+	f := &LoginFile{dir: dir}
+	if rec, err := checkGood(f.path(), f.parse); err != nil {
+		errs = append(errs, err)
+	} else if rec != nil {
+		warnings = append(warnings, "a start will put back a last good copy: "+rec.String())
+	}
+	return warnings, errors.Join(errs...)
+}

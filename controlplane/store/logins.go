@@ -295,17 +295,18 @@ func (f *LoginFile) Logins(_ context.Context) ([]Login, error) {
 	return out, nil
 }
 
-// PutLogin writes l over generation l.Generation. The lease needs no
-// check here: a lock file is held until released or its process dies.
+// PutLogin writes l over generation l.Generation (-1: over whatever is
+// stored). The lease needs no check here: a lock file is held until released or its process dies.
 func (f *LoginFile) PutLogin(ctx context.Context, l Login, _ *Lease) (Login, error) {
 	if err := ValidateKey(l.Key); err != nil {
 		return Login{}, err
 	}
 	err := f.update(ctx, func(d *loginsDoc) error {
-		if d.Logins[l.Key].Generation != l.Generation {
+		cur := d.Logins[l.Key].Generation
+		if l.Generation != -1 && cur != l.Generation {
 			return ErrConflict
 		}
-		l.Generation++
+		l.Generation = cur + 1
 		d.Logins[l.Key] = l
 		return nil
 	})

@@ -39,6 +39,9 @@ type Snapshot struct {
 	// Removed are the removals a restore must not undo: "login:KEY" or
 	// "cred:NAME" to the version of the record removed.
 	Removed map[string]int64 `json:"removed,omitempty"`
+	// KeyCanary is the credential key's sealed canary (the broker's), so
+	// a store restored from the snapshot still refuses another key.
+	KeyCanary []byte `json:"key_canary,omitempty"`
 }
 
 // PolicyRecord is one account's stored policy in a snapshot: the

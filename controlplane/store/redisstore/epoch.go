@@ -254,6 +254,9 @@ func (r *Store) loadDurable(ctx context.Context) {
 	if _, err := r.AgentCreds(ctx); err != nil {
 		r.log.Debug("load agent credentials", "err", err)
 	}
+	if _, err := r.KeyCanary(ctx); err != nil {
+		r.log.Debug("load the key canary", "err", err)
+	}
 }
 
 // checkEpoch compares the store's epoch with the one this replica serves

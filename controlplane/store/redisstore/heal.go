@@ -167,6 +167,11 @@ func (r *Store) writeBack(ctx context.Context, quiet time.Duration) (store.Resto
 	if res.AgentCreds, err = r.writeCreds(ctx, slices.Collect(maps.Values(creds))); err != nil {
 		return res, err
 	}
+	if c := r.ledger.keyCanary(); c != nil {
+		if err := r.putCanary(ctx, c, false); err != nil {
+			return res, err
+		}
+	}
 	r.checkDefaults(ctx)
 	r.register(ctx)
 	return res, nil
@@ -329,6 +334,9 @@ func (r *Store) mergeSnapshot(s store.Snapshot) {
 		r.cache.put(k, record{version: p.Version, policy: resolve(p.Policy()), adaptive: p.Adaptive})
 	}
 	r.cache.raise(s.Version)
+	if s.KeyCanary != nil && r.ledger.keyCanary() == nil {
+		r.ledger.setCanary(s.KeyCanary)
+	}
 	for _, l := range s.Logins {
 		r.ledger.putLogin(l)
 	}
@@ -354,6 +362,7 @@ func (r *Store) copySnapshot() store.Snapshot {
 	s := store.Snapshot{
 		Created: r.now().UTC(), Kind: "redis", Replica: r.replica, Epoch: r.knownEpoch(), Version: r.cache.seen(),
 		Policies: map[string]store.PolicyRecord{}, Logins: logins, AgentCreds: creds, Removed: removed,
+		KeyCanary: r.ledger.keyCanary(),
 	}
 	for k, rec := range r.cache.all() {
 		s.Policies[k] = store.NewPolicyRecord(rec.policy, rec.adaptive, rec.version)
@@ -411,6 +420,11 @@ func (r *Store) restoreSnapshot(ctx context.Context, s store.Snapshot, opts stor
 	}
 	if res.AgentCreds, err = r.writeCreds(ctx, slices.Collect(maps.Values(s.AgentCreds))); err != nil {
 		return res, err
+	}
+	if s.KeyCanary != nil {
+		if err := r.putCanary(ctx, s.KeyCanary, false); err != nil {
+			return res, err
+		}
 	}
 	_ = r.reloadPolicies(ctx)
 	r.loadDurable(ctx)

@@ -25,6 +25,7 @@ type ledger struct {
 	removed map[string]int64 // "login:KEY" or "cred:NAME" -> the removed version
 	leases  map[string]heldLease
 	fences  map[string]int64 // the highest fencing token this replica took, per account
+	canary  []byte           // the credential key's sealed canary (broker.CheckKey)
 }
 
 // heldLease is a refresh lease this replica holds.
@@ -165,6 +166,24 @@ func (l *ledger) fence(key string) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.fences[key]
+}
+
+// setCanary keeps the key canary.
+func (l *ledger) setCanary(c []byte) {
+	l.mu.Lock()
+	changed := string(l.canary) != string(c)
+	l.canary = c
+	l.mu.Unlock()
+	if changed {
+		l.note()
+	}
+}
+
+// keyCanary returns the key canary this replica holds (nil: none).
+func (l *ledger) keyCanary() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.canary
 }
 
 // copyOf returns copies of the ledger's records.
