@@ -199,7 +199,7 @@ func (r *Store) snapshot(key string, v []any) (store.Account, error) {
 			return store.Account{}, err
 		}
 		a.Policy = sp.policy
-		r.cache.put(key, sp)
+		r.keepPolicy(key, sp)
 	}
 	if held, ok := r.cache.get(key); ok && a.PolicyVersion < held.version {
 		// Redis lost the record (or holds an older one): answer with

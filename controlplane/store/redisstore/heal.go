@@ -331,7 +331,7 @@ func (r *Store) runAll(ctx context.Context, op string, s *redis.Script, calls []
 // each unless the copy is newer.
 func (r *Store) mergeSnapshot(s store.Snapshot) {
 	for k, p := range s.Policies {
-		r.cache.put(k, record{version: p.Version, policy: resolve(p.Policy()), adaptive: p.Adaptive})
+		r.keepPolicy(k, record{version: p.Version, policy: resolve(p.Policy()), adaptive: p.Adaptive})
 	}
 	r.cache.raise(s.Version)
 	if s.KeyCanary != nil && r.ledger.keyCanary() == nil {

@@ -405,3 +405,41 @@ func TestEmptyStoreRestoredFromBackup(t *testing.T) {
 		t.Errorf("a new store without a backup logs nothing about it:\n%s", c.log.String())
 	}
 }
+
+// Every durable change this replica makes or reads moves Changes and
+// signals Changed (a backup writer's cue); the copy holds it.
+func TestDurableChangesWakeTheBackupWriter(t *testing.T) {
+	rs := redistest.Start(t)
+	a := openReplica(t, rs, "changes:", "cp-a", nil)
+	drain := func() {
+		select {
+		case <-a.Changed():
+		default:
+		}
+	}
+	for name, change := range map[string]func(){
+		"policy":  func() { setRate(t, a.Store, key, 600) },
+		"sign-in": func() { putLogin(t, a.Store, key, "sealed-1") },
+		"agent credential": func() {
+			if err := a.PutAgentCred(t.Context(), store.AgentCred{Name: "team-a", Digest: digest, Accounts: []string{key}}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		drain()
+		before := a.Changes()
+		change()
+		select {
+		case <-a.Changed():
+		default:
+			t.Errorf("%s: no change signalled", name)
+		}
+		if a.Changes() == before {
+			t.Errorf("%s: Changes did not move", name)
+		}
+	}
+	s, err := a.BackupState(t.Context())
+	if err != nil || len(s.Policies) != 1 || len(s.Logins) != 1 || len(s.AgentCreds) != 1 || s.Epoch == "" {
+		t.Errorf("BackupState = %+v, %v; want the policy, sign-in and credential under the epoch", s, err)
+	}
+}

@@ -225,16 +225,28 @@ func (c *policyCache) get(key string) (record, bool) {
 	return sp, ok
 }
 
-func (c *policyCache) put(key string, sp record) {
+// put keeps sp unless the cache holds a newer version, and reports
+// whether it changed the cache.
+func (c *policyCache) put(key string, sp record) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
 		c.m = map[string]record{}
 	}
-	if cur, ok := c.m[key]; !ok || cur.version <= sp.version {
-		c.m[key] = sp
-	}
 	c.version = max(c.version, sp.version)
+	if cur, ok := c.m[key]; !ok || cur.version < sp.version || (cur.version == sp.version && cur != sp) {
+		c.m[key] = sp
+		return true
+	}
+	return false
+}
+
+// keepPolicy keeps a policy record read or written in the cache, and
+// tells the backup writer when it is new.
+func (r *Store) keepPolicy(key string, sp record) {
+	if r.cache.put(key, sp) {
+		r.ledger.note()
+	}
 }
 
 // merge takes m's records (each unless the cache holds a newer one) and
@@ -521,7 +533,7 @@ func (r *Store) receive(ctx context.Context, ps *redis.PubSub) {
 		})
 		if err == nil {
 			if sp, err := decodeRecord(rec); err == nil {
-				r.cache.put(key, sp)
+				r.keepPolicy(key, sp)
 			}
 		}
 		r.notify(key)
