@@ -57,6 +57,8 @@ type topRow struct {
 	// Quota is the tightest window of the account's plan, "29% 7d", or
 	// "-" when none was reported.
 	Quota string
+	// Unreadable says the account's stored policy does not decode.
+	Unreadable string
 }
 
 func runTop(ctx context.Context, e *env, args []string) error {
@@ -208,7 +210,8 @@ func topRows(prev, cur *topSample) []topRow {
 		r := topRow{
 			Key: a.GetKey(), Rate: a.GetRatePerMinute(), Effective: a.GetEffectiveRatePerMinute(), Adaptive: a.GetAdaptive(),
 			Tokens: a.GetTokens(), ForbiddenTotal: a.GetForbiddenUpgrades(), Counted: a.GetCounted(),
-			Quota: tightest(cur.quotas[a.GetKey()]),
+			Quota:      tightest(cur.quotas[a.GetKey()]),
+			Unreadable: a.GetUnreadable(),
 		}
 		for _, ag := range cur.agents {
 			if slices.Contains(ag.GetAccounts(), r.Key) {
@@ -277,10 +280,19 @@ func writeTop(w io.Writer, addr string, interval time.Duration, now time.Time, r
 		if !r.Counted {
 			total = "n/c"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", r.Key, r.Rate, eff, tokens(r.Tokens),
+		key := r.Key
+		if r.Unreadable != "" {
+			key += " UNREADABLE"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", key, r.Rate, eff, tokens(r.Tokens),
 			perMin(r.Admits), perMin(r.Waits), perMin(r.Refusals), perMin(r.Forbidden), total, r.LiveAgents, r.AgentsServing, r.Quota)
 	}
 	_ = tw.Flush()
+	for _, r := range rows {
+		if r.Unreadable != "" {
+			fmt.Fprintf(w, "unreadable: %s: %s\n", r.Key, r.Unreadable)
+		}
+	}
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "no known accounts yet: an account appears with its first admission or stored policy")
 	}
