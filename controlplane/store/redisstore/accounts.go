@@ -207,6 +207,8 @@ func (r *Store) snapshot(key string, v []any) (store.Account, error) {
 		r.noteLost("policy", key, r.policiesKey()+" field "+key)
 		a.Policy, a.PolicyVersion, a.Custom, a.Adaptive = held.policy, held.version, true, held.adaptive
 		a.EffectiveRate = held.policy.RatePerMinute
+	} else if rec != "" {
+		r.noteFound("policy", key)
 	}
 	return a, nil
 }

@@ -27,9 +27,9 @@ const (
 	// account and no rotated refresh token is redeemed twice.
 	HealQuiet = 5 * time.Second
 	// RestoreQuiet is the same after a start that restored an empty
-	// store from a backup: replicas started beside it have this long to
-	// put back newer copies from their own backups.
-	RestoreQuiet = 30 * time.Second
+	// store from a backup: replicas started beside it (within this) put
+	// back newer copies from their own backups before anyone refreshes.
+	RestoreQuiet = 10 * time.Second
 )
 
 var (
@@ -77,6 +77,9 @@ func (r *Store) heal(ctx context.Context, loss string, intact bool) error {
 		}
 	}
 	r.adopt(cur)
+	// Accounts decided from the local share while Redis had lost their
+	// policy: their grants go to the buckets Redis keeps now.
+	r.handOverLocal(ctx)
 	took := time.Since(start)
 	r.metrics.restoreSeconds.Set(took.Seconds())
 	r.markRestored(fmt.Sprintf("%s from this replica's memory in %v", res, took.Round(time.Millisecond)))

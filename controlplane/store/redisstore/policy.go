@@ -59,11 +59,12 @@ func (r *Store) updateStored(ctx context.Context, key string, now time.Time, upd
 				// Unreadable: the change replaces it, starting from the
 				// last good copy this replica holds (else the defaults).
 				r.noteBadPolicy(key, err)
+				from := "the defaults"
 				rec = record{policy: resolve(r.defaults), adaptive: store.DefaultAdaptive}
 				if held {
-					rec = last
+					rec, from = last, "this replica's last good copy"
 				}
-				r.log.Warn("replacing an unreadable policy record", "account", key, "from", map[bool]string{true: "this replica's last good copy", false: "the defaults"}[held])
+				r.log.Warn("replacing an unreadable policy record", "account", key, "from", from)
 			}
 		case held:
 			rec = last // Redis lost it: start from this replica's copy

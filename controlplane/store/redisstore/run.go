@@ -438,8 +438,18 @@ func (r *Store) tryClose(ctx context.Context) {
 	// Redis may have restarted meanwhile, empty or a moment behind.
 	r.checkVersion(ctx)
 	r.checkPersistence(ctx)
+	total, accounts := r.handOverLocal(ctx)
+	r.log.Info("redis answers again; central admission resumed", "addr", r.addr,
+		"local_grants_handed_over", total, "accounts", accounts)
+	r.checkDefaults(ctx)
+	r.notify("")
+}
+
+// handOverLocal hands the grants this replica made from its local share
+// over to Redis and forgets its local buckets; it returns the tokens
+// debited and the accounts.
+func (r *Store) handOverLocal(ctx context.Context) (total, accounts int) {
 	grants := r.local.drain()
-	total := 0
 	report := r.replica + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	now := r.now()
 	for key, n := range grants {
@@ -451,10 +461,7 @@ func (r *Store) tryClose(ctx context.Context) {
 		total += res.Debited
 		r.metrics.replicaHandover.Add(float64(res.Debited))
 	}
-	r.log.Info("redis answers again; central admission resumed", "addr", r.addr,
-		"local_grants_handed_over", total, "accounts", len(grants))
-	r.checkDefaults(ctx)
-	r.notify("")
+	return total, len(grants)
 }
 
 // checkVersion reads the store's epoch and store-wide version in one
@@ -486,6 +493,10 @@ func (r *Store) checkVersion(ctx context.Context) {
 	}
 	seen := r.cache.seen()
 	switch {
+	case r.healingNow(): // a write-back that did not finish: again
+		if err := r.heal(ctx, "the last write-back did not finish", true); err != nil && ctx.Err() == nil {
+			r.log.Warn("writing the durable state back failed; trying again", "err", err)
+		}
 	case vErr != nil && !errors.Is(vErr, redis.Nil):
 		r.log.Error("the store-wide policy version in redis is unreadable; writing it back", "key", r.versionKey(), "err", vErr)
 		_, _ = r.runAll(ctx, "restore", scriptRestoreCounter, []scriptCall{{keys: []string{r.versionKey()}, args: []any{seen + VersionGap}}})

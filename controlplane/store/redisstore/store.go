@@ -90,7 +90,7 @@ type Options struct {
 	// HealQuiet, 5s)
 	HealQuiet time.Duration
 	// RestoreQuiet is the same after a start restored an empty store from
-	// a backup. (Optional; default RestoreQuiet, 30s)
+	// a backup. (Optional; default RestoreQuiet, 10s)
 	RestoreQuiet time.Duration
 	// Backup returns this replica's newest backup (a BackupDir's Newest):
 	// an empty store (no epoch) is restored from it, and a store whose
