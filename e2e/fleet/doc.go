@@ -7,6 +7,11 @@
 // restores central admission, that adaptive mode lowers the effective
 // rate after upstream 403s, and (TestLearnedThrottle) that with default
 // settings 30 new conversations over three data planes against a limit
-// of 20 upgrades per 60 s cost at most 3 upstream 403s and no failed turn.
+// of 20 upgrades per 60 s cost at most 3 upstream 403s and no failed turn;
+// and (TestDurability) that under load a FLUSHALL, a Redis killed and
+// restarted with its AOF or restarted empty, garbage in every kind of
+// record and every replica restarted against an empty Redis fail no turn
+// and lose nothing durable, that a replica with another credential key is
+// refused, and that no refresh token is redeemed twice.
 // It has no non-test code.
 package fleet
