@@ -72,6 +72,9 @@ func newRedisMetrics(r *Store) *redisMetrics {
 		Name: "clodex_controlplane_store_unreadable_records_total",
 		Help: "Records this replica found unreadable in Redis (each counted once until readable again), by kind: policy, sign_in, agent_credential, quota, account_state.",
 	}, []string{"kind"})
+	for _, k := range []string{"policy", "sign_in", "agent_credential", "quota", "account_state"} {
+		m.badRecords.WithLabelValues(k)
+	}
 	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "clodex_controlplane_redis_breaker_open",
 		Help: "1 while the Redis breaker is open and this replica admits from its local share, else 0.",
