@@ -51,7 +51,7 @@ func CheckKey(ctx context.Context, cs CanaryStore, k Key, keyFile string, readOn
 		return CheckKey(ctx, cs, k, keyFile, true) // another replica may have put its own first
 	}
 	if plain, err := k.open(canaryAD, sealed); err != nil || string(plain) != canaryText {
-		return fmt.Errorf("--credential-key-file %s: %w: they were sealed with another key (its canary, %s, does not open); start every replica with the same key file, or rotate keys with --rotate-credential-key",
+		return fmt.Errorf("--credential-key-file %s: %w: they were sealed with another key (its canary, %s, does not open; or the canary is damaged); start every replica with the same key file, or rotate keys with --rotate-credential-key",
 			keyFile, ErrWrongKey, cs.KeyCanaryPlace())
 	}
 	return nil
