@@ -109,3 +109,34 @@ func TestStoreLossBackupAndRestoreCommands(t *testing.T) {
 		t.Errorf("restore of a file that is no backup = %v; want a usage error naming it", err)
 	}
 }
+
+// backup and restore work on one control plane over its data dir too:
+// the file is plain without a credential key (it holds no sign-ins), and
+// a restore puts back what was changed since, when forced.
+func TestBackupAndRestoreOnTheDataDir(t *testing.T) {
+	srv := startServer(t)
+	if _, _, err := ctl(t, srv, "set-rate", acct1, "120"); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "dir.cbk")
+	out, _, err := ctl(t, srv, "backup", "--out", file, "-o", "json")
+	if err != nil || !strings.Contains(out, `"kind": "memory"`) || !strings.Contains(out, `"policies": 1`) || !strings.Contains(out, `"sealed": false`) {
+		t.Fatalf("backup = %q, %v", out, err)
+	}
+	if _, _, err := ctl(t, srv, "set-rate", acct1, "30"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := ctl(t, srv, "restore", file); err != nil || !strings.Contains(out, "policies 0 restored, 1 kept") {
+		t.Errorf("restore = %q, %v; want the newer policy kept", out, err)
+	}
+	if out, _, err := ctl(t, srv, "restore", file, "--force"); err != nil || !strings.Contains(out, "policies 1 restored") {
+		t.Errorf("restore --force = %q, %v", out, err)
+	}
+	if out, _, _ := ctl(t, srv, "get", acct1); !strings.Contains(out, "120/min") {
+		t.Errorf("get after restore --force = %q; want 120/min", out)
+	}
+	srv.Restart()
+	if out, _, _ := ctl(t, srv, "get", acct1); !strings.Contains(out, "120/min") {
+		t.Errorf("get after a restart = %q; want the restored 120/min kept in policy.json", out)
+	}
+}
