@@ -34,7 +34,12 @@ func (s *Server) toStatus(ctx context.Context, op string, err error) error {
 	var inv *invalidError
 	var rng *pacing.RangeError
 	var wr *store.WriteError
+	var bad *store.BadRecordError
 	switch {
+	case errors.As(err, &bad):
+		// A record that does not decode: the operator must set it again
+		// (or restore it); the message names it.
+		return status.Errorf(codes.FailedPrecondition, "%s: %v", op, bad)
 	case errors.As(err, &inv), errors.As(err, &rng):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, store.ErrNotFound):

@@ -45,7 +45,7 @@ const (
 	// the largest per-method limit (an agent hello or heartbeat naming
 	// 1000 accounts, about 24 KB; a ReportGrants of 200 accounts with
 	// 128-byte keys, about 32 KB; an agent credential of 1000 accounts; a
-	// login's tokens). A longer message is refused from its length prefix,
+	// login's tokens; a chunk of a backup file being restored). A longer message is refused from its length prefix,
 	// before its body is read.
 	MaxRecvMsgSize = 32 << 10
 )
@@ -65,7 +65,8 @@ var recvLimits = func() map[protoreflect.FullName]int {
 		&controlplanev1.ListAccountsRequest{}, &controlplanev1.ListAgentsRequest{}, &controlplanev1.SetAdaptiveRequest{},
 		&controlplanev1.ListQuotasRequest{}, &controlplanev1.ListLoginsRequest{}, &controlplanev1.GetLoginRequest{},
 		&controlplanev1.RemoveLoginRequest{}, &controlplanev1.ListAgentCredentialsRequest{},
-		&controlplanev1.RemoveAgentCredentialRequest{},
+		&controlplanev1.RemoveAgentCredentialRequest{}, &controlplanev1.CreateConsoleLinkRequest{},
+		&controlplanev1.BackupRequest{},
 		&healthpb.HealthCheckRequest{}, &healthpb.HealthListRequest{})
 	set(recvReflection, &reflectionv1.ServerReflectionRequest{})
 	// The deprecated v1alpha reflection service reflection.Register still
@@ -73,7 +74,8 @@ var recvLimits = func() map[protoreflect.FullName]int {
 	m["grpc.reflection.v1alpha.ServerReflectionRequest"] = recvReflection
 	set(MaxRecvMsgSize,
 		&controlplanev1.ConnectRequest{}, &controlplanev1.ReportGrantsRequest{},
-		&controlplanev1.CreateAgentCredentialRequest{}, &controlplanev1.ImportLoginRequest{})
+		&controlplanev1.CreateAgentCredentialRequest{}, &controlplanev1.ImportLoginRequest{},
+		&controlplanev1.RestoreRequest{}) // a chunk of a backup file, at most MaxRestoreChunk
 	return m
 }()
 

@@ -160,6 +160,11 @@ func (s *scopeSet) load(ctx context.Context) error {
 	m := make(map[[sha256.Size]byte]*scopedCred, len(cs))
 	for _, c := range cs {
 		if len(c.Digest) != sha256.Size {
+			// Unreadable without a copy: keep enforcing the one loaded
+			// before, if any.
+			if sum, old := s.byName(c.Name); old != nil {
+				m[sum] = old
+			}
 			continue
 		}
 		d := [sha256.Size]byte(c.Digest)
@@ -180,6 +185,18 @@ func (s *Server) reloadScopes(ctx context.Context) error {
 	}
 	s.revokeStale(ctx)
 	return nil
+}
+
+// byName returns the loaded credential named name and its digest.
+func (s *scopeSet) byName(name string) ([sha256.Size]byte, *scopedCred) {
+	if m := s.byDigest.Load(); m != nil {
+		for sum, c := range *m {
+			if c.name == name {
+				return sum, c
+			}
+		}
+	}
+	return [sha256.Size]byte{}, nil
 }
 
 // scopeKey carries the caller's *scopedCred in a request context.
@@ -308,7 +325,11 @@ func (s *Server) checkSignedIn(ctx context.Context, keys []string) error {
 }
 
 func agentCredProto(c store.AgentCred) *controlplanev1.AgentCredential {
-	return &controlplanev1.AgentCredential{Name: c.Name, Accounts: slices.Clone(c.Accounts), CreatedUnixMs: c.Created.UnixMilli()}
+	p := &controlplanev1.AgentCredential{Name: c.Name, Accounts: slices.Clone(c.Accounts), Unreadable: c.Unreadable}
+	if !c.Created.IsZero() {
+		p.CreatedUnixMs = c.Created.UnixMilli()
+	}
+	return p
 }
 
 func (a *adminService) ListAgentCredentials(ctx context.Context, req *controlplanev1.ListAgentCredentialsRequest) (*controlplanev1.ListAgentCredentialsResponse, error) {

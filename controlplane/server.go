@@ -144,6 +144,15 @@ type Options struct {
 	// too). *redisstore.Store implements it. (Optional; default none:
 	// reloaded every FleetTick)
 	AgentCredChanges AgentCredWatcher
+	// Durable, when set, takes snapshots of the store's durable state and
+	// restores them (AdminService.Backup and Restore). *redisstore.Store
+	// and store.DirState implement it. (Optional; default none: those
+	// RPCs answer FailedPrecondition)
+	Durable DurableStore
+	// BackupSealer seals the backups Backup returns and opens the ones
+	// Restore is given (the credential key). (Optional; default none:
+	// plain backups, for a control plane without sign-ins)
+	BackupSealer store.Sealer
 	// Broker, when set, is the credential broker: AdminService's login
 	// RPCs and CredentialService are served from it. (Optional; default
 	// none: those RPCs answer FailedPrecondition)

@@ -36,6 +36,7 @@ const (
 	envReplica        = "CLODEX_CONTROLPLANE_REPLICA"
 	envCredentialKey  = "CLODEX_CREDENTIAL_KEY_FILE"
 	envTokenEndpoint  = "CLODEX_TOKEN_ENDPOINT"
+	envBackupDir      = "CLODEX_BACKUP_DIR"
 )
 
 const defaultListen = "127.0.0.1:17700"
@@ -76,6 +77,14 @@ type config struct {
 	// logins (sealed in the data dir's logins.json, or in Redis) and is
 	// their only refresher. (Optional; default off: no broker)
 	CredentialKeyFile string
+	// BackupDir keeps this replica's sealed backups of the durable state
+	// (policies, sign-ins, agent credentials): one after every change, the
+	// newest 10 kept; a store found empty at start is restored from the
+	// newest. (Optional; default none)
+	BackupDir string
+	// RotateKeyFile, with CredentialKeyFile, re-seals every sign-in under
+	// the key in this file, then exits. (Optional)
+	RotateKeyFile string
 	// TokenEndpoint is the OAuth token endpoint the broker refreshes at.
 	// (Optional; default https://auth.openai.com/oauth/token)
 	TokenEndpoint string
@@ -160,6 +169,8 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env(envAdminTokenFile), "`file` holding the admin token (or env "+envAdminToken+")")
 	fs.StringVar(&c.AgentTokenFile, "agent-token-file", env(envAgentTokenFile), "`file` holding the agent token (or env "+envAgentToken+")")
 	fs.StringVar(&c.CredentialKeyFile, "credential-key-file", env(envCredentialKey), "run the credential broker with the key in this `file`: 32 random bytes in base64 (head -c 32 /dev/urandom | base64), mode 0600; logins are sealed with it (env "+envCredentialKey+")")
+	fs.StringVar(&c.BackupDir, "backup-dir", env(envBackupDir), "keep sealed backups of the durable state (policies, sign-ins, agent credentials) in this `directory`: one after every change, the newest 10; a store found empty at start is restored from the newest (env "+envBackupDir+")")
+	fs.StringVar(&c.RotateKeyFile, "rotate-credential-key", "", "re-seal every sign-in under the key in this `file` (the --credential-key-file's successor), without a refresh, then exit; restart every replica with it as --credential-key-file")
 	fs.StringVar(&c.TokenEndpoint, "token-endpoint", or(env(envTokenEndpoint), codexauth.DefaultTokenEndpoint), "OAuth token `URL` the credential broker refreshes at (env "+envTokenEndpoint+")")
 	fs.StringVar(&c.AdminListen, "admin-listen", env(envAdminListen), "serve /metrics, /debug/ and, with --pprof, /debug/pprof on this `address` (default off; non-loopback needs --metrics-token-file)")
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", env(envMetricsToken), "`file` holding the bearer token every --admin-listen request must carry (required off loopback; env "+envMetricsToken+")")
@@ -238,6 +249,12 @@ func (c *config) Validate() error {
 		if err := validReplica(c.Replica); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.RotateKeyFile != "" && c.CredentialKeyFile == "" {
+		errs = append(errs, errors.New("--rotate-credential-key needs --credential-key-file, the key the sign-ins are sealed with now"))
+	}
+	if c.RotateKeyFile != "" && c.CheckConfig {
+		errs = append(errs, errors.New("--rotate-credential-key and --check-config are separate runs; give one of them"))
 	}
 	if err := broker.CheckEndpoint(c.TokenEndpoint); err != nil {
 		errs = append(errs, fmt.Errorf("--token-endpoint: %w", err))
