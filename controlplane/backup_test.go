@@ -14,6 +14,7 @@ import (
 
 	"github.com/clodex/clodex/controlplane/controlplanetest"
 	"github.com/clodex/clodex/controlplane/store/redistest"
+	"github.com/clodex/clodex/internal/codexsim/simauth"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
@@ -68,16 +69,29 @@ func TestBackupAndRestore(t *testing.T) {
 	if _, err := admin.SetRate(ctx, &controlplanev1.SetRateRequest{Key: key, RatePerMinute: 600}); err != nil {
 		t.Fatal(err)
 	}
+	// A scoped credential needs the broker to hold the account's sign-in.
+	idp, err := simauth.New(simauth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, err := idp.Issue("chatgpt-account-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ImportLogin(ctx, &controlplanev1.ImportLoginRequest{AccessToken: toks.AccessToken, RefreshToken: toks.RefreshToken,
+		IdToken: toks.IDToken, AccountId: "chatgpt-account-1"}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := admin.CreateAgentCredential(ctx, &controlplanev1.CreateAgentCredentialRequest{Name: "team-a", Accounts: []string{key},
 		TokenSha256: bytes.Repeat([]byte{9}, 32)}); err != nil {
 		t.Fatal(err)
 	}
 	data, sum := backupOf(t, admin)
-	if sum == nil || !sum.GetSealed() || sum.GetPolicies() != 1 || sum.GetAgentCredentials() != 1 || sum.GetKind() != "redis" {
-		t.Errorf("backup summary = %v; want sealed, 1 policy and 1 agent credential", sum)
+	if sum == nil || !sum.GetSealed() || sum.GetPolicies() != 1 || sum.GetLogins() != 1 || sum.GetAgentCredentials() != 1 || sum.GetKind() != "redis" {
+		t.Errorf("backup summary = %v; want sealed, 1 policy, 1 sign-in and 1 agent credential", sum)
 	}
-	if bytes.Contains(data, []byte(key)) || bytes.Contains(data, []byte("team-a")) {
-		t.Error("the sealed backup holds an account key or credential name in clear")
+	if bytes.Contains(data, []byte(key)) || bytes.Contains(data, []byte("team-a")) || bytes.Contains(data, []byte(toks.RefreshToken)) {
+		t.Error("the sealed backup holds an account key, a credential name or a refresh token in clear")
 	}
 
 	opt, _ := redis.ParseURL(rs.URL)
@@ -98,8 +112,8 @@ func TestBackupAndRestore(t *testing.T) {
 	c := startWithKey(t, rs.URL, a)
 	cAdmin := controlplanev1.NewAdminServiceClient(c.Dial(c.AdminToken, nil))
 	resp, err := restoreTo(t, cAdmin, data, false)
-	if err != nil || resp.GetPolicies().GetRestored() != 1 || resp.GetAgentCredentials().GetRestored() != 1 {
-		t.Fatalf("Restore into an empty store = %v, %v; want 1 policy and 1 credential restored", resp, err)
+	if err != nil || resp.GetPolicies().GetRestored() != 1 || resp.GetLogins().GetRestored() != 1 || resp.GetAgentCredentials().GetRestored() != 1 {
+		t.Fatalf("Restore into an empty store = %v, %v; want 1 policy, 1 sign-in and 1 credential restored", resp, err)
 	}
 	got, err := cAdmin.GetAccount(ctx, &controlplanev1.GetAccountRequest{Key: key})
 	if err != nil || got.GetAccount().GetRatePerMinute() != 600 || !strings.Contains(got.GetStore().GetRestored(), "from a backup") {

@@ -16,7 +16,7 @@ import (
 func TestControlPlaneMemoryCapped(t *testing.T) {
 	found := false
 	for _, o := range baseObjects(t) {
-		d, ok := o.obj.(*appsv1.Deployment)
+		d, ok := o.obj.(*appsv1.StatefulSet)
 		if !ok || d.Name != "clodex-controlplane" {
 			continue
 		}
@@ -31,7 +31,7 @@ func TestControlPlaneMemoryCapped(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Error("no clodex-controlplane Deployment with a controlplane container")
+		t.Error("no clodex-controlplane StatefulSet with a controlplane container")
 	}
 
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "compose", "compose.yaml"))
