@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/clodex/clodex/internal/jsonstr"
 )
 
 // imageMediaTypes are the image types the upstream reads.
@@ -231,7 +233,7 @@ func appendImagePart(parts []byte, b block) []byte {
 		parts = append(parts, ',')
 	}
 	parts = append(parts, `{"image_url":`...)
-	parts = appendString(parts, u)
+	parts = jsonstr.Append(parts, u)
 	return append(parts, `,"type":"input_image"}`...)
 }
 
@@ -285,16 +287,16 @@ func appendDocumentParts(parts []byte, b block) []byte {
 			parts = append(parts, ',')
 		}
 		parts = append(parts, `{"file_data":`...)
-		parts = appendString(parts, "data:"+b.mediaType+";base64,"+b.data)
+		parts = jsonstr.Append(parts, "data:"+b.mediaType+";base64,"+b.data)
 		parts = append(parts, `,"filename":`...)
-		parts = appendString(parts, documentFilename(b.title))
+		parts = jsonstr.Append(parts, documentFilename(b.title))
 		return append(parts, `,"type":"input_file"}`...)
 	case "url":
 		if len(parts) > 1 {
 			parts = append(parts, ',')
 		}
 		parts = append(parts, `{"file_url":`...)
-		parts = appendString(parts, b.url)
+		parts = jsonstr.Append(parts, b.url)
 		return append(parts, `,"type":"input_file"}`...)
 	case "text":
 		return appendTextPart(parts, b.data)
@@ -338,7 +340,7 @@ func liftAttachment(out []byte, lifted *[]byte, c block, n int, callID string) [
 	out = append(out, `{"type":"`...)
 	out = append(out, c.typ...)
 	out = append(out, `","note":`...)
-	out = appendString(out, note)
+	out = jsonstr.Append(out, note)
 	out = append(out, '}')
 	*lifted = appendTextPart(*lifted, fmt.Sprintf("The following %s is %s %d of tool call %s:", c.typ, c.typ, n, callID))
 	if c.typ == "image" {

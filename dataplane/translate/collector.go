@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/clodex/clodex/internal/jsonstr"
 )
 
 // Collector is an EventWriter that builds the non-streaming Message JSON
@@ -118,9 +120,9 @@ func (c *Collector) Message() ([]byte, error) {
 		return nil, ErrCollectorIncomplete
 	}
 	b := []byte(`{"id":`)
-	b = appendString(b, c.id)
+	b = jsonstr.Append(b, c.id)
 	b = append(b, `,"type":"message","role":"assistant","model":`...)
-	b = appendString(b, c.model)
+	b = jsonstr.Append(b, c.model)
 	b = append(b, `,"content":[`...)
 	n := 0
 	for _, blk := range c.blocks {
@@ -131,13 +133,13 @@ func (c *Collector) Message() ([]byte, error) {
 				continue
 			}
 			part = append(part, `{"type":"text","text":`...)
-			part = appendString(part, blk.text.String())
+			part = jsonstr.Append(part, blk.text.String())
 			part = append(part, '}')
 		case "thinking":
 			part = append(part, `{"type":"thinking","thinking":`...)
-			part = appendString(part, blk.text.String())
+			part = jsonstr.Append(part, blk.text.String())
 			part = append(part, `,"signature":`...)
-			part = appendString(part, blk.signature)
+			part = jsonstr.Append(part, blk.signature)
 			part = append(part, '}')
 		case "tool_use":
 			input := bytes.TrimSpace(blk.text.Bytes())
@@ -145,9 +147,9 @@ func (c *Collector) Message() ([]byte, error) {
 				input = []byte("{}")
 			}
 			part = append(part, `{"type":"tool_use","id":`...)
-			part = appendString(part, blk.id)
+			part = jsonstr.Append(part, blk.id)
 			part = append(part, `,"name":`...)
-			part = appendString(part, blk.name)
+			part = jsonstr.Append(part, blk.name)
 			part = append(part, `,"input":`...)
 			part = append(part, compactJSON(input)...)
 			part = append(part, '}')
@@ -161,7 +163,7 @@ func (c *Collector) Message() ([]byte, error) {
 		b = append(b, part...)
 	}
 	b = append(b, `],"stop_reason":`...)
-	b = appendString(b, c.stopReason)
+	b = jsonstr.Append(b, c.stopReason)
 	b = append(b, `,"stop_sequence":null,"usage":`...)
 	if len(c.usage) == 0 {
 		b = append(b, `{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}`...)

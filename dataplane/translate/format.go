@@ -3,6 +3,8 @@ package translate
 import (
 	"slices"
 	"strings"
+
+	"github.com/clodex/clodex/internal/jsonstr"
 )
 
 // Structured outputs (docs/translation.md §1.3): output_config.format, or
@@ -136,7 +138,7 @@ func (d *jsonDoc) strictSchema(b []byte, i int, path string) ([]byte, error) {
 			b = append(b, ',')
 		}
 		first = false
-		b = appendString(b, k)
+		b = jsonstr.Append(b, k)
 		b = append(b, ':')
 	}
 	var err error
@@ -178,7 +180,7 @@ func (d *jsonDoc) strictSchema(b []byte, i int, path string) ([]byte, error) {
 				if p != d.nodes[c].first {
 					b = append(b, ',')
 				}
-				b = appendString(b, name)
+				b = jsonstr.Append(b, name)
 				b = append(b, ':')
 				if b, err = d.strictSchema(b, p, at+"."+name); err != nil {
 					return nil, err
@@ -229,7 +231,7 @@ func (d *jsonDoc) strictSchema(b []byte, i int, path string) ([]byte, error) {
 				if n > 0 {
 					b = append(b, ',')
 				}
-				b = appendString(b, p)
+				b = jsonstr.Append(b, p)
 			}
 			b = append(b, ']')
 		}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/clodex/clodex/internal/jsonstr"
 )
 
 // buildInput translates the messages into input items (docs/translation.md §4).
@@ -26,9 +28,9 @@ func buildInput(req *MessagesRequest, upstream string) []json.RawMessage {
 					continue
 				}
 				buf = append(buf[:0], `{"content":`...)
-				buf = appendString(buf, b.text)
+				buf = jsonstr.Append(buf, b.text)
 				buf = append(buf, `,"role":`...)
-				buf = appendString(buf, sysRole)
+				buf = jsonstr.Append(buf, sysRole)
 				buf = append(buf, '}')
 				items = append(items, json.RawMessage(string(buf)))
 			}
@@ -67,28 +69,28 @@ func appendAssistant(items []json.RawMessage, content []block) []json.RawMessage
 		switch b.typ {
 		case "text":
 			buf = append(buf, `{"content":[{"text":`...)
-			buf = appendString(buf, b.text)
+			buf = jsonstr.Append(buf, b.text)
 			buf = append(buf, `,"type":"output_text"}],"role":"assistant"}`...)
 		case "thinking":
 			if b.signature == "" || b.signature == UnsignedThinking {
 				continue // not replayable upstream (docs/translation.md §4.4)
 			}
 			buf = append(buf, `{"encrypted_content":`...)
-			buf = appendString(buf, b.signature)
+			buf = jsonstr.Append(buf, b.signature)
 			buf = append(buf, `,"summary":[`...)
 			if b.thinking != "" {
 				buf = append(buf, `{"text":`...)
-				buf = appendString(buf, b.thinking)
+				buf = jsonstr.Append(buf, b.thinking)
 				buf = append(buf, `,"type":"summary_text"}`...)
 			}
 			buf = append(buf, `],"type":"reasoning"}`...)
 		case "tool_use":
 			buf = append(buf, `{"arguments":`...)
-			buf = appendString(buf, b.args)
+			buf = jsonstr.Append(buf, b.args)
 			buf = append(buf, `,"call_id":`...)
-			buf = appendString(buf, stripCallIDSuffix(b.id))
+			buf = jsonstr.Append(buf, stripCallIDSuffix(b.id))
 			buf = append(buf, `,"name":`...)
-			buf = appendString(buf, b.name)
+			buf = jsonstr.Append(buf, b.name)
 			buf = append(buf, `,"type":"function_call"}`...)
 		default:
 			continue
@@ -117,9 +119,9 @@ func appendUser(items []json.RawMessage, content []block) []json.RawMessage {
 			callID := stripCallIDSuffix(b.toolUseID)
 			output := toolResultOutput(b, callID, &lifted)
 			buf := []byte(`{"call_id":`)
-			buf = appendString(buf, callID)
+			buf = jsonstr.Append(buf, callID)
 			buf = append(buf, `,"output":`...)
-			buf = appendString(buf, output)
+			buf = jsonstr.Append(buf, output)
 			buf = append(buf, `,"type":"function_call_output"}`...)
 			items = append(items, buf)
 		}
@@ -144,7 +146,7 @@ func appendTextPart(parts []byte, text string) []byte {
 		parts = append(parts, ',')
 	}
 	parts = append(parts, `{"text":`...)
-	parts = appendString(parts, text)
+	parts = jsonstr.Append(parts, text)
 	return append(parts, `,"type":"input_text"}`...)
 }
 
@@ -184,7 +186,7 @@ func toolResultOutput(b block, callID string, lifted *[]byte) string {
 			out = liftAttachment(out, lifted, c, docs, callID)
 		case c.typ == "tool_reference":
 			out = append(out, `{"type":"text","text":`...)
-			out = appendString(out, toolReferenceText(c.toolName))
+			out = jsonstr.Append(out, toolReferenceText(c.toolName))
 			out = append(out, '}')
 		case c.spaced:
 			out = append(out, compactJSON(c.raw)...)
@@ -261,7 +263,7 @@ func (s *Stream) echoItem(st *itemState) []byte {
 	case "message":
 		text := string(st.text)
 		b := []byte(`{"content":[{"text":`)
-		b = appendString(b, text)
+		b = jsonstr.Append(b, text)
 		return append(b, `,"type":"output_text"}],"role":"assistant"}`...)
 	case "reasoning":
 		m := clean()
@@ -361,7 +363,7 @@ func (d *jsonDoc) appendCanonical(dst []byte, i int) []byte {
 			return append(dst, d.src[n.start:n.end]...)
 		}
 		d.scratch = unquoteTo(d.scratch[:0], d.src[n.start:n.end])
-		return appendString(dst, string(d.scratch))
+		return jsonstr.Append(dst, string(d.scratch))
 	case '[':
 		dst = append(dst, '[')
 		for c := n.first; c >= 0; c = d.nodes[c].next {
@@ -379,7 +381,7 @@ func (d *jsonDoc) appendCanonical(dst []byte, i int) []byte {
 			if j > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendString(dst, m.key)
+			dst = jsonstr.Append(dst, m.key)
 			dst = append(dst, ':')
 			dst = d.appendCanonical(dst, m.node)
 		}
@@ -545,7 +547,7 @@ func sanitizeArguments(args string, required []string) string {
 			out = append(out, ',')
 		}
 		first = false
-		out = appendString(out, key)
+		out = jsonstr.Append(out, key)
 		out = append(out, ':')
 		out = append(out, compactJSON(val)...)
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"testing/quick"
+
+	"github.com/clodex/clodex/internal/jsonstr"
 )
 
 // The one-pass parser must agree with encoding/json on everything the
@@ -105,7 +107,7 @@ func checkDoc(t *testing.T, data []byte) {
 			if got := d.str(i); got != want {
 				t.Fatalf("str(%s) = %q, want %q", d.raw(i), got, want)
 			}
-			if got, want := rawEncodedLen(d.raw(i)), len(appendString(nil, want)); got != want {
+			if got, want := rawEncodedLen(d.raw(i)), len(jsonstr.Append(nil, want)); got != want {
 				t.Fatalf("rawEncodedLen(%s) = %d, want %d", d.raw(i), got, want)
 			}
 		}
@@ -235,11 +237,11 @@ func TestPlainASCII(t *testing.T) {
 		{"ab ! ~ ", 7},
 	}
 	for _, tt := range tests {
-		if got := plainASCII(tt.s, 0); got != tt.want {
-			t.Errorf("plainASCII(%q) = %d, want %d", tt.s, got, tt.want)
+		if got := jsonstr.Plain(tt.s, 0); got != tt.want {
+			t.Errorf("jsonstr.Plain(%q) = %d, want %d", tt.s, got, tt.want)
 		}
-		if got := plainASCII([]byte(tt.s), 0); got != tt.want {
-			t.Errorf("plainASCII([]byte %q) = %d, want %d", tt.s, got, tt.want)
+		if got := jsonstr.Plain([]byte(tt.s), 0); got != tt.want {
+			t.Errorf("jsonstr.Plain([]byte %q) = %d, want %d", tt.s, got, tt.want)
 		}
 	}
 }
@@ -261,12 +263,12 @@ func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 	cases := []string{"", "plain", "a\"b\\c", "\x00\x01\x1f\b\f\n\r\t\x7f", "é世界🎉", "\u2028\u2029", "<&>", "\xff\xfe bad", "a\xe2\x82"}
 	check := func(s string) bool {
 		want, err := marshalNoEscape(s)
-		return err == nil && string(appendString(nil, s)) == string(want)
+		return err == nil && string(jsonstr.Append(nil, s)) == string(want)
 	}
 	for _, c := range cases {
 		if !check(c) {
 			want, _ := marshalNoEscape(c)
-			t.Errorf("appendString(%q) = %s, encoding/json %s", c, appendString(nil, c), want)
+			t.Errorf("jsonstr.Append(%q) = %s, encoding/json %s", c, jsonstr.Append(nil, c), want)
 		}
 	}
 	if err := quick.Check(check, &quick.Config{MaxCount: 2000}); err != nil {

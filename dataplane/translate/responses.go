@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/clodex/clodex/internal/jsonstr"
 )
 
 // Options configures ToResponses. The zero value is usable: a nil Models
@@ -134,9 +136,9 @@ func ToResponses(req *MessagesRequest, opts Options) (*Turn, error) {
 				buf = append(buf, ',')
 			}
 			buf = append(buf, `{"type":"function","name":`...)
-			buf = appendString(buf, tl.name)
+			buf = jsonstr.Append(buf, tl.name)
 			buf = append(buf, `,"description":`...)
-			buf = appendString(buf, tl.description)
+			buf = jsonstr.Append(buf, tl.description)
 			buf = append(buf, `,"parameters":`...)
 			buf = append(buf, tl.schema...)
 			buf = append(buf, '}')
@@ -154,7 +156,7 @@ func ToResponses(req *MessagesRequest, opts Options) (*Turn, error) {
 		r := []byte{'{'}
 		if t.Effort != "" {
 			r = append(r, `"effort":`...)
-			r = appendString(r, t.Effort)
+			r = jsonstr.Append(r, t.Effort)
 			if t.Effort != "none" && !strings.Contains(upstream, "codex-spark") {
 				r = append(r, `,"summary":"detailed"`...)
 			}
@@ -293,7 +295,7 @@ func mapToolChoice(req *MessagesRequest) (choice []byte, noParallel bool) {
 		case "none":
 			choice = []byte(`"none"`)
 		case "tool":
-			choice = appendString([]byte(`{"type":"function","name":`), tc.name)
+			choice = jsonstr.Append([]byte(`{"type":"function","name":`), tc.name)
 			choice = append(choice, '}')
 		}
 	}
@@ -446,9 +448,9 @@ func (t *Turn) CreateFrame(previousResponseID string, input []json.RawMessage) (
 	}
 	buf := make([]byte, 0, size)
 	buf = append(buf, `{"type":"response.create","model":`...)
-	buf = appendString(buf, t.Model)
+	buf = jsonstr.Append(buf, t.Model)
 	buf = append(buf, `,"instructions":`...)
-	buf = appendString(buf, t.instructions)
+	buf = jsonstr.Append(buf, t.instructions)
 	buf = append(buf, `,"input":[`...)
 	own := t.ownOffset(input)
 	for i, it := range input {
@@ -485,15 +487,15 @@ func (t *Turn) CreateFrame(previousResponseID string, input []json.RawMessage) (
 		buf = append(buf, '}')
 	}
 	buf = append(buf, `,"store":false,"include":["reasoning.encrypted_content"],"prompt_cache_key":`...)
-	buf = appendString(buf, t.PromptCacheKey)
+	buf = jsonstr.Append(buf, t.PromptCacheKey)
 	if t.serviceTier != "" {
 		buf = append(buf, `,"service_tier":`...)
-		buf = appendString(buf, t.serviceTier)
+		buf = jsonstr.Append(buf, t.serviceTier)
 	}
 	buf = append(buf, `,"stream":true`...)
 	if previousResponseID != "" {
 		buf = append(buf, `,"previous_response_id":`...)
-		buf = appendString(buf, previousResponseID)
+		buf = jsonstr.Append(buf, previousResponseID)
 	}
 	return append(buf, '}'), nil
 }

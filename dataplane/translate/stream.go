@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/clodex/clodex/dataplane/retry"
+	"github.com/clodex/clodex/internal/jsonstr"
 )
 
 // EventWriter receives downstream Anthropic SSE events: an SSE writes them
@@ -459,9 +460,9 @@ func (s *Stream) openBlock(st *itemState, kind string) error {
 		b = append(b, `,"content_block":{"type":"text","text":""}}`...)
 	case "tool_use":
 		b = append(b, `,"content_block":{"type":"tool_use","id":`...)
-		b = appendString(b, st.callID)
+		b = jsonstr.Append(b, st.callID)
 		b = append(b, `,"name":`...)
-		b = appendString(b, st.name)
+		b = jsonstr.Append(b, st.name)
 		b = append(b, `,"input":{}}}`...)
 	}
 	s.buf = b
@@ -512,7 +513,7 @@ func (s *Stream) writeDelta(deltaType, field, value string) error {
 	b = append(b, `","`...)
 	b = append(b, field...)
 	b = append(b, `":`...)
-	b = appendString(b, value)
+	b = jsonstr.Append(b, value)
 	b = append(b, `}}`...)
 	s.buf = b
 	return s.write("content_block_delta", b)
@@ -525,9 +526,9 @@ func (s *Stream) start() error {
 	}
 	s.started = true
 	b := append(s.buf[:0], `{"type":"message_start","message":{"id":`...)
-	b = appendString(b, s.msgID)
+	b = jsonstr.Append(b, s.msgID)
 	b = append(b, `,"type":"message","role":"assistant","content":[],"model":`...)
-	b = appendString(b, s.turn.RequestedModel)
+	b = jsonstr.Append(b, s.turn.RequestedModel)
 	u := s.StartUsage()
 	b = append(b, `,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":`...)
 	b = appendInt(b, u.InputTokens)

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/clodex/clodex/internal/jsonstr"
 )
 
 // countTokensDropped are the body fields the local estimate ignores
@@ -145,12 +147,12 @@ func (d *jsonDoc) strEncodedLen(start, end int, escaped bool) int {
 	return rawEncodedLen(d.src[start:end])
 }
 
-// rawEncodedLen is len(appendString(nil, string(unquoteTo(nil, lit)))).
+// rawEncodedLen is len(jsonstr.Append(nil, string(unquoteTo(nil, lit)))).
 func rawEncodedLen(lit []byte) int {
 	s := lit[1 : len(lit)-1]
 	n := 2
 	for i := 0; i < len(s); {
-		if j := plainASCII(s, i); j > i {
+		if j := jsonstr.Plain(s, i); j > i {
 			n += j - i
 			if i = j; i >= len(s) {
 				break

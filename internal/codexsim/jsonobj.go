@@ -3,7 +3,8 @@ package codexsim
 import (
 	"encoding/json"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/clodex/clodex/internal/jsonstr"
 )
 
 // obj is a JSON object that keeps its keys in order, so events start with
@@ -36,7 +37,7 @@ func appendJSON(b []byte, v any) []byte {
 	case nil:
 		return append(b, "null"...)
 	case string:
-		return appendString(b, v)
+		return jsonstr.Append(b, v)
 	case bool:
 		return strconv.AppendBool(b, v)
 	case int:
@@ -49,7 +50,7 @@ func appendJSON(b []byte, v any) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, f.k)
+			b = jsonstr.Append(b, f.k)
 			b = append(b, ':')
 			b = appendJSON(b, f.v)
 		}
@@ -79,62 +80,4 @@ func appendJSON(b []byte, v any) []byte {
 		}
 		return append(b, enc...)
 	}
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string, byte for byte as encoding/json
-// writes it with HTML escaping off: ", \\, \b, \f, \n, \r and \t get their
-// short escapes, the other control characters and U+2028, U+2029 are
-// written \u00XX and \u202X, and each byte of invalid UTF-8 becomes \ufffd.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/clodex/clodex/internal/jsonstr"
 )
 
 // Structured outputs: a response.create whose text.format is a json_schema
@@ -97,7 +99,7 @@ func appendInstance(b []byte, root, schema json.RawMessage, depth int) []byte {
 			if n > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, k)
+			b = jsonstr.Append(b, k)
 			b = append(b, ':')
 			b = appendInstance(b, root, props[k], depth+1)
 			n++
@@ -117,7 +119,7 @@ func appendInstance(b []byte, root, schema json.RawMessage, depth int) []byte {
 	case "string":
 		var format string
 		_ = json.Unmarshal(s["format"], &format)
-		return appendString(b, formatSample(format))
+		return jsonstr.Append(b, formatSample(format))
 	case "integer", "number":
 		return strconv.AppendFloat(b, numberSample(s, schemaType(s) == "integer"), 'f', -1, 64)
 	case "boolean":

@@ -40,7 +40,7 @@ func tokensOfString(s string) int64 {
 	return (jsonStringLen(s) + 3) / 4
 }
 
-// jsonStringLen is len(appendString(nil, s)).
+// jsonStringLen is len(jsonstr.Append(nil, s)).
 func jsonStringLen(s string) int64 {
 	n := int64(2)
 	for i := 0; i < len(s); {
