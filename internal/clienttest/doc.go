@@ -25,7 +25,11 @@
 // prewarm the cache while tests run. Client runs are serialised
 // machine-wide with a flock on <cache>/.run.lock ([LockClientRun];
 // RunClaude and RunCodex take it), because a client start-up takes a whole
-// core for a second or more and the test machines have two.
+// core for a second or more and the test machines have two. Every lock
+// wait and every npm install has a deadline and says on stderr what it
+// waits for (the lock holder's pid and what it does, from the
+// <lock>.holder file each holder writes; the install and its limit); one
+// that reaches its deadline fails naming it.
 //
 // When a client cannot be had the test fails with one line naming the
 // client, the cache folder, what failed and how to fix it. The one
