@@ -188,7 +188,7 @@ func firstTurn(ctx context.Context, base string) (int, error) {
 // list) with the admin token; its output goes to clodexctl.log in the
 // demo's folder, and into the error when it fails.
 func (d *demo) clodexctl(ctx context.Context, replicas, adminToken string, args ...string) error {
-	cmd := exec.CommandContext(ctx, filepath.Join(d.o.bin, "clodexctl"), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(d.o.bin, "clodexctl"), args...) //nolint:gosec // G204: the clodexctl of --bin, with the demo's own arguments
 	cmd.Env = []string{"HOME=" + d.o.dir, "PATH=" + os.Getenv("PATH"), "CLODEX_CONTROL_PLANE=" + replicas, "CLODEX_ADMIN_TOKEN_FILE=" + adminToken}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -179,7 +179,7 @@ func (d *demo) waitTraces(ctx context.Context, requests map[string]int) error {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("Jaeger does not hold every span of the fan-out after 60 s: %s", why)
+			return fmt.Errorf("not every span of the fan-out is in Jaeger after 60 s: %s", why)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
