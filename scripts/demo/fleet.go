@@ -116,13 +116,22 @@ func (d *demo) startFleet(ctx context.Context, addrs map[string]string, otel fun
 	if err := ctl("account", "import", "--codex-auth", simAuth); err != nil {
 		return nil, err
 	}
-	for i, k := range []string{"dp1", "dp2"} {
-		name := fmt.Sprintf("clodex-dataplane-%d", i+1)
+	// Every token first, then the data planes, as §1.1 does: a replica
+	// reads the credentials again for an unknown token at most four times
+	// a second, so a token created just after a data plane's first call
+	// can be refused for a moment.
+	hosts := []string{"dp1", "dp2"}
+	for i := range hosts {
 		tok := filepath.Join(etc, fmt.Sprintf("host-%d.token", i+1))
-		say("clodexctl agent create host-%d --accounts %s; %s on %s with that token and no auth.json", i+1, simAccount, name, addrs[k])
+		say("clodexctl agent create host-%d --accounts %s --out %s", i+1, simAccount, tok)
 		if err := ctl("agent", "create", fmt.Sprintf("host-%d", i+1), "--accounts", simAccount, "--out", tok); err != nil {
 			return nil, err
 		}
+	}
+	for i, k := range hosts {
+		name := fmt.Sprintf("clodex-dataplane-%d", i+1)
+		tok := filepath.Join(etc, fmt.Sprintf("host-%d.token", i+1))
+		say("%s on %s with host-%d's token and no auth.json", name, addrs[k], i+1)
 		p, err := d.run(name, bin("clodex-dataplane"), otel(name),
 			"--listen", addrs[k], "--admin-listen", addrs[k+"-admin"],
 			"--control-plane", replicas, "--agent-token-file", tok,
@@ -145,7 +154,7 @@ func (d *demo) startFleet(ctx context.Context, addrs map[string]string, otel fun
 		if err != nil {
 			return nil, fmt.Errorf("a first turn through %s: %w", name, err)
 		}
-		say("a first turn through %s: answered (%d requests)", name, n)
+		say("a first turn through %s: answered (requests sent: %d)", name, n)
 	}
 	return f, nil
 }
