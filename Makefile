@@ -13,7 +13,7 @@ IMAGE    ?= clodex
 # argument), so two builds of one commit give one image.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: help build image demo demo-test test lint vet fmt generate check-generated bench bench-controlplane bench-pool bench-fleet turnpath mutation run claude clients clean
+.PHONY: help build image demo demo-test test lint vet fmt generate check-generated bench bench-controlplane bench-pool bench-fleet turnpath mutation run claude clients console-shots clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -75,6 +75,9 @@ run: ## run clodex: the data plane, in front of the emulator when ~/.codex/auth.
 
 claude: build ## run your Claude Code on clodex (the running data plane, or one started for the session); ARGS="..." go to claude
 	./bin/clodex-dataplane claude $(ARGS)
+
+console-shots: ## screenshots of the web console (headless Chromium) into ./console-shots, or DIR=...
+	./scripts/console-shots.sh $(DIR)
 
 clients: ## install the pinned Claude Code and Codex CLI (and tmux) used by the end-to-end tests
 	./scripts/install-clients.sh

@@ -271,11 +271,18 @@ func (a *adminService) ListAccounts(ctx context.Context, req *controlplanev1.Lis
 
 func infoProto(i store.Info) *controlplanev1.StoreInfo {
 	return &controlplanev1.StoreInfo{
-		Kind:     i.Kind,
-		Address:  i.Address,
-		Replica:  i.Replica,
-		Replicas: int32(i.Replicas),
-		Degraded: i.Degraded,
+		Kind:           i.Kind,
+		Address:        i.Address,
+		Replica:        i.Replica,
+		Replicas:       int32(i.Replicas),
+		Degraded:       i.Degraded,
+		Epoch:          i.Epoch,
+		LostUnixMs:     unixMs(i.LostAt),
+		Loss:           i.Loss,
+		RestoredUnixMs: unixMs(i.RestoredAt),
+		Restored:       i.Restored,
+		Healing:        i.Healing,
+		Warnings:       i.Warnings,
 	}
 }
 
@@ -313,6 +320,7 @@ func toProto(a store.Account) *controlplanev1.Account {
 		EffectiveRatePerMinute: int32(a.EffectiveRate),
 		Adaptive:               a.Adaptive,
 		PausedUntilUnixMs:      unixMs(a.PausedUntil),
+		Unreadable:             a.Unreadable,
 	}
 }
 

@@ -94,8 +94,10 @@ func (a *admissionService) Cancel(ctx context.Context, req *controlplanev1.Cance
 	return &controlplanev1.CancelResponse{Refunded: ok}, nil
 }
 
-// maxGrantsPerReport bounds the accounts of one ReportGrants.
-const maxGrantsPerReport = 1000
+// maxGrantsPerReport bounds the accounts of one ReportGrants, so that
+// its largest message (128-byte keys) fits the method's receive limit,
+// MaxRecvMsgSize.
+const maxGrantsPerReport = 200
 
 // validReportID checks a hand-over report id.
 func validReportID(id string) error {

@@ -87,6 +87,17 @@ func (a *authenticator) role(ctx context.Context) (role, *scopedCred) {
 	return roleNone, nil
 }
 
+// revoked returns the name of the revoked scoped credential whose token
+// ctx's metadata presents (revoke.go), when this replica saw it removed.
+func (a *authenticator) revoked(ctx context.Context) (string, bool) {
+	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
+	const scheme = "bearer "
+	if len(vals) != 1 || len(vals[0]) <= len(scheme) || !strings.EqualFold(vals[0][:len(scheme)], scheme) {
+		return "", false
+	}
+	return a.scopes.revokedName(sha256.Sum256([]byte(vals[0][len(scheme):])))
+}
+
 // Agent credentials: who a valid token names. A data plane's registered
 // accounts are counted per credential (Options.MaxAccountsPerCredential).
 // The fleet's agent token is one credential, each scoped agent credential
@@ -128,6 +139,9 @@ func (s *Server) authorizeScoped(ctx context.Context, method string) (*scopedCre
 	switch {
 	case r == roleNone:
 		s.denied.record(ctx, method, DenyUnauthenticated)
+		if name, ok := s.auth.revoked(ctx); ok {
+			return nil, revokedStatus(name)
+		}
 		return nil, status.Error(codes.Unauthenticated, "missing or invalid bearer token; send authorization: Bearer <agent or admin token>")
 	case r == roleAgent && strings.HasPrefix(method, adminPrefix):
 		s.denied.record(ctx, method, DenyPermission)
@@ -148,6 +162,9 @@ func (s *Server) tapAuthorize(ctx context.Context, info *tap.Info) (context.Cont
 }
 
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := s.checkSize(ctx, info.FullMethod, req); err != nil {
+		return nil, err
+	}
 	scope, err := s.authorizeScoped(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
@@ -160,6 +177,7 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 	if err != nil {
 		return err
 	}
+	ss = sizedStream{ServerStream: ss, s: s, method: info.FullMethod}
 	if scope != nil {
 		ss = scopedStream{ServerStream: ss, ctx: withScope(ss.Context(), scope)}
 	}

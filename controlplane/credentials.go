@@ -41,7 +41,7 @@ func (s *Server) brokerStatus(ctx context.Context, op string, err error) error {
 func loginProto(st broker.Status) *controlplanev1.Login {
 	l := &controlplanev1.Login{
 		Key: st.Key, AccountId: st.AccountID, Refreshes: st.Refreshes, NeedsLogin: st.NeedsLogin,
-		RefreshedAtUnixMs: st.Refreshed.UnixMilli(),
+		RefreshedAtUnixMs: unixMs(st.Refreshed), Unreadable: st.Unreadable,
 	}
 	if !st.Expiry.IsZero() {
 		l.ExpiresAtUnixMs = st.Expiry.UnixMilli()

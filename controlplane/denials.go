@@ -28,6 +28,9 @@ const (
 	// DenyAccountCap: an agent credential tried to register more accounts
 	// than it may.
 	DenyAccountCap = "account_cap"
+	// DenyTooLarge: a request message over its method's receive limit
+	// (recvlimits.go).
+	DenyTooLarge = "too_large"
 )
 
 // MaxDeniedPeers bounds the peer label of clodex_controlplane_denied_total:
@@ -72,7 +75,7 @@ func newDenials(log *slog.Logger, now func() time.Time) *denials {
 		now: now,
 		counter: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clodex_controlplane_denied_total",
-			Help: "Calls refused by reason (unauthenticated, permission_denied, unknown_account, account_cap) and caller address (IP; the first 100 addresses, the rest as \"other\").",
+			Help: "Calls refused by reason (unauthenticated, permission_denied, unknown_account, account_cap, too_large) and caller address (IP; the first 100 addresses, the rest as \"other\").",
 		}, []string{"reason", "peer"}),
 		labeled:  map[string]bool{},
 		byReason: map[string]int{},

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/clodex/clodex/controlplane/store"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
@@ -55,8 +58,9 @@ type AgentRoster interface {
 // immutable.
 type agentConn struct {
 	id, host, version string
-	credential        string // the agent credential its token names
-	stream            string // a nonce of this stream (store.AgentStream)
+	credential        string      // the agent credential its token names
+	scope             *scopedCred // the scoped credential it connected with; nil for the fleet's tokens
+	stream            string      // a nonce of this stream (store.AgentStream)
 	capability        int
 	connected         time.Time
 	wake              chan struct{} // size 1: there is something to send
@@ -66,6 +70,7 @@ type agentConn struct {
 	lastSeen time.Time       // last hello or heartbeat
 	dirty    map[string]bool // accounts whose policy must be (re)pushed
 	closed   string          // the close reason; "" while open
+	closeErr error           // the status the stream ends with once closed; nil: Unavailable with the reason
 }
 
 func (c *agentConn) signal() {
@@ -308,8 +313,9 @@ func (d *directory) pushAll() {
 }
 
 // take returns c's dirty accounts with their fleet-wide live counts
-// (liveCounts), and its close reason.
-func (d *directory) take(ctx context.Context, c *agentConn) (keys []string, live []int, closed string) {
+// (liveCounts), and its close reason with the status its stream ends
+// with.
+func (d *directory) take(ctx context.Context, c *agentConn) (keys []string, live []int, closed string, closeErr error) {
 	now := d.now()
 	d.mu.Lock()
 	for k := range c.dirty {
@@ -320,12 +326,45 @@ func (d *directory) take(ctx context.Context, c *agentConn) (keys []string, live
 	for _, k := range keys {
 		live = append(live, d.liveCountLocked(k, now))
 	}
-	closed = c.closed
+	closed, closeErr = c.closed, c.closeErr
 	d.mu.Unlock()
 	if closed != "" {
-		return keys, live, closed
+		if closeErr == nil {
+			closeErr = status.Error(codes.Unavailable, closed)
+		}
+		return keys, live, closed, closeErr
 	}
-	return keys, d.liveCounts(ctx, keys, live), ""
+	return keys, d.liveCounts(ctx, keys, live), "", nil
+}
+
+// closedAgent is an agent closeWhere closed, and why.
+type closedAgent struct {
+	c      *agentConn
+	reason string
+}
+
+// closeWhere closes every open agent for which why returns a reason,
+// ending its stream with the status it returns, and re-pushes its
+// accounts' live counts to the others. It returns the agents closed.
+func (d *directory) closeWhere(why func(c *agentConn) (reason string, end error)) []closedAgent {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []closedAgent
+	for id, c := range d.agents {
+		if c.closed != "" {
+			continue
+		}
+		reason, end := why(c)
+		if reason == "" {
+			continue
+		}
+		c.closed, c.closeErr = reason, end
+		c.signal()
+		delete(d.agents, id)
+		d.markLocked(c.accounts)
+		out = append(out, closedAgent{c, reason})
+	}
+	return out
 }
 
 // len returns the number of registered agents.

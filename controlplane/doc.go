@@ -19,8 +19,9 @@
 // interface its consumer declares: Admitter (admission.go); PolicyStore,
 // made of PolicyReader and PolicyWriter (admin.go), AdaptiveRates
 // (reports.go) and StoreInfo; and, optional, AgentCounter and AgentRoster
-// (directory.go), QuotaStore (reports.go), PolicyWatcher and
-// AgentCredStore (scope.go). store.Memory (one process) and
+// (directory.go), QuotaStore (reports.go), PolicyWatcher, AgentCredStore
+// (scope.go), AgentCredWatcher (revoke.go) and DurableStore (backup.go).
+// store.Memory (one process) and
 // redisstore.Store (replicas sharing one Redis) implement them; the data
 // directory's store.LoginFile keeps the agent credentials without Redis.
 //
@@ -29,8 +30,12 @@
 //   - admission.go: AdmissionService (Admit, Cancel, ReportGrants), and
 //     BenchService's no-op floor with Options.EnableBench.
 //   - admin.go: AdminService's policy and listing RPCs; scope.go its
-//     scoped agent credentials; credentials.go CredentialService and the
-//     login RPCs, served by Options.Broker.
+//     scoped agent credentials, revoke.go their revocation (the streams
+//     of a removed credential closed on every replica);
+//     credentials.go CredentialService and the login RPCs, served by
+//     Options.Broker; backup.go Backup and Restore, a backup file of the
+//     store's durable state in chunks, served by Options.Durable and
+//     sealed with Options.BackupSealer.
 //   - stream.go: AgentService.Connect, each data plane's stream (hello,
 //     heartbeats, goodbye, coalesced policy pushes with the fleet-wide
 //     live count); reports.go the 403 and plan-usage reports it carries.
@@ -40,7 +45,9 @@
 //   - auth.go, accounts.go, denials.go: bearer tokens (checked from the
 //     headers before a message is read), the accounts data planes
 //     registered, and the counted, rate-limited log of denied calls;
-//     errors.go maps errors to gRPC status; metrics.go the metrics.
+//     recvlimits.go each method's receive limit, checked before a
+//     message is decoded; errors.go maps errors to gRPC status;
+//     metrics.go the metrics.
 //   - server.go: New, Serve, grpc.health.v1 (whose StoreHealthService
 //     reports the store) and reflection.
 //
@@ -49,6 +56,8 @@
 // MaxRecvMsgSize, MaxHeaderListSize and KeepaliveEnforcement are its
 // limits. The behaviour is specified in docs/pacing.md §7 (admission),
 // §8.1 (hand-overs), §9 (adaptive mode) and §10 (the agent stream), and
-// in docs/operations.md §3 (replicas), §10 (health), §11 (authentication
-// and limits) and §13 (metrics).
+// in docs/operations.md §3 (replicas), §8 (backups and what survives
+// what), §10 (health), §11 (authentication and limits) and §13
+// (metrics). A record the store cannot decode is FailedPrecondition
+// naming it (errors.go), never Internal.
 package controlplane

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/clodex/clodex/controlplane/console"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/internal/pacing"
 )
@@ -33,7 +34,12 @@ func (s *Server) toStatus(ctx context.Context, op string, err error) error {
 	var inv *invalidError
 	var rng *pacing.RangeError
 	var wr *store.WriteError
+	var bad *store.BadRecordError
 	switch {
+	case errors.As(err, &bad):
+		// A record that does not decode: the operator must set it again
+		// (or restore it); the message names it.
+		return status.Errorf(codes.FailedPrecondition, "%s: %v", op, bad)
 	case errors.As(err, &inv), errors.As(err, &rng):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, store.ErrNotFound):
@@ -42,6 +48,10 @@ func (s *Server) toStatus(ctx context.Context, op string, err error) error {
 		// The operator must fix the data dir; the client learns why.
 		s.log.LogAttrs(ctx, slog.LevelError, "rpc failed: the store cannot write", slog.String("method", op), slog.String("err", err.Error()))
 		return status.Errorf(codes.FailedPrecondition, "%s: policy not saved: %v", op, wr)
+	case errors.Is(err, console.ErrNoConsole):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, console.ErrTooManyLinks):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, store.ErrUnavailable):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):

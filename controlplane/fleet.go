@@ -6,7 +6,9 @@ import (
 )
 
 // fleetLoop applies adaptive raises and expires silent agents every
-// Options.FleetTick until ctx ends, then closes stopped. Its owner is Serve.
+// Options.FleetTick, and reloads the scoped agent credentials at once when
+// another replica changed them, until ctx ends, then closes stopped. Its
+// owner is Serve.
 func (s *Server) fleetLoop(ctx context.Context, stopped chan<- struct{}) {
 	defer close(stopped)
 	t := time.NewTicker(s.opts.FleetTick)
@@ -17,6 +19,8 @@ func (s *Server) fleetLoop(ctx context.Context, stopped chan<- struct{}) {
 			return
 		case <-t.C:
 			s.fleetTick(ctx)
+		case <-s.credsDirty:
+			s.reloadCreds(ctx)
 		}
 	}
 }
@@ -25,13 +29,7 @@ func (s *Server) fleetLoop(ctx context.Context, stopped chan<- struct{}) {
 func (s *Server) fleetTick(ctx context.Context) {
 	now := s.now()
 	s.denied.flush(ctx)
-	if s.opts.AgentCreds != nil {
-		rctx, cancel := context.WithTimeout(ctx, scopeReloadTimeout)
-		if err := s.reloadScopes(rctx); err != nil {
-			s.log.DebugContext(ctx, "reload agent credentials", "err", err)
-		}
-		cancel()
-	}
+	s.reloadCreds(ctx)
 	s.agents.reap(now)
 	// Open streams keep their accounts registered; the rest lapse.
 	s.agents.eachOpen(func(c *agentConn, accounts []string) { _ = s.accounts.register(c.credential, accounts, now) })
@@ -47,5 +45,18 @@ func (s *Server) fleetTick(ctx context.Context) {
 		s.log.InfoContext(ctx, "adaptive rate raised", "account", a.Key, "effective_rate_per_minute", a.EffectiveRate,
 			"rate_per_minute", a.Policy.RatePerMinute)
 		s.agents.push(a.Key)
+	}
+}
+
+// reloadCreds reloads the scoped agent credentials (reloadScopes), bounded
+// by scopeReloadTimeout; a failure keeps the ones loaded before.
+func (s *Server) reloadCreds(ctx context.Context) {
+	if s.opts.AgentCreds == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, scopeReloadTimeout)
+	defer cancel()
+	if err := s.reloadScopes(rctx); err != nil {
+		s.log.DebugContext(ctx, "reload agent credentials", "err", err)
 	}
 }

@@ -6,10 +6,13 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/controlplanetest"
+	"github.com/clodex/clodex/internal/bearer"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
@@ -19,33 +22,87 @@ func longKey(i int) string {
 	return k + strings.Repeat("f", 128-len(k))
 }
 
-// The largest legitimate messages fit the receive limit (a hello listing
-// 1000 keys, a ReportGrants of 1000 accounts with 128-byte keys); a bigger
-// message is ResourceExhausted, even with a valid token.
+// The largest legitimate message of each method is answered, and a
+// message over its method's receive limit is ResourceExhausted naming the
+// size and the limit, with a valid token, before the method does any work
+// (an over-limit Admit registers nothing, a refused hello registers no
+// agent). The sizes are measured here with proto.Size, and printed.
 func TestMessageSizeLimit(t *testing.T) {
 	srv := controlplanetest.Start(t, nil)
 	keys := make([]string, 1000)
-	grants := make([]*controlplanev1.LocalGrants, len(keys))
 	for i := range keys {
 		keys[i] = fmt.Sprintf("acct_%016x", i)
-		grants[i] = &controlplanev1.LocalGrants{Account: longKey(i), Count: 100000, FirstUnixMs: 1 << 62, LastUnixMs: 1 << 62}
 	}
-	st := connect(t, srv, hello(strings.Repeat("i", 128), keys...))
-	recvPolicy(t, st)
-
-	// With the admin token (an operator's): 1000 new 128-byte keys on
-	// top of the hello's 1000 would pass the agent credential's cap.
-	resp, err := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AdminToken, nil)).ReportGrants(t.Context(), &controlplanev1.ReportGrantsRequest{
-		ReportId: strings.Repeat("r", 128), AgentId: strings.Repeat("i", 128), Grants: grants,
-	})
-	if err != nil || len(resp.GetDebits()) != len(keys) {
-		t.Fatalf("ReportGrants of 1000 accounts with 128-byte keys = %d debits, %v; want 1000", len(resp.GetDebits()), err)
+	grants := make([]*controlplanev1.LocalGrants, 200)
+	for i := range grants {
+		grants[i] = &controlplanev1.LocalGrants{Account: longKey(i), Count: 100000, FirstUnixMs: -1, LastUnixMs: -1}
+	}
+	maxHello := &controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_Hello{Hello: &controlplanev1.AgentHello{
+		AgentId: strings.Repeat("i", 128), Host: strings.Repeat("h", 256), Version: strings.Repeat("v", 256),
+		CapabilityVersion: int32(controlplane.CapabilityVersion), Accounts: keys,
+	}}}
+	maxReport := &controlplanev1.ReportGrantsRequest{ReportId: strings.Repeat("r", 128), AgentId: strings.Repeat("i", 128), Grants: grants}
+	maxCred := &controlplanev1.CreateAgentCredentialRequest{Name: strings.Repeat("n", 64), Accounts: keys, TokenSha256: make([]byte, 32)}
+	maxCred.TokenSha256[0] = 1
+	maxAdmit := &controlplanev1.AdmitRequest{Account: longKey(1), AgentId: strings.Repeat("i", 128)}
+	for _, tt := range []struct {
+		name  string
+		msg   proto.Message
+		limit int
+	}{
+		{"AgentService.Connect hello of 1000 accounts", maxHello, controlplane.MaxRecvMsgSize},
+		{"ReportGrants of 200 accounts with 128-byte keys", maxReport, controlplane.MaxRecvMsgSize},
+		{"CreateAgentCredential of 1000 accounts", maxCred, controlplane.MaxRecvMsgSize},
+		{"Admit with a 128-byte key and agent id", maxAdmit, 1024},
+	} {
+		t.Logf("%s: %d bytes (limit %d)", tt.name, proto.Size(tt.msg), tt.limit)
+		if n := proto.Size(tt.msg); n > tt.limit {
+			t.Errorf("%s is %d bytes, over its limit %d", tt.name, n, tt.limit)
+		}
 	}
 
+	recvPolicy(t, connect(t, srv, maxHello))
+	admin := srv.Dial(srv.AdminToken, nil)
+	resp, err := controlplanev1.NewAdmissionServiceClient(admin).ReportGrants(t.Context(), maxReport)
+	if err != nil || len(resp.GetDebits()) != len(grants) {
+		t.Errorf("ReportGrants of 200 accounts with 128-byte keys = %d debits, %v; want 200", len(resp.GetDebits()), err)
+	}
+	if _, err := controlplanev1.NewAdminServiceClient(admin).CreateAgentCredential(t.Context(), maxCred); err != nil {
+		t.Errorf("CreateAgentCredential of 1000 accounts = %v, want it created", err)
+	}
 	admission := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
-	_, err = admission.Admit(t.Context(), &controlplanev1.AdmitRequest{Account: strings.Repeat("a", controlplane.MaxRecvMsgSize)})
-	if status.Code(err) != codes.ResourceExhausted {
-		t.Errorf("Admit with a %d-byte account = %v, want ResourceExhausted", controlplane.MaxRecvMsgSize, err)
+	// The agent credential already serves 1000 accounts: the answer is
+	// its account cap, decided on the decoded message.
+	if _, err := admission.Admit(t.Context(), maxAdmit); err == nil || strings.Contains(err.Error(), "request message") {
+		t.Errorf("Admit with a 128-byte key = %v, want the account cap's answer", err)
+	}
+
+	// Over the method's own limit, under the server's: refused before
+	// the message is decoded, with the method, the size and the limit.
+	big := &controlplanev1.AdmitRequest{Account: strings.Repeat("a", 2000)}
+	_, err = admission.Admit(t.Context(), big)
+	want := fmt.Sprintf("clodex.controlplane.v1.AdmissionService/Admit: the request message is %d bytes; this method accepts at most 1024", proto.Size(big))
+	if status.Code(err) != codes.ResourceExhausted || status.Convert(err).Message() != want {
+		t.Errorf("Admit of %d bytes = %v, want ResourceExhausted %q", proto.Size(big), err, want)
+	}
+	hc := healthpb.NewHealthClient(srv.Dial(bearer.Token{}, nil))
+	if _, err := hc.Check(t.Context(), &healthpb.HealthCheckRequest{Service: strings.Repeat("s", 2000)}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("health Check without a token and a 2000-byte service name = %v, want ResourceExhausted", err)
+	}
+	// Over the server's limit: refused from the length prefix.
+	over := &controlplanev1.ReportGrantsRequest{ReportId: "r", Grants: append(grants, grants[:50]...)}
+	if _, err := controlplanev1.NewAdmissionServiceClient(admin).ReportGrants(t.Context(), over); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("ReportGrants of %d bytes = %v, want ResourceExhausted", proto.Size(over), err)
+	}
+	// A hello over the stream's limit ends the stream; no agent joined.
+	st := connect(t, srv, &controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_Hello{Hello: &controlplanev1.AgentHello{
+		AgentId: "too-big", CapabilityVersion: 1, Host: strings.Repeat("h", controlplane.MaxRecvMsgSize)}}})
+	if _, err := st.Recv(); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a hello over the limit: Recv = %v, want ResourceExhausted", err)
+	}
+	agents, err := controlplanev1.NewAdminServiceClient(admin).ListAgents(t.Context(), &controlplanev1.ListAgentsRequest{})
+	if err != nil || len(agents.GetAgents()) != 1 {
+		t.Errorf("ListAgents = %v, %v; want only the maximal hello's agent", agents.GetAgents(), err)
 	}
 }
 

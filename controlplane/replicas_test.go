@@ -90,7 +90,7 @@ func TestReportGrants(t *testing.T) {
 	}{
 		{"no report id", &controlplanev1.ReportGrantsRequest{Grants: []*controlplanev1.LocalGrants{{Account: key, Count: 1}}}, "report_id is 0 bytes"},
 		{"space in report id", &controlplanev1.ReportGrantsRequest{ReportId: "a b", Grants: []*controlplanev1.LocalGrants{{Account: key, Count: 1}}}, "report_id has a byte 0x20"},
-		{"no grants", &controlplanev1.ReportGrantsRequest{ReportId: "r"}, "grants lists 0 accounts; allowed 1..1000"},
+		{"no grants", &controlplanev1.ReportGrantsRequest{ReportId: "r"}, "grants lists 0 accounts; allowed 1..200"},
 		{"zero count", &controlplanev1.ReportGrantsRequest{ReportId: "r", Grants: []*controlplanev1.LocalGrants{{Account: key}}}, "grants[0].count 0 is out of range; allowed 1..100000"},
 		{"bad account", &controlplanev1.ReportGrantsRequest{ReportId: "r", Grants: []*controlplanev1.LocalGrants{{Account: "a b", Count: 1}}}, "grants[0].account"},
 		{"account twice", &controlplanev1.ReportGrantsRequest{ReportId: "r", Grants: []*controlplanev1.LocalGrants{{Account: key, Count: 1}, {Account: key, Count: 1}}}, "is listed twice"},

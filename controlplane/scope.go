@@ -35,8 +35,11 @@ type AgentCredStore interface {
 }
 
 // scopedCred is a scoped agent credential as the authenticator holds it.
+// A reload makes new ones: an agent stream keeps the one it connected
+// with, and is closed when a reload drops or replaces it (revoke.go).
 type scopedCred struct {
 	name     string
+	digest   [sha256.Size]byte
 	accounts []string // sorted
 }
 
@@ -57,6 +60,52 @@ type scopeSet struct {
 
 	unknownMu   sync.Mutex // serializes reloads for unknown tokens; guards lastUnknown
 	lastUnknown time.Time  // wall time of the last such reload
+
+	mu      sync.Mutex                   // guards the following fields
+	revoked map[[sha256.Size]byte]string // credentials a reload dropped, by digest: their names
+	order   [][sha256.Size]byte          // revoked's digests, oldest first
+}
+
+// maxRevoked bounds the revoked credentials a replica remembers, to name
+// them when their token is refused.
+const maxRevoked = 1000
+
+// replace installs the credentials m and remembers the ones it drops as
+// revoked (a credential created again is no longer revoked).
+func (s *scopeSet) replace(m map[[sha256.Size]byte]*scopedCred) {
+	old := s.byDigest.Swap(&m)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.revoked == nil {
+		s.revoked = map[[sha256.Size]byte]string{}
+	}
+	for d := range m {
+		delete(s.revoked, d)
+	}
+	if old != nil {
+		for d, c := range *old {
+			if _, kept := m[d]; !kept {
+				if _, known := s.revoked[d]; !known {
+					s.order = append(s.order, d)
+				}
+				s.revoked[d] = c.name
+			}
+		}
+	}
+	s.order = slices.DeleteFunc(s.order, func(d [sha256.Size]byte) bool { _, ok := s.revoked[d]; return !ok })
+	for len(s.order) > maxRevoked {
+		delete(s.revoked, s.order[0])
+		s.order = s.order[1:]
+	}
+}
+
+// revokedName returns the name of the credential with digest sum when a
+// reload dropped it.
+func (s *scopeSet) revokedName(sum [sha256.Size]byte) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name, ok := s.revoked[sum]
+	return name, ok
 }
 
 // Reloads for a token no credential matches: at most one per
@@ -111,17 +160,44 @@ func (s *scopeSet) load(ctx context.Context) error {
 	m := make(map[[sha256.Size]byte]*scopedCred, len(cs))
 	for _, c := range cs {
 		if len(c.Digest) != sha256.Size {
+			// Unreadable without a copy: keep enforcing the one loaded
+			// before, if any.
+			if sum, old := s.byName(c.Name); old != nil {
+				m[sum] = old
+			}
 			continue
 		}
-		m[[sha256.Size]byte(c.Digest)] = &scopedCred{name: c.Name, accounts: slices.Sorted(slices.Values(c.Accounts))}
+		d := [sha256.Size]byte(c.Digest)
+		m[d] = &scopedCred{name: c.Name, digest: d, accounts: slices.Sorted(slices.Values(c.Accounts))}
 	}
-	s.byDigest.Store(&m)
+	s.replace(m)
 	return nil
 }
 
-// reloadScopes reads the scoped agent credentials from the store. A
-// failure keeps the ones loaded before.
-func (s *Server) reloadScopes(ctx context.Context) error { return s.scopes.load(ctx) }
+// reloadScopes reads the scoped agent credentials from the store, then
+// closes the agent streams of credentials removed or replaced since
+// (revokeStale). A failure keeps the ones loaded before. A reload for an
+// unknown token (find) closes nothing: the next one does, within a fleet
+// tick.
+func (s *Server) reloadScopes(ctx context.Context) error {
+	if err := s.scopes.load(ctx); err != nil {
+		return err
+	}
+	s.revokeStale(ctx)
+	return nil
+}
+
+// byName returns the loaded credential named name and its digest.
+func (s *scopeSet) byName(name string) ([sha256.Size]byte, *scopedCred) {
+	if m := s.byDigest.Load(); m != nil {
+		for sum, c := range *m {
+			if c.name == name {
+				return sum, c
+			}
+		}
+	}
+	return [sha256.Size]byte{}, nil
+}
 
 // scopeKey carries the caller's *scopedCred in a request context.
 type scopeKey struct{}
@@ -249,7 +325,11 @@ func (s *Server) checkSignedIn(ctx context.Context, keys []string) error {
 }
 
 func agentCredProto(c store.AgentCred) *controlplanev1.AgentCredential {
-	return &controlplanev1.AgentCredential{Name: c.Name, Accounts: slices.Clone(c.Accounts), CreatedUnixMs: c.Created.UnixMilli()}
+	p := &controlplanev1.AgentCredential{Name: c.Name, Accounts: slices.Clone(c.Accounts), Unreadable: c.Unreadable}
+	if !c.Created.IsZero() {
+		p.CreatedUnixMs = c.Created.UnixMilli()
+	}
+	return p
 }
 
 func (a *adminService) ListAgentCredentials(ctx context.Context, req *controlplanev1.ListAgentCredentialsRequest) (*controlplanev1.ListAgentCredentialsResponse, error) {

@@ -31,19 +31,6 @@ import (
 // DefaultShutdownGrace bounds GracefulStop before Stop.
 const DefaultShutdownGrace = 5 * time.Second
 
-// MaxRecvMsgSize bounds every request message the server reads (larger
-// ones are ResourceExhausted, refused before their body is allocated).
-// The largest legitimate requests are a ReportGrants of 1000 accounts
-// with 128-byte keys (about 163 KB; an agent hello or heartbeat lists at
-// most 1000 22-byte keys, about 24 KB); Admit, Cancel and every admin
-// request are under 1 KB. grpc-go's limit applies to the whole server,
-// which serves the agent and admin services alike, so it is the smallest
-// cap that fits the largest request with margin. Only a caller with a
-// valid token gets this far: the token is checked from the headers
-// before a message is read (see Server's InTapHandle), so a caller
-// without one costs no message buffer at all.
-const MaxRecvMsgSize = 256 << 10
-
 // KeepaliveEnforcement lets data planes ping every 5 s or more, with or
 // without an open stream: they ping a quiet connection every 10 s to
 // notice a hung replica (admission.Keepalive). gRPC's default (5 min)
@@ -151,6 +138,21 @@ type Options struct {
 	// agent create): tokens that may act only for the accounts they name.
 	// (Optional; default none)
 	AgentCreds AgentCredStore
+	// AgentCredChanges, when set, tells the server that another replica
+	// sharing the store changed the scoped agent credentials, which it
+	// reloads at once (a removal closes the credential's streams here
+	// too). *redisstore.Store implements it. (Optional; default none:
+	// reloaded every FleetTick)
+	AgentCredChanges AgentCredWatcher
+	// Durable, when set, takes snapshots of the store's durable state and
+	// restores them (AdminService.Backup and Restore). *redisstore.Store
+	// and store.DirState implement it. (Optional; default none: those
+	// RPCs answer FailedPrecondition)
+	Durable DurableStore
+	// BackupSealer seals the backups Backup returns and opens the ones
+	// Restore is given (the credential key). (Optional; default none:
+	// plain backups, for a control plane without sign-ins)
+	BackupSealer store.Sealer
 	// Broker, when set, is the credential broker: AdminService's login
 	// RPCs and CredentialService are served from it. (Optional; default
 	// none: those RPCs answer FailedPrecondition)
@@ -160,6 +162,10 @@ type Options struct {
 	// it the registration is ResourceExhausted. (Optional; default
 	// DefaultMaxAccountsPerCredential)
 	MaxAccountsPerCredential int
+	// ConsoleLinks, when set, issues the web console's sign-in links
+	// (CreateConsoleLink). (Optional; default none: the RPC answers
+	// FailedPrecondition)
+	ConsoleLinks ConsoleLinks
 	// FleetTick is how often Serve expires silent agents and applies
 	// adaptive raises (pushing the new rates). (Optional; default 1s)
 	FleetTick time.Duration
@@ -188,6 +194,7 @@ type Server struct {
 	notices       pacing.Notices   // one-time operator notices, keyed per account
 	agents        *directory       // the agent directory
 	scopes        *scopeSet        // scoped agent credentials (Options.AgentCreds)
+	credsDirty    chan struct{}    // size 1: another replica changed the scoped credentials
 	streams       sync.WaitGroup   // agent streams' receive loops
 
 	mu          sync.Mutex // guards the following fields
@@ -247,11 +254,12 @@ func New(opts Options) (*Server, error) {
 	}
 	scopes := &scopeSet{store: opts.AgentCreds}
 	s := &Server{
-		scopes: scopes,
-		opts:   opts,
-		log:    opts.Logger.With("component", "controlplane"),
-		now:    opts.Now,
-		auth:   newAuthenticator(opts.AdminToken, opts.AgentToken, scopes),
+		scopes:     scopes,
+		credsDirty: make(chan struct{}, 1),
+		opts:       opts,
+		log:        opts.Logger.With("component", "controlplane"),
+		now:        opts.Now,
+		auth:       newAuthenticator(opts.AdminToken, opts.AgentToken, scopes),
 	}
 	s.denied = newDenials(s.log, opts.Now)
 	s.accounts = newAccountRegistry(opts.MaxAccountsPerCredential)
@@ -273,6 +281,7 @@ func New(opts Options) (*Server, error) {
 		grpc.InTapHandle(s.tapAuthorize),
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.ForceServerCodecV2(newRecvCodec()), // each method's own limit (recvlimits.go)
 		grpc.MaxHeaderListSize(MaxHeaderListSize),
 		grpc.KeepaliveEnforcementPolicy(KeepaliveEnforcement),
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelOpts...)),
@@ -300,6 +309,9 @@ func New(opts Options) (*Server, error) {
 	s.reportStoreHealth()
 	if opts.PolicyChanges != nil {
 		opts.PolicyChanges.WatchPolicies(s.policyChanged)
+	}
+	if opts.AgentCredChanges != nil {
+		opts.AgentCredChanges.WatchAgentCreds(s.credsChanged)
 	}
 	return s, nil
 }

@@ -123,7 +123,7 @@ func (a *agentService) Connect(stream agentStream) error {
 	capability := min(int(hello.GetCapabilityVersion()), CapabilityVersion)
 	now := s.now()
 	c := &agentConn{
-		id: hello.GetAgentId(), host: hello.GetHost(), version: hello.GetVersion(), credential: cred,
+		id: hello.GetAgentId(), host: hello.GetHost(), version: hello.GetVersion(), credential: cred, scope: scopeFrom(ctx),
 		stream: rand.Text(), capability: capability, connected: now, wake: make(chan struct{}, 1),
 		accounts: accts, lastSeen: now, dirty: map[string]bool{},
 	}
@@ -133,6 +133,15 @@ func (a *agentService) Connect(stream agentStream) error {
 		return status.Error(codes.Unavailable, reason)
 	}
 	defer s.agents.leave(ctx, c)
+	// A credential revoked between this call's authorization and its
+	// joining: the revocation that closed the others did not see it.
+	s.revokeStale(ctx)
+	// The headers tell the agent its hello was accepted, before any push
+	// (an agent serving no account yet gets none), so a data plane knows
+	// its token is good as soon as it is.
+	if err := stream.SendHeader(nil); err != nil {
+		return err
+	}
 	s.log.InfoContext(ctx, "agent connected", "agent_id", c.id, "host", c.host, "version", c.version,
 		"capability_version", capability, "accounts", len(accts))
 
@@ -160,11 +169,11 @@ func (a *agentService) Connect(stream agentStream) error {
 // flush sends c's pending pushes, or its close.
 func (a *agentService) flush(ctx context.Context, stream agentStream, c *agentConn) error {
 	s := a.s
-	keys, live, closed := s.agents.take(ctx, c)
+	keys, live, closed, end := s.agents.take(ctx, c)
 	if closed != "" {
 		_ = stream.Send(&controlplanev1.ConnectResponse{Msg: &controlplanev1.ConnectResponse_Close{Close: &controlplanev1.AgentClose{Reason: closed}}})
 		s.log.InfoContext(ctx, "closing agent stream", "agent_id", c.id, "reason", closed)
-		return status.Error(codes.Unavailable, closed)
+		return end
 	}
 	for i, k := range keys {
 		push, err := s.policyPush(ctx, k, live[i])

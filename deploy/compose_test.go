@@ -19,6 +19,7 @@ type composeFile struct {
 	Name     string                           `json:"name"`
 	Secrets  map[string]struct{ File string } `json:"secrets"`
 	Services map[string]composeService        `json:"services"`
+	Volumes  map[string]any                   `json:"volumes"`
 }
 
 type composeService struct {
@@ -136,6 +137,18 @@ func TestCompose(t *testing.T) {
 		if _, ok := flagValue(cmd, "credential-key-file"); !ok {
 			t.Errorf("%s has no --credential-key-file: the replicas hold the sign-in (the credential broker)", name)
 		}
+		// Each replica keeps its backups on a volume of its own.
+		if dir, ok := flagValue(cmd, "backup-dir"); !ok || !onNamedVolume(c, c.Services[name].Volumes, dir) {
+			t.Errorf("%s: --backup-dir %q (given: %v) is not on a named volume", name, dir, ok)
+		}
+	}
+	// Redis keeps its data on disk (an AOF) on a named volume.
+	redis := c.Services["redis"]
+	if v, _ := argAfter(redis.Command, "--appendonly"); v != "yes" {
+		t.Errorf("redis command %q; want --appendonly yes", redis.Command)
+	}
+	if dir, _ := argAfter(redis.Command, "--dir"); !onNamedVolume(c, redis.Volumes, dir) {
+		t.Errorf("redis --dir %q is not on a named volume (volumes %q)", dir, redis.Volumes)
 	}
 	if len(replicas) != 2 {
 		t.Errorf("the control planes' --replica ids %v are not distinct", replicas)
@@ -262,3 +275,26 @@ func TestComposeLoads(t *testing.T) {
 }
 
 func isClodexImage(image string) bool { return strings.HasPrefix(image, "clodex:") }
+
+// onNamedVolume reports whether dir is, or is under, the mount point of
+// one of mounts ("volume:/path") that names a top-level volume.
+func onNamedVolume(c composeFile, mounts []string, dir string) bool {
+	for _, m := range mounts {
+		vol, path, ok := strings.Cut(m, ":")
+		path, _, _ = strings.Cut(path, ":")
+		if _, named := c.Volumes[vol]; ok && named && dir != "" && (dir == path || strings.HasPrefix(dir, path+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// argAfter returns the argument after name in argv.
+func argAfter(argv []string, name string) (string, bool) {
+	for i, a := range argv {
+		if a == name && i+1 < len(argv) {
+			return argv[i+1], true
+		}
+	}
+	return "", false
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,6 +35,8 @@ func newTyped(apiVersion, kind string) (any, error) {
 	switch apiVersion + " " + kind {
 	case "apps/v1 Deployment":
 		return &appsv1.Deployment{}, nil
+	case "apps/v1 StatefulSet":
+		return &appsv1.StatefulSet{}, nil
 	case "apps/v1 DaemonSet":
 		return &appsv1.DaemonSet{}, nil
 	case "v1 Service":
@@ -178,21 +181,28 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 	}
 	byKind := map[string][]any{}
 	secrets := map[string]*corev1.Secret{}
+	sets := map[string]*appsv1.StatefulSet{}
 	for _, o := range objs {
 		byKind[o.kind] = append(byKind[o.kind], o.obj)
 		if s, ok := o.obj.(*corev1.Secret); ok {
 			secrets[s.Name] = s
 		}
+		if s, ok := o.obj.(*appsv1.StatefulSet); ok {
+			sets[s.Name] = s
+		}
 	}
-	for _, want := range []string{"Deployment", "DaemonSet", "Service", "PodDisruptionBudget", "NetworkPolicy", "ServiceMonitor", "Secret", "Namespace"} {
+	for _, want := range []string{"StatefulSet", "DaemonSet", "Service", "PodDisruptionBudget", "NetworkPolicy", "ServiceMonitor", "Secret", "Namespace"} {
 		if len(byKind[want]) == 0 {
 			t.Errorf("the rendered overlay has no %s", want)
 		}
 	}
+	cp, redis := sets["clodex-controlplane"], sets["clodex-redis"]
+	if cp == nil || redis == nil {
+		t.Fatalf("the rendered overlay's StatefulSets are %v; want clodex-controlplane and clodex-redis", slices.Sorted(maps.Keys(sets)))
+	}
 	if t.Failed() {
 		return
 	}
-	cp := byKind["Deployment"][0].(*appsv1.Deployment)
 	dp := byKind["DaemonSet"][0].(*appsv1.DaemonSet)
 	if cp.Spec.Replicas == nil || *cp.Spec.Replicas != 2 {
 		t.Errorf("control plane replicas = %v, want 2", cp.Spec.Replicas)
@@ -219,11 +229,28 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 		t.Errorf("control plane TLS %v but data plane --tls-ca %v: they must agree", tls, ca)
 	}
 	for _, o := range baseObjects(t) {
-		if d, ok := o.obj.(*appsv1.Deployment); ok && strings.Contains(o.source, "/base/") {
+		if d, ok := o.obj.(*appsv1.StatefulSet); ok && strings.Contains(o.source, "/base/") && d.Name == "clodex-controlplane" {
 			if p := d.Spec.Template.Spec.Containers[0].ReadinessProbe; p == nil || p.GRPC == nil || p.GRPC.Port != 17700 {
 				t.Errorf("%s: the base control plane's readiness probe = %+v, want the kubelet's gRPC probe on 17700", o.source, p)
 			}
 		}
+	}
+	// Each replica keeps its backups on a volume of its own (a claim
+	// template), mounted where --backup-dir points and writable by the
+	// image's user.
+	if dir, ok := flagValue(c.Command, "backup-dir"); !ok || !mountedFromClaim(cp, c, dir) {
+		t.Errorf("the control plane's --backup-dir %q (given: %v) is not on a volume from its claim templates", dir, ok)
+	}
+	if sc := cp.Spec.Template.Spec.SecurityContext; sc == nil || sc.FSGroup == nil || *sc.FSGroup != 65532 {
+		t.Error("the control plane's pods have no fsGroup 65532: the image's user could not write its backups volume")
+	}
+	// Redis keeps its data: appendonly yes, on a volume from a claim.
+	rc := redis.Spec.Template.Spec.Containers[0]
+	if v, _ := argValueAfter(rc.Command, "--appendonly"); v != "yes" {
+		t.Errorf("redis command %q; want --appendonly yes", rc.Command)
+	}
+	if dir, _ := argValueAfter(rc.Command, "--dir"); !mountedFromClaim(redis, rc, dir) {
+		t.Errorf("redis --dir %q is not on a volume from its claim templates", dir)
 	}
 	if _, ok := flagValue(c.Command, "redis"); ok {
 		t.Error("the control plane passes --redis on its command line; the URL may hold a password: use CLODEX_REDIS_URL from the Secret")
@@ -237,9 +264,17 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 	if !selects(pdb.Spec.Selector.MatchLabels, cp.Spec.Template.Labels) || pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 {
 		t.Errorf("the PodDisruptionBudget does not keep one control plane: %+v", pdb.Spec)
 	}
-	np := byKind["NetworkPolicy"][0].(*networkingv1.NetworkPolicy)
-	if !selects(np.Spec.PodSelector.MatchLabels, cp.Spec.Template.Labels) || len(np.Spec.Ingress) == 0 {
-		t.Errorf("the NetworkPolicy does not guard the control plane: %+v", np.Spec)
+	guarded := map[string]bool{}
+	for _, o := range byKind["NetworkPolicy"] {
+		np := o.(*networkingv1.NetworkPolicy)
+		for name, set := range sets {
+			if selects(np.Spec.PodSelector.MatchLabels, set.Spec.Template.Labels) && len(np.Spec.Ingress) > 0 {
+				guarded[name] = true
+			}
+		}
+	}
+	if !guarded["clodex-controlplane"] || !guarded["clodex-redis"] {
+		t.Errorf("NetworkPolicies guard %v; want the control plane and Redis", guarded)
 	}
 
 	// The data plane: one per node, reachable only on its node.
@@ -253,7 +288,7 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 	}
 
 	// Every Secret a workload names exists in the rendered overlay.
-	for _, spec := range []corev1.PodSpec{cp.Spec.Template.Spec, ds} {
+	for _, spec := range []corev1.PodSpec{cp.Spec.Template.Spec, ds, redis.Spec.Template.Spec} {
 		for _, v := range spec.Volumes {
 			if v.Secret != nil && secrets[v.Secret.SecretName] == nil {
 				t.Errorf("volume %s names Secret %s, which the overlay does not make", v.Name, v.Secret.SecretName)
@@ -350,6 +385,8 @@ func kubernetesCommandLines(t *testing.T) []commandLine {
 		switch w := o.obj.(type) {
 		case *appsv1.Deployment:
 			spec = &w.Spec.Template.Spec
+		case *appsv1.StatefulSet:
+			spec = &w.Spec.Template.Spec
 		case *appsv1.DaemonSet:
 			spec = &w.Spec.Template.Spec
 		default:
@@ -367,4 +404,30 @@ func kubernetesCommandLines(t *testing.T) []commandLine {
 		}
 	}
 	return out
+}
+
+// mountedFromClaim reports whether dir is the mount path of one of c's
+// volumes that comes from one of set's claim templates.
+func mountedFromClaim(set *appsv1.StatefulSet, c corev1.Container, dir string) bool {
+	for _, m := range c.VolumeMounts {
+		if m.MountPath != dir || m.ReadOnly {
+			continue
+		}
+		for _, tpl := range set.Spec.VolumeClaimTemplates {
+			if tpl.Name == m.Name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// argValueAfter returns the argument after name in argv.
+func argValueAfter(argv []string, name string) (string, bool) {
+	for i, a := range argv {
+		if a == name && i+1 < len(argv) {
+			return argv[i+1], true
+		}
+	}
+	return "", false
 }

@@ -28,12 +28,22 @@
 //     thinking-signature round trip (the reasoning item's
 //     encrypted_content as the signature, continued on the same socket);
 //     and plain-HTTP checks of the preconnect and count_tokens;
+//   - clients_test.go, the client matrix, side by side through one stack
+//     under one hold of the client run lock: node scripts in
+//     testdata/clients (run with the pinned library set of
+//     internal/clienttest) drive the Vercel AI SDK (generateText,
+//     streamText, a tool loop, Output.object, a far usage limit),
+//     LangChain (.stream() usage on a first and a continued turn,
+//     withStructuredOutput) and the Claude Agent SDK with the pinned
+//     Claude Code (a tool loop, then the session resumed); opencode's
+//     usage-limit case ends with the message. Each prints what its user
+//     sees as JSON lines, which the cases assert;
 //   - failure_test.go, with Claude Code's default retries: a persistent
 //     upstream failure shown within four minutes, and a backend stopped
 //     for 20 s in the middle of a tool round trip that the turn rides out
 //     (docs/errors.md §8.4).
 //
-// The Claude Code cases skip only when the pinned client is not cached,
+// The real-client cases skip only when a pinned client is not cached,
 // the npm registry cannot be reached and neither CI=true nor
 // CLODEX_REQUIRE_CLIENTS=1 is set; under those they fail saying why.
 package e2e

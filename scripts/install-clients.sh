@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# install-clients.sh installs what clodex's real-client tests need: the pinned Claude Code and
-# Codex CLI, into a cache folder outside the repository, and tmux (the interactive Claude Code test
-# drives the TUI in a tmux pane):
+# install-clients.sh installs what clodex's real-client tests need: the pinned Claude Code, Codex
+# CLI and opencode, and the client libraries the e2e tests' node scripts import (the Vercel AI SDK,
+# the Claude Agent SDK, LangChain; pinned by internal/clienttest/nodelibs/package.json and its
+# package-lock.json), into a cache folder outside the repository, and tmux (the interactive Claude
+# Code test drives the TUI in a tmux pane):
 #
 #   ${CLODEX_CLIENT_CACHE:-$HOME/.cache/clodex/clients}/claude-code-<version>/node_modules/.bin/claude
 #   ${CLODEX_CLIENT_CACHE:-$HOME/.cache/clodex/clients}/codex-<version>/node_modules/.bin/codex
+#   ${CLODEX_CLIENT_CACHE:-$HOME/.cache/clodex/clients}/opencode-<version>/node_modules/.bin/opencode
+#   ${CLODEX_CLIENT_CACHE:-$HOME/.cache/clodex/clients}/node-libs-<first 12 hex digits of the lock's SHA-256>/node_modules
 #
 # The layout, the lock file and the versions are the same as in internal/clienttest, so this script
 # and the Go tests can run at the same time. An install is idempotent: a client whose `--version`
@@ -32,6 +36,8 @@ set -euo pipefail
 
 CLAUDE_CODE_VERSION="2.1.332"
 CODEX_VERSION="0.171.0"
+OPENCODE_VERSION="1.18.33"
+NODE_LIBS="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/internal/clienttest/nodelibs"
 
 CACHE="${CLODEX_CLIENT_CACHE:-$HOME/.cache/clodex/clients}"
 MARKER="$CACHE/.registry-unreachable"
@@ -198,6 +204,63 @@ install_one() {
 	log "installed $pkg@$version in $((SECONDS - start)) s: $bin"
 }
 
+# verify_libs DIR: every dependency pinned in DIR/package.json is installed in DIR/node_modules at
+# its version.
+verify_libs() {
+	local dir="$1"
+	[ -f "$dir/package.json" ] && [ -d "$dir/node_modules" ] || return 1
+	node -e '
+		const dir = process.argv[1];
+		const deps = require(dir + "/package.json").dependencies;
+		for (const [pkg, want] of Object.entries(deps)) {
+			let got = "";
+			try { got = require(dir + "/node_modules/" + pkg + "/package.json").version; } catch {}
+			if (got !== want) { console.error(pkg + ": installed " + (got || "nothing") + ", want " + want); process.exit(1); }
+		}' "$dir" 2>/dev/null
+}
+
+# install_libs: the client libraries the node scripts of the e2e tests import, installed with
+# npm ci from internal/clienttest/nodelibs (without optional platform binaries: the Agent SDK is
+# handed the pinned Claude Code).
+install_libs() {
+	local hash dir tmp start first
+	hash="$(sha256sum "$NODE_LIBS/package-lock.json" | cut -c1-12)"
+	dir="$CACHE/node-libs-$hash"
+	if verify_libs "$dir"; then
+		log "the client libraries are already installed: $dir"
+		return 0
+	fi
+	first="$(node -e 'const d=require(process.argv[1]).dependencies; const k=Object.keys(d)[0]; console.log(k+"@"+d[k])' "$NODE_LIBS/package.json")"
+	if registry_unreachable "$first"; then
+		missing "the client libraries (npm $first and the rest of $NODE_LIBS/package.json) are not installed in $CACHE and the npm registry is unreachable: $UNREACHABLE" \
+			"make the npm registry reachable (npm config get registry), then run scripts/install-clients.sh"
+		return 0
+	fi
+	tmp="$(mktemp -d "$CACHE/.tmp-node-libs-$hash.XXXXXX")"
+	CLEANUP="$tmp"
+	start=$SECONDS
+	log "installing the client libraries into $dir: up to $INSTALL_TIMEOUT s, usually a minute or two"
+	cp "$NODE_LIBS/package.json" "$NODE_LIBS/package-lock.json" "$tmp/"
+	local rc=0
+	(cd "$tmp" && timeout "$INSTALL_TIMEOUT" npm ci --omit=optional --no-audit --no-fund --loglevel=error </dev/null) || rc=$?
+	if [ "$rc" -eq 124 ]; then
+		log "npm ci of the client libraries gave no result within $INSTALL_TIMEOUT s (CLODEX_INSTALL_TIMEOUT); fix: check the registry (npm config get registry) and the network, then rerun scripts/install-clients.sh"
+		exit 1
+	elif [ "$rc" -ne 0 ]; then
+		log "npm ci of the client libraries failed (exit $rc); its output is above"
+		exit 1
+	fi
+	if ! verify_libs "$tmp"; then
+		log "the client libraries installed but their version check failed"
+		exit 1
+	fi
+	chmod 755 "$tmp"
+	rm -rf "$dir"
+	mv "$tmp" "$dir"
+	CLEANUP=""
+	log "installed the client libraries in $((SECONDS - start)) s: $dir/node_modules"
+}
+
 # install_tmux: the interactive Claude Code test (cmd/clodex-dataplane) drives it in tmux.
 install_tmux() {
 	if command -v tmux >/dev/null 2>&1; then
@@ -257,6 +320,8 @@ rm -rf "$CACHE"/.tmp-*
 rm -f "$MARKER"
 install_one claude-code @anthropic-ai/claude-code "$CLAUDE_CODE_VERSION" claude "Claude Code"
 install_one codex @openai/codex "$CODEX_VERSION" codex "Codex CLI"
+install_one opencode opencode-ai "$OPENCODE_VERSION" opencode "opencode"
+install_libs
 rm -f "$HOLDER"
 HELD=""
 exec 9>&-

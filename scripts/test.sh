@@ -6,7 +6,8 @@
 #   3. the pinned real clients (Claude Code, Codex CLI) are installed into a cache outside the repo,
 #      and tmux; under CI=true anything missing fails here, otherwise the tests that need it skip
 #      and a note at the end says so
-#   4. redis-server is installed (the Redis store's tests start their own on a free loopback port)
+#   4. redis-server is installed (the Redis store's tests start their own on a free loopback port), and
+#      chromium (the web console's browser test drives it headless)
 #   5. every package's tests, with the race detector
 #   6. each fuzz target of a listener's input runs for a short, fixed time (CLODEX_FUZZTIME, default
 #      10s each); a finding fails the suite and leaves its input in the package's testdata/fuzz
@@ -37,6 +38,18 @@ if ! command -v redis-server >/dev/null; then
 	fi
 fi
 redis-server --version 2>/dev/null || true
+
+step "chromium (the web console's browser test drives it headless)"
+if ! command -v chromium >/dev/null; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+	fi
+	if ! command -v chromium >/dev/null; then
+		echo "chromium is not installed (apt-get install chromium); the console's browser test fails under CI=true and skips otherwise"
+		if [ "${CI:-}" = true ]; then exit 1; fi
+	fi
+fi
+chromium --version 2>/dev/null || true
 
 step "go test -race"
 # -p 2: this runs on 2 cores; packages that drive real clients serialise themselves.

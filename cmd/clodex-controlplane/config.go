@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/clodex/clodex/controlplane/broker"
+	"github.com/clodex/clodex/controlplane/console"
 	"github.com/clodex/clodex/internal/bearer"
 	"github.com/clodex/clodex/internal/codexauth"
+	"github.com/clodex/clodex/internal/memlimit"
 	"github.com/clodex/clodex/internal/pacing"
 	"github.com/clodex/clodex/internal/telemetry"
 )
@@ -28,11 +30,13 @@ const (
 	envAdminTokenFile = "CLODEX_ADMIN_TOKEN_FILE"
 	envAgentTokenFile = "CLODEX_AGENT_TOKEN_FILE"
 	envAdminListen    = "CLODEX_CONTROLPLANE_ADMIN_LISTEN"
+	envConsoleURL     = "CLODEX_CONTROLPLANE_CONSOLE_URL"
 	envMetricsToken   = "CLODEX_METRICS_TOKEN_FILE"
 	envRedis          = "CLODEX_REDIS_URL"
 	envReplica        = "CLODEX_CONTROLPLANE_REPLICA"
 	envCredentialKey  = "CLODEX_CREDENTIAL_KEY_FILE"
 	envTokenEndpoint  = "CLODEX_TOKEN_ENDPOINT"
+	envBackupDir      = "CLODEX_BACKUP_DIR"
 )
 
 const defaultListen = "127.0.0.1:17700"
@@ -73,6 +77,14 @@ type config struct {
 	// logins (sealed in the data dir's logins.json, or in Redis) and is
 	// their only refresher. (Optional; default off: no broker)
 	CredentialKeyFile string
+	// BackupDir keeps this replica's sealed backups of the durable state
+	// (policies, sign-ins, agent credentials): one after every change, the
+	// newest 10 kept; a store found empty at start is restored from the
+	// newest. (Optional; default none)
+	BackupDir string
+	// RotateKeyFile, with CredentialKeyFile, re-seals every sign-in under
+	// the key in this file, then exits. (Optional)
+	RotateKeyFile string
 	// TokenEndpoint is the OAuth token endpoint the broker refreshes at.
 	// (Optional; default https://auth.openai.com/oauth/token)
 	TokenEndpoint string
@@ -81,6 +93,11 @@ type config struct {
 	MetricsTokenFile string
 	// Pprof serves /debug/pprof on AdminListen. (Optional; default off)
 	Pprof bool
+	// ConsoleURL is the web console's base URL as browsers reach it
+	// (scheme and host), put in the sign-in links clodexctl console
+	// prints. (Optional; default http:// and the admin listener's address,
+	// with localhost for an unspecified host)
+	ConsoleURL string
 	// TLSCert and TLSKey enable TLS; ClientCA requires client
 	// certificates. (Optional; default plaintext)
 	TLSCert, TLSKey, ClientCA string
@@ -106,6 +123,10 @@ type config struct {
 	// BenchService registers the benchmark's no-op service. (Optional;
 	// default false)
 	BenchService bool
+	// MemoryLimit is the soft memory limit: auto (GOMEMLIMIT, else 0.9
+	// of the cgroup's memory limit), off, or a size such as 400MiB.
+	// (Optional; default auto)
+	MemoryLimit string
 	// LogLevel is debug, info, warn or error. (Optional; default info)
 	LogLevel string
 	// LogFormat is text or json. (Optional; default text)
@@ -148,10 +169,13 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env(envAdminTokenFile), "`file` holding the admin token (or env "+envAdminToken+")")
 	fs.StringVar(&c.AgentTokenFile, "agent-token-file", env(envAgentTokenFile), "`file` holding the agent token (or env "+envAgentToken+")")
 	fs.StringVar(&c.CredentialKeyFile, "credential-key-file", env(envCredentialKey), "run the credential broker with the key in this `file`: 32 random bytes in base64 (head -c 32 /dev/urandom | base64), mode 0600; logins are sealed with it (env "+envCredentialKey+")")
+	fs.StringVar(&c.BackupDir, "backup-dir", env(envBackupDir), "keep sealed backups of the durable state (policies, sign-ins, agent credentials) in this `directory`: one after every change, the newest 10; a store found empty at start is restored from the newest (env "+envBackupDir+")")
+	fs.StringVar(&c.RotateKeyFile, "rotate-credential-key", "", "re-seal every sign-in under the key in this `file` (the --credential-key-file's successor), without a refresh, then exit; restart every replica with it as --credential-key-file")
 	fs.StringVar(&c.TokenEndpoint, "token-endpoint", or(env(envTokenEndpoint), codexauth.DefaultTokenEndpoint), "OAuth token `URL` the credential broker refreshes at (env "+envTokenEndpoint+")")
 	fs.StringVar(&c.AdminListen, "admin-listen", env(envAdminListen), "serve /metrics, /debug/ and, with --pprof, /debug/pprof on this `address` (default off; non-loopback needs --metrics-token-file)")
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", env(envMetricsToken), "`file` holding the bearer token every --admin-listen request must carry (required off loopback; env "+envMetricsToken+")")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on --admin-listen")
+	fs.StringVar(&c.ConsoleURL, "console-url", env(envConsoleURL), "the web console's base `URL` as browsers reach it, e.g. https://clodex.example.com (default http:// and --admin-listen's address; env "+envConsoleURL+")")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "server certificate PEM `file` (with --tls-key; default plaintext)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "server key PEM `file`")
 	fs.StringVar(&c.ClientCA, "client-ca", "", "require client certificates signed by this CA PEM `file`")
@@ -161,6 +185,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.DurationVar(&c.ColdStart, "cold-start", 0, "memory store: after start, new buckets start empty for this long, an explicit stand-in for grants made while this control plane was down (0..10m; default 0: full buckets, grants are handed over)")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "wait after marking health NOT_SERVING before stopping")
 	fs.IntVar(&c.MaxAgentAccounts, "max-agent-accounts", 1000, "most accounts one agent credential may register (1..1000000); Admit refuses an account no operator configured and no registered data plane serves")
+	fs.StringVar(&c.MemoryLimit, "memory-limit", "auto", "soft memory `limit` of the Go runtime: auto (GOMEMLIMIT when set, else 0.9 of the cgroup's memory.max or memory.limit_in_bytes, else none), off, or a size such as 400MiB or 1GiB")
 	fs.BoolVar(&c.BenchService, "bench-service", false, "register the benchmark's no-op BenchService")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text, json")
@@ -225,6 +250,12 @@ func (c *config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if c.RotateKeyFile != "" && c.CredentialKeyFile == "" {
+		errs = append(errs, errors.New("--rotate-credential-key needs --credential-key-file, the key the sign-ins are sealed with now"))
+	}
+	if c.RotateKeyFile != "" && c.CheckConfig {
+		errs = append(errs, errors.New("--rotate-credential-key and --check-config are separate runs; give one of them"))
+	}
 	if err := broker.CheckEndpoint(c.TokenEndpoint); err != nil {
 		errs = append(errs, fmt.Errorf("--token-endpoint: %w", err))
 	}
@@ -244,6 +275,13 @@ func (c *config) Validate() error {
 	}
 	if err := telemetry.CheckAdminFlags(c.AdminListen, c.MetricsTokenFile, c.Pprof); err != nil {
 		errs = append(errs, err)
+	}
+	if c.ConsoleURL != "" {
+		if c.AdminListen == "" {
+			errs = append(errs, errors.New("--console-url is set but --admin-listen is not: the console is served on the admin listener"))
+		} else if _, err := console.NewLinks(c.ConsoleURL, nil); err != nil {
+			errs = append(errs, fmt.Errorf("--console-url: %w", err))
+		}
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key must be given together"))
@@ -272,6 +310,9 @@ func (c *config) Validate() error {
 	}
 	if c.DrainDelay < 0 || c.DrainDelay > time.Minute {
 		errs = append(errs, fmt.Errorf("--drain-delay %v is out of range; allowed 0..1m", c.DrainDelay))
+	}
+	if _, err := memlimit.Parse(c.MemoryLimit); err != nil {
+		errs = append(errs, fmt.Errorf("--memory-limit: %w", err))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)

@@ -25,7 +25,6 @@ import (
 var version = "dev"
 
 func main() {
-	tuneGC(os.LookupEnv)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -22,6 +25,7 @@ import (
 
 	"github.com/clodex/clodex/controlplane/store/redistest"
 	"github.com/clodex/clodex/internal/bearer"
+	"github.com/clodex/clodex/internal/memlimit"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
@@ -424,17 +428,53 @@ func TestRunRedisReplicas(t *testing.T) {
 	}
 }
 
-// Without GOGC in the environment the control plane collects at
-// defaultGOGC; a GOGC the operator set is left alone.
-func TestTuneGC(t *testing.T) {
-	prev := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(prev)
-	tuneGC(func(string) (string, bool) { return "", false })
-	if got := debug.SetGCPercent(100); got != 400 {
-		t.Errorf("GC percent without GOGC = %d, want 400", got)
+// The soft memory limit comes from --memory-limit, else GOMEMLIMIT, else
+// 0.9 of the cgroup's limit; under a limit the control plane collects at
+// defaultGOGC, without one at Go's default; a GOGC the operator set is
+// left alone. The log says what was chosen.
+func TestTuneMemory(t *testing.T) {
+	prevGC := debug.SetGCPercent(100)
+	prevLimit := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetGCPercent(prevGC); debug.SetMemoryLimit(prevLimit) })
+	cgroup := fstest.MapFS{
+		"proc/self/cgroup":         {Data: []byte("0::/\n")},
+		"sys/fs/cgroup/memory.max": {Data: []byte("536870912\n")},
 	}
-	tuneGC(func(k string) (string, bool) { return "50", k == "GOGC" })
-	if got := debug.SetGCPercent(100); got != 100 {
-		t.Errorf("GC percent with GOGC=50 in the environment = %d, want it left at 100 (the runtime applied GOGC itself)", got)
+	none := fstest.MapFS{"proc/self/cgroup": {Data: []byte("0::/\n")}}
+	tests := []struct {
+		name      string
+		flag      string
+		env       map[string]string
+		root      fstest.MapFS
+		wantGC    int
+		wantLimit int64
+		wantLog   string
+	}{
+		{"cgroup", "auto", nil, cgroup, 400, 483183820, "from=cgroup gogc=400 limit_bytes=483183820 cgroup_limit_bytes=536870912"},
+		{"no limit anywhere", "auto", nil, none, 100, math.MaxInt64, "from=none gogc=100"},
+		{"the flag", "300MiB", nil, none, 400, 300 << 20, "from=--memory-limit gogc=400 limit_bytes=314572800"},
+		{"GOGC from the environment", "300MiB", map[string]string{"GOGC": "50"}, none, 100, 300 << 20, "from=--memory-limit gogc=100"},
+		{"the flag turns it off", "off", nil, cgroup, 100, math.MaxInt64, "from=none gogc=100"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			debug.SetGCPercent(100)
+			debug.SetMemoryLimit(math.MaxInt64)
+			lim, err := memlimit.Parse(tt.flag)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var log syncBuffer
+			tuneMemory(lim, envMap(tt.env), tt.root, slog.New(slog.NewTextHandler(&log, nil)))
+			if got := debug.SetGCPercent(100); got != tt.wantGC {
+				t.Errorf("GC percent = %d, want %d", got, tt.wantGC)
+			}
+			if got := debug.SetMemoryLimit(-1); got != tt.wantLimit {
+				t.Errorf("memory limit = %d, want %d", got, tt.wantLimit)
+			}
+			if !strings.Contains(log.String(), "msg=\"memory limit\" "+tt.wantLog) {
+				t.Errorf("log = %q, want it to contain %q", log.String(), tt.wantLog)
+			}
+		})
 	}
 }

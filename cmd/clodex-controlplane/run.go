@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,28 +20,14 @@ import (
 
 	"github.com/clodex/clodex/controlplane"
 	"github.com/clodex/clodex/controlplane/broker"
+	"github.com/clodex/clodex/controlplane/console"
 	"github.com/clodex/clodex/controlplane/store"
 	"github.com/clodex/clodex/controlplane/store/redisstore"
+	"github.com/clodex/clodex/internal/memlimit"
 	"github.com/clodex/clodex/internal/pacing"
 	"github.com/clodex/clodex/internal/telemetry"
 	"github.com/clodex/clodex/internal/tlsconfig"
 )
-
-// defaultGOGC is the control plane's GOGC unless the environment sets one.
-// Its live heap is small (buckets, agents, policies: a few MB for 10,000
-// accounts) and Admit under load allocates per RPC, so at Go's default
-// of 100 the collector ran very often: at 64 Admits in flight on the
-// Redis store, GC took about 15 % of the process's CPU. At 400 the heap
-// may grow to five times the live heap between collections (still tens
-// of MB) and the CPU per Admit fell by about a fifth in an A/B run.
-const defaultGOGC = 400
-
-// tuneGC sets defaultGOGC when the environment has no GOGC.
-func tuneGC(lookupEnv func(string) (string, bool)) {
-	if _, ok := lookupEnv("GOGC"); !ok {
-		debug.SetGCPercent(defaultGOGC)
-	}
-}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runEnv(ctx, args, os.LookupEnv, stdout, stderr, nil)
@@ -81,6 +66,8 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		// structured log, at most one per redisstore.ClientLogEvery.
 		redisstore.LogClientTo(log, nil)
 	}
+	lim, _ := memlimit.Parse(cfg.MemoryLimit) // checked by Validate
+	tuneMemory(lim, lookupEnv, os.DirFS("/"), log)
 
 	adminTok, agentTok, warnings, err := cfg.tokens()
 	if err != nil {
@@ -115,14 +102,21 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		}
 	}
 	if cfg.CheckConfig {
-		if err := checkStart(ctx, cfg, lookupEnv); err != nil {
+		if err := checkStart(ctx, cfg, lookupEnv, credKey, log); err != nil {
 			return fmt.Errorf("check config: %w", err)
 		}
 		fmt.Fprintln(stdout, "configuration ok")
 		return nil
 	}
+	if cfg.Redis != "" && cfg.BackupDir == "" {
+		log.Warn(noBackupDir)
+	}
 	reg := telemetry.NewRegistry()
-	st, err := openStore(ctx, cfg, log, reg)
+	backups, err := openBackups(cfg, credKey, log, reg)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, cfg, log, reg, backups)
 	if err != nil {
 		return err
 	}
@@ -143,9 +137,21 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		}
 	}()
 
-	logins, err := openLogins(cfg, st)
+	logins, err := openLogins(cfg, st, log, backups)
 	if err != nil {
 		return err
+	}
+	if cfg.RotateKeyFile != "" {
+		return rotateKey(ctx, cfg, logins, credKey, stdout)
+	}
+	var sealer store.Sealer
+	if !credKey.IsZero() {
+		// A replica with another key refuses to start rather than fail
+		// every refresh.
+		if err := broker.CheckKey(ctx, logins, credKey, cfg.CredentialKeyFile, false); err != nil {
+			return err
+		}
+		sealer = credKey.BackupSealer()
 	}
 	var brk *broker.Broker
 	if !credKey.IsZero() {
@@ -154,15 +160,37 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 			return err
 		}
 	}
+	// The admin listener first: the console's sign-in links name its
+	// address, and the server issues them.
+	var lc net.ListenConfig
+	var adminLis net.Listener
+	var links *console.Links
+	if cfg.AdminListen != "" {
+		adminLis, err = lc.Listen(ctx, "tcp", cfg.AdminListen)
+		if err != nil {
+			return fmt.Errorf("admin listen: %w", err)
+		}
+		defer adminLis.Close() // a failed start; the admin server closes it otherwise
+		if links, err = console.NewLinks(consoleURL(cfg.ConsoleURL, adminLis.Addr()), st.now); err != nil {
+			return fmt.Errorf("--console-url: %w", err)
+		}
+	}
+	var consoleLinks controlplane.ConsoleLinks // nil without an admin listener: the RPC says so
+	if links != nil {
+		consoleLinks = links
+	}
 	srv, err := controlplane.New(controlplane.Options{
+		ConsoleLinks:  consoleLinks,
 		Broker:        brk,
 		AgentCreds:    logins,
+		Durable:       st.durable,
+		BackupSealer:  sealer,
 		Admissions:    st.admissions,
 		Policies:      st.policies,
 		Agents:        st.agents,
 		Roster:        st.roster,
 		Quotas:        st.quotas,
-		PolicyChanges: st.changes,
+		PolicyChanges: st.watch,
 		AdminToken:    adminTok,
 		AgentToken:    agentTok,
 		TLS:           tlsCfg,
@@ -173,6 +201,7 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		ShutdownGrace: cfg.ShutdownGrace,
 
 		MaxAccountsPerCredential: cfg.MaxAgentAccounts,
+		AgentCredChanges:         st.credChanges,
 		DrainDelay:               cfg.DrainDelay,
 	})
 	if err != nil {
@@ -180,34 +209,31 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 	}
 	defer srv.Stop() // ends its stream workers when it is not served (a listen failure); no-op after Serve
 
-	var lc net.ListenConfig
 	lis, err := lc.Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
-	}
-	var adminLis net.Listener
-	if cfg.AdminListen != "" {
-		adminLis, err = lc.Listen(ctx, "tcp", cfg.AdminListen)
-		if err != nil {
-			_ = lis.Close()
-			return fmt.Errorf("admin listen: %w", err)
-		}
 	}
 	info := st.policies.Info()
 	log.Info("starting", "version", version, "instance", instance, "store", info.Kind, "store_address", info.Address,
 		"replica", info.Replica, "default_rate_per_minute", cfg.Defaults.RatePerMinute, "default_burst", cfg.Defaults.Burst)
 
 	var admin http.Handler
+	var con *console.Console
 	if adminLis != nil {
 		facts := map[string]string{
 			"service": "clodex-controlplane", "version": version, "instance": instance,
 			"listen": lis.Addr().String(), "tls": fmt.Sprint(tlsCfg != nil),
 			"store": info.Kind, "store_address": info.Address, "replica": info.Replica,
 		}
-		admin, err = telemetry.AdminHandler(reg, telemetry.AdminOptions{Listen: cfg.AdminListen, Token: metricsTok, Pprof: cfg.Pprof, Facts: facts})
+		con, err = console.New(console.Config{Admin: srv.Admin(), Links: links, Logger: log, Now: st.now})
 		if err != nil {
 			_ = lis.Close()
-			_ = adminLis.Close()
+			return err
+		}
+		admin, err = telemetry.AdminHandler(reg, telemetry.AdminOptions{Listen: cfg.AdminListen, Token: metricsTok, Pprof: cfg.Pprof, Facts: facts,
+			Console: con.Handler()})
+		if err != nil {
+			_ = lis.Close()
 			return err
 		}
 	}
@@ -215,6 +241,10 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis) })
 	g.Go(func() error { return st.run(gctx) })
+	if backups != nil {
+		g.Go(func() error { return backups.Run(gctx, st.backupState, st.changes, st.changed) })
+		log.Info("backups", "dir", backups.Dir(), "sealed", sealer != nil)
+	}
 	if brk != nil {
 		g.Go(func() error { return brk.Run(gctx) }) // refreshes logins ahead of expiry
 		log.Info("credential broker", "token_endpoint", cfg.TokenEndpoint)
@@ -237,7 +267,8 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 			defer cancel()
 			return hs.Shutdown(sctx)
 		})
-		log.Info("admin listener", "addr", adminLis.Addr().String())
+		g.Go(func() error { return con.Run(gctx) })
+		log.Info("admin listener", "addr", adminLis.Addr().String(), "console", links.Base()+"/console/")
 	}
 	if ready != nil {
 		adminAddr := ""
@@ -251,6 +282,22 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 	return err
 }
 
+// consoleURL is the console's base URL: the configured one, else the
+// admin listener's address (localhost for an unspecified host).
+func consoleURL(configured string, addr net.Addr) string {
+	if configured != "" {
+		return configured
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
 // servedStore is the store a start serves from: the memory store
 // (policies under --data-dir) or, with --redis, the Redis store.
 type servedStore struct {
@@ -259,12 +306,25 @@ type servedStore struct {
 	agents     controlplane.AgentCounter
 	roster     controlplane.AgentRoster // nil: one control plane lists its own agents
 	quotas     controlplane.QuotaStore
-	changes    controlplane.PolicyWatcher // nil: no other replica changes policies
+	changes    func() uint64              // counts durable changes, for backups
+	watch      controlplane.PolicyWatcher // nil: no other replica changes policies
+	// credChanges tells of the agent credentials other replicas change;
+	// nil: no other replica does.
+	credChanges controlplane.AgentCredWatcher
 	// now is the clock the server decides on: Redis's for Redis.
 	now func() time.Time
 	// logins keeps the logins and scoped agent credentials when the
 	// replicas share them (Redis); nil: the data dir's logins.json.
 	logins loginStore
+	// memory is the memory store (nil over Redis); durable takes the
+	// snapshots of the durable state and restores them (for the memory
+	// store, set once the logins file is open).
+	memory  *store.Memory
+	durable controlplane.DurableStore
+	// backupState is what a backup holds, and changed signals a change
+	// (nil: none; backups poll changes).
+	backupState func(context.Context) (store.Snapshot, error)
+	changed     <-chan struct{}
 	// run does the store's background work: memory forgets idle
 	// accounts; Redis registers the replica, reads its clock, delivers
 	// notifications and probes.
@@ -273,60 +333,136 @@ type servedStore struct {
 	close func()
 }
 
+// noBackupDir warns a replica over Redis without backups.
+const noBackupDir = "no --backup-dir: the replicas' memory is the only copy of the policies and sign-ins besides Redis; if every replica restarts against an empty Redis, they are lost (set --backup-dir on a volume)"
+
+// openBackups opens --backup-dir (nil without it), sealing with the
+// credential key when there is one.
+func openBackups(cfg *config, key broker.Key, log *slog.Logger, reg prometheus.Registerer) (*store.BackupDir, error) {
+	if cfg.BackupDir == "" {
+		return nil, nil
+	}
+	opts := store.BackupOptions{Dir: cfg.BackupDir, Replica: cfg.Replica, Logger: log, Registerer: reg}
+	if !key.IsZero() {
+		opts.Sealer = key.BackupSealer()
+	}
+	b, err := store.OpenBackupDir(opts)
+	if err != nil {
+		return nil, fmt.Errorf("--backup-dir: %w", err)
+	}
+	return b, nil
+}
+
+// newestOf is b's Newest (nil without backups).
+func newestOf(b *store.BackupDir) func() (store.Snapshot, string, []string, error) {
+	if b == nil {
+		return nil
+	}
+	return b.Newest
+}
+
 // openStore opens the store a start serves from.
-func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheus.Registerer) (*servedStore, error) {
+func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheus.Registerer, backups *store.BackupDir) (*servedStore, error) {
 	if cfg.Redis == "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create data dir: %w", &store.WriteError{Dir: cfg.DataDir, Err: err})
 		}
-		m, err := store.Open(store.Options{Dir: cfg.DataDir, Defaults: &cfg.Defaults, ColdStart: cfg.ColdStart})
+		m, err := store.Open(store.Options{Dir: cfg.DataDir, Defaults: &cfg.Defaults, ColdStart: cfg.ColdStart, Logger: log, Backup: newestOf(backups)})
 		if err != nil {
 			return nil, err
 		}
-		return &servedStore{admissions: m, policies: m, agents: m, quotas: m, now: time.Now, run: m.Run, close: func() {}}, nil
+		return &servedStore{admissions: m, policies: m, agents: m, quotas: m, memory: m, now: time.Now, run: m.Run, close: func() {}}, nil
 	}
 	r, err := redisstore.Open(ctx, redisstore.Options{
 		URL: cfg.Redis, Prefix: cfg.RedisPrefix, Defaults: &cfg.Defaults, Timeout: cfg.RedisTimeout,
-		Replica: cfg.Replica, Logger: log, Registerer: reg,
+		Replica: cfg.Replica, Logger: log, Registerer: reg, Backup: newestOf(backups),
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &servedStore{
-		admissions: r, policies: r, agents: r, roster: r, quotas: r, changes: r,
-		now: r.Now, logins: r, run: r.Run, close: func() { _ = r.Close() },
+		admissions: r, policies: r, agents: r, roster: r, quotas: r, watch: r, credChanges: r,
+		now: r.Now, logins: r, durable: r, backupState: r.BackupState, changes: r.Changes, changed: r.Changed(),
+		run: r.Run, close: func() { _ = r.Close() },
 	}, nil
 }
 
-// loginStore keeps the broker's logins and the scoped agent credentials.
+// loginStore keeps the broker's logins, the key canary and the scoped
+// agent credentials.
 type loginStore interface {
 	broker.Logins
+	broker.CanaryStore
 	controlplane.AgentCredStore
 }
 
 // openLogins opens where the logins and scoped agent credentials live:
-// Redis when the replicas share one, else the data dir's logins.json.
-func openLogins(cfg *config, st *servedStore) (loginStore, error) {
+// Redis when the replicas share one, else the data dir's logins.json (and
+// then completes st's durable state with it).
+func openLogins(cfg *config, st *servedStore, log *slog.Logger, backups *store.BackupDir) (loginStore, error) {
 	if st.logins != nil {
 		return st.logins, nil
 	}
-	return store.OpenLogins(cfg.DataDir)
+	f, err := store.OpenLoginFile(store.LoginOptions{Dir: cfg.DataDir, Logger: log, Backup: newestOf(backups)})
+	if err != nil {
+		return nil, err
+	}
+	ds := store.DirState{Policies: st.memory, Logins: f, Replica: cfg.Replica}
+	st.durable, st.backupState, st.changes = ds, ds.Snapshot, ds.Changes
+	return f, nil
+}
+
+// rotateKey re-seals every sign-in under --rotate-credential-key's key
+// (--rotate-credential-key), then returns.
+func rotateKey(ctx context.Context, cfg *config, logins loginStore, old broker.Key, stdout io.Writer) error {
+	next, err := broker.ReadKeyFile(cfg.RotateKeyFile)
+	if err != nil {
+		return fmt.Errorf("--rotate-credential-key: %w", err)
+	}
+	n, err := broker.RotateKey(ctx, logins, old, next, cfg.CredentialKeyFile)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "re-sealed %d sign-ins under %s (no refresh); restart every replica with --credential-key-file %s\n", n, cfg.RotateKeyFile, cfg.RotateKeyFile)
+	return nil
 }
 
 // checkStart makes the checks a start makes beyond the flags, the token
 // files and the TLS files (checked before it): the store (the data dir is
-// writable and its policy.json valid, or Redis answers) and the telemetry
-// environment. It binds no listener (a running instance may hold them)
-// and creates nothing but the data dir's short-lived write-check file
-// (and, with the credential broker, its leases directory).
-func checkStart(ctx context.Context, cfg *config, lookupEnv func(string) (string, bool)) error {
+// writable and its files decode, or Redis answers and keeps its data on
+// disk), the credential key (it opens the store's sign-ins), the backup
+// dir and the telemetry environment. Warnings go to log. It binds no
+// listener (a running instance may hold them) and creates nothing but the
+// data dir's short-lived write-check file (and, with the credential
+// broker, its leases directory).
+func checkStart(ctx context.Context, cfg *config, lookupEnv func(string) (string, bool), key broker.Key, log *slog.Logger) error {
 	var errs []error
 	if cfg.Redis != "" {
 		if err := redisstore.Check(ctx, cfg.Redis, cfg.RedisTimeout); err != nil {
 			errs = append(errs, err)
+		} else {
+			if warning, note, err := redisstore.Persistence(ctx, cfg.Redis, cfg.RedisTimeout); err != nil {
+				errs = append(errs, err)
+			} else if warning != "" {
+				log.Warn(warning)
+			} else if note != "" {
+				log.Info(note)
+			}
+			if !key.IsZero() {
+				if err := checkRedisKey(ctx, cfg, key); err != nil {
+					errs = append(errs, err)
+				}
+			}
 		}
-	} else if err := checkDataDir(cfg); err != nil {
+		if cfg.BackupDir == "" {
+			log.Warn(noBackupDir)
+		}
+	} else if err := checkDataDir(ctx, cfg, key, log); err != nil {
 		errs = append(errs, err)
+	}
+	if cfg.BackupDir != "" {
+		if err := checkDirFor(cfg.BackupDir); err != nil {
+			errs = append(errs, fmt.Errorf("--backup-dir: %w", err))
+		}
 	}
 	shutdown, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "clodex-controlplane", Version: version, LookupEnv: lookupEnv})
 	if err != nil {
@@ -339,12 +475,33 @@ func checkStart(ctx context.Context, cfg *config, lookupEnv func(string) (string
 	return joinLine(errs)
 }
 
-// checkDataDir opens the memory store on the data dir as a start does
-// (reading and validating policy.json, proving the dir writable); a data
-// dir that does not exist yet must be creatable: its nearest existing
-// ancestor must be a writable directory.
-func checkDataDir(cfg *config) error {
-	dir := filepath.Clean(cfg.DataDir)
+// checkRedisKey opens the store's key canary with key, writing nothing.
+func checkRedisKey(ctx context.Context, cfg *config, key broker.Key) error {
+	sealed, place, err := redisstore.ReadKeyCanary(ctx, cfg.Redis, cfg.RedisPrefix, cfg.RedisTimeout)
+	if err != nil {
+		return err
+	}
+	return broker.CheckKey(ctx, readCanary{sealed: sealed, place: place}, key, cfg.CredentialKeyFile, true)
+}
+
+// readCanary is a canary read once, for a read-only check.
+type readCanary struct {
+	sealed []byte
+	place  string
+}
+
+func (c readCanary) KeyCanary(context.Context) ([]byte, error) { return c.sealed, nil }
+
+func (c readCanary) PutKeyCanary(context.Context, []byte, bool) error {
+	return errors.New("a read-only check writes no canary")
+}
+
+func (c readCanary) KeyCanaryPlace() string { return c.place }
+
+// checkDirFor proves dir writable, or (when it does not exist yet)
+// creatable: its nearest existing ancestor must be a writable directory.
+func checkDirFor(dir string) error {
+	dir = filepath.Clean(dir)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		parent := dir
 		for {
@@ -358,17 +515,44 @@ func checkDataDir(cfg *config) error {
 			}
 		}
 		if err := store.CheckDir(parent); err != nil {
-			return fmt.Errorf("data dir %s does not exist and cannot be created: %w", dir, err)
+			return fmt.Errorf("%s does not exist and cannot be created: %w", dir, err)
 		}
 		return nil
 	}
-	if _, err := store.Open(store.Options{Dir: dir, Defaults: &cfg.Defaults, ColdStart: cfg.ColdStart}); err != nil {
+	return store.CheckDir(dir)
+}
+
+// checkDataDir checks the data dir as a start would, writing nothing but
+// the write check: it is writable, its policy.json and logins.json decode
+// (or a start would put their last good copies back, which is warned
+// about), and the credential key opens its sign-ins. A data dir that does
+// not exist yet must be creatable.
+func checkDataDir(ctx context.Context, cfg *config, key broker.Key, log *slog.Logger) error {
+	dir := filepath.Clean(cfg.DataDir)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := checkDirFor(dir); err != nil {
+			return fmt.Errorf("data dir %w", err)
+		}
+		return nil
+	}
+	if err := store.CheckDir(dir); err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	warnings, err := store.CheckDataFiles(dir)
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+	if err != nil {
 		return err
 	}
-	if cfg.CredentialKeyFile != "" {
-		// The broker's logins.json, read and validated as a start does
-		// (which creates its leases directory, as a start would).
-		if _, err := store.OpenLogins(dir); err != nil {
+	if !key.IsZero() {
+		// The broker's logins.json is read as a start does (which creates
+		// its leases directory, as a start would).
+		f, err := store.OpenLogins(dir)
+		if err != nil {
+			return err
+		}
+		if err := broker.CheckKey(ctx, f, key, cfg.CredentialKeyFile, true); err != nil {
 			return err
 		}
 	}

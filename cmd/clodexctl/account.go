@@ -40,8 +40,9 @@ type accountArgs struct {
 type loginView struct {
 	Key        string `json:"key"`
 	AccountID  string `json:"account_id"`
-	State      string `json:"state"` // ok or needs-login
+	State      string `json:"state"` // ok, needs-login or unreadable
 	NeedsLogin string `json:"needs_login,omitempty"`
+	Unreadable string `json:"unreadable,omitempty"`
 	ExpiresAt  string `json:"expires_at,omitempty"`
 	// UpdatedAt is when the tokens were last written; UpdatedBy says by
 	// what: "sign-in" (an import or login: no refresh since) or
@@ -52,8 +53,12 @@ type loginView struct {
 }
 
 func loginViewOf(l *controlplanev1.Login) loginView {
-	v := loginView{Key: l.GetKey(), AccountID: l.GetAccountId(), State: "ok", NeedsLogin: l.GetNeedsLogin(), Refreshes: l.GetRefreshes()}
-	if v.NeedsLogin != "" {
+	v := loginView{Key: l.GetKey(), AccountID: l.GetAccountId(), State: "ok", NeedsLogin: l.GetNeedsLogin(), Refreshes: l.GetRefreshes(),
+		Unreadable: l.GetUnreadable()}
+	switch {
+	case v.Unreadable != "":
+		v.State = "unreadable"
+	case v.NeedsLogin != "":
 		v.State = "needs-login"
 	}
 	if ms := l.GetExpiresAtUnixMs(); ms != 0 {
@@ -310,6 +315,11 @@ func writeLogins(w io.Writer, vs []loginView) error {
 		if v.NeedsLogin != "" {
 			fmt.Fprintln(w, "\nAn account in state needs-login can no longer be refreshed: run `clodexctl account login` (or `clodexctl account import --codex-auth FILE`) for it.")
 			break
+		}
+	}
+	for _, v := range vs {
+		if v.Unreadable != "" {
+			fmt.Fprintf(w, "unreadable: %s: %s; import or log the account in again, or restore a backup\n", v.Key, v.Unreadable)
 		}
 	}
 	return nil

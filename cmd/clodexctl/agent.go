@@ -40,6 +40,9 @@ type agentCredView struct {
 	Accounts []string `json:"accounts"`
 	Created  string   `json:"created"`
 	Out      string   `json:"token_file,omitempty"`
+	// Unreadable says the stored credential does not decode; the control
+	// plane keeps enforcing the copy it loaded before.
+	Unreadable string `json:"unreadable,omitempty"`
 }
 
 func agentCredViewOf(c *controlplanev1.AgentCredential) agentCredView {
@@ -47,7 +50,7 @@ func agentCredViewOf(c *controlplanev1.AgentCredential) agentCredView {
 	if accts == nil {
 		accts = []string{}
 	}
-	return agentCredView{Name: c.GetName(), Accounts: accts, Created: rfc3339(c.GetCreatedUnixMs())}
+	return agentCredView{Name: c.GetName(), Accounts: accts, Created: rfc3339(c.GetCreatedUnixMs()), Unreadable: c.GetUnreadable()}
 }
 
 // register adds the agent command's own flags to fs.
@@ -216,7 +219,19 @@ func writeAgentCreds(w io.Writer, vs []agentCredView) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tCREATED\tACCOUNTS")
 	for _, v := range vs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, v.Created, strings.Join(v.Accounts, ","))
+		created := v.Created
+		if v.Unreadable != "" {
+			created = "UNREADABLE"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, created, strings.Join(v.Accounts, ","))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, v := range vs {
+		if v.Unreadable != "" {
+			fmt.Fprintf(w, "unreadable: %s: %s\n", v.Name, v.Unreadable)
+		}
+	}
+	return nil
 }

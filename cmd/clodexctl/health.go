@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/clodex/clodex/internal/tlsconfig"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
 const healthUsage = "health [--store] [--wait D] [URL]"
@@ -119,18 +120,44 @@ func (e *env) grpcHealth(ctx context.Context, store bool) (string, error) {
 	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		return "", fmt.Errorf("the control plane at %s is %s", e.g.controlPlane, resp.GetStatus())
 	}
-	if !store {
-		return e.g.controlPlane + " SERVING", nil
-	}
-	resp, err = hc.Check(ctx, &healthpb.HealthCheckRequest{Service: storeHealthService})
-	if err != nil {
+	line := e.g.controlPlane + " SERVING"
+	st, serr := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: storeHealthService})
+	switch {
+	case store && serr != nil:
 		c := &client{addr: e.g.controlPlane}
-		return "", c.rpcError(err, "", "")
+		return "", c.rpcError(serr, "", "")
+	case store && st.GetStatus() != healthpb.HealthCheckResponse_SERVING:
+		return "", fmt.Errorf("the control plane at %s serves, but its store is %s: it cannot reach its store (Redis) and admits from its local share; policy changes and sign-ins wait until it answers", e.g.controlPlane, st.GetStatus())
+	case store:
+		line += ", store SERVING"
+	case serr == nil && st.GetStatus() != healthpb.HealthCheckResponse_SERVING:
+		// Without --store an unreachable store does not fail the check:
+		// the control plane serves either way.
+		line += fmt.Sprintf("\nstore %s: it cannot be reached; this replica admits from its share of each policy", st.GetStatus())
 	}
-	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		return "", fmt.Errorf("the control plane at %s serves, but its store is %s: it cannot reach its store (Redis) and admits from its local share; policy changes and sign-ins wait until it answers", e.g.controlPlane, resp.GetStatus())
+	// With the admin token at hand, what the store lost and restored.
+	if h := e.storeLine(ctx); h != "" {
+		line += "\nstore: " + h
 	}
-	return e.g.controlPlane + " SERVING, store SERVING", nil
+	return line, nil
+}
+
+// storeLine describes the store's losses and restores when an admin
+// token is at hand ("" otherwise, or when there is nothing to say).
+func (e *env) storeLine(ctx context.Context) string {
+	if _, err := e.token(); err != nil {
+		return ""
+	}
+	c, err := e.dial()
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	resp, err := c.admin.ListAccounts(ctx, &controlplanev1.ListAccountsRequest{PageSize: 1})
+	if err != nil {
+		return ""
+	}
+	return storeOf(resp.GetStore()).History()
 }
 
 func httpHealth(ctx context.Context, u *url.URL) (string, error) {

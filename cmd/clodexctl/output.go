@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -35,6 +36,10 @@ type accountView struct {
 	// PausedUntilUnixMs is when the pause after an upstream 403 ends
 	// (adaptive mode); absent when not paused.
 	PausedUntilUnixMs int64 `json:"paused_until_unix_ms,omitempty"`
+	// Unreadable, when set, says the account's stored policy does not
+	// decode (which record and why); the policy shown is the last good
+	// copy the control plane holds.
+	Unreadable string `json:"unreadable,omitempty"`
 	// Store is the store that served a get or accounts (absent from the
 	// answers of changes).
 	Store *storeView `json:"store,omitempty"`
@@ -47,13 +52,43 @@ type storeView struct {
 	Replica  string `json:"replica,omitempty"`
 	Replicas int32  `json:"replicas"`
 	Degraded bool   `json:"degraded"`
+	Epoch    string `json:"epoch,omitempty"`
+	// LostUnixMs is when the answering replica last found the store had
+	// lost data, Loss what it found; RestoredUnixMs and Restored the
+	// restore that followed (or a restore from a backup).
+	LostUnixMs     int64    `json:"lost_unix_ms,omitempty"`
+	Loss           string   `json:"loss,omitempty"`
+	RestoredUnixMs int64    `json:"restored_unix_ms,omitempty"`
+	Restored       string   `json:"restored,omitempty"`
+	Healing        bool     `json:"healing,omitempty"`
+	Warnings       []string `json:"warnings,omitempty"`
 }
 
 func storeOf(s *controlplanev1.StoreInfo) *storeView {
 	if s == nil {
 		return nil
 	}
-	return &storeView{Kind: s.GetKind(), Address: s.GetAddress(), Replica: s.GetReplica(), Replicas: s.GetReplicas(), Degraded: s.GetDegraded()}
+	return &storeView{Kind: s.GetKind(), Address: s.GetAddress(), Replica: s.GetReplica(), Replicas: s.GetReplicas(), Degraded: s.GetDegraded(),
+		Epoch: s.GetEpoch(), LostUnixMs: s.GetLostUnixMs(), Loss: s.GetLoss(), RestoredUnixMs: s.GetRestoredUnixMs(),
+		Restored: s.GetRestored(), Healing: s.GetHealing(), Warnings: s.GetWarnings()}
+}
+
+// History describes the store's last loss and restore on one line ("" when
+// there was none).
+func (s *storeView) History() string {
+	var parts []string
+	if s.LostUnixMs > 0 {
+		parts = append(parts, "LOST DATA at "+time.UnixMilli(s.LostUnixMs).UTC().Format(time.RFC3339)+": "+s.Loss)
+	}
+	if s.Healing {
+		parts = append(parts, "HEALING: the replicas are writing the durable state back")
+	} else if s.RestoredUnixMs > 0 {
+		parts = append(parts, "restored at "+time.UnixMilli(s.RestoredUnixMs).UTC().Format(time.RFC3339)+": "+s.Restored)
+	}
+	for _, w := range s.Warnings {
+		parts = append(parts, "WARNING: "+w)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // String describes the store on one line.
@@ -69,6 +104,9 @@ func (s *storeView) String() string {
 	}
 	if s.Degraded {
 		out += "; DEGRADED: the store is unreachable, this replica answers from the last known policies and admits from its share"
+	}
+	if h := s.History(); h != "" {
+		out += "; " + h
 	}
 	return out
 }
@@ -92,6 +130,7 @@ func view(label string, a *controlplanev1.Account) accountView {
 		EffectiveRatePerMinute: a.GetEffectiveRatePerMinute(),
 		Adaptive:               a.GetAdaptive(),
 		PausedUntilUnixMs:      a.GetPausedUntilUnixMs(),
+		Unreadable:             a.GetUnreadable(),
 	}
 }
 
@@ -106,6 +145,9 @@ func ms(n int64) string { return (time.Duration(n) * time.Millisecond).String() 
 func tokens(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) }
 
 func policyKind(v accountView) string {
+	if v.Unreadable != "" {
+		return "UNREADABLE"
+	}
 	if v.Custom {
 		return "custom"
 	}
@@ -136,6 +178,9 @@ func writeAccount(w io.Writer, v accountView) error {
 		{"PACING", onOff(v.Enabled)},
 		{"POLICY", fmt.Sprintf("%s (version %d)", policyKind(v), v.PolicyVersion)},
 	}...)
+	if v.Unreadable != "" {
+		rows = append(rows, [2]string{"UNREADABLE", v.Unreadable})
+	}
 	if v.Store != nil {
 		rows = append(rows, [2]string{"STORE", v.Store.String()})
 	}
@@ -164,6 +209,11 @@ func writeAccounts(w io.Writer, vs []accountView, store *storeView) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, v := range vs {
+		if v.Unreadable != "" {
+			fmt.Fprintf(w, "unreadable: %s: %s\n", v.Key, v.Unreadable)
+		}
 	}
 	if store != nil {
 		_, err := fmt.Fprintf(w, "store: %s\n", store)

@@ -62,6 +62,8 @@ type topRow struct {
 	// Quota is the tightest window of the account's plan, "29% 7d", "-"
 	// when none was reported, "?" when it could not be read.
 	Quota string
+	// Unreadable says the account's stored policy does not decode.
+	Unreadable string
 }
 
 func runTop(ctx context.Context, e *env, args []string) error {
@@ -218,7 +220,8 @@ func topRows(prev, cur *topSample) []topRow {
 		r := topRow{
 			Key: a.GetKey(), Rate: a.GetRatePerMinute(), Effective: a.GetEffectiveRatePerMinute(), Adaptive: a.GetAdaptive(),
 			Tokens: a.GetTokens(), ForbiddenTotal: a.GetForbiddenUpgrades(), Counted: a.GetCounted(),
-			Quota: tightest(cur.quotas[a.GetKey()]),
+			Quota:      tightest(cur.quotas[a.GetKey()]),
+			Unreadable: a.GetUnreadable(),
 		}
 		if cur.quotaErr != nil {
 			r.Quota = "?"
@@ -291,6 +294,10 @@ func writeTop(w io.Writer, addr string, interval time.Duration, now time.Time, r
 		if !r.Counted {
 			total = "n/c"
 		}
+		key := r.Key
+		if r.Unreadable != "" {
+			key += " UNREADABLE"
+		}
 		toks := tokens(r.Tokens)
 		if r.Tokens < 0 && r.Effective > 0 {
 			// Debt: sockets already admitted wait for these tokens; a new
@@ -299,10 +306,15 @@ func writeTop(w io.Writer, addr string, interval time.Duration, now time.Time, r
 			toks += " (" + wait.Round(100*time.Millisecond).String() + " wait)"
 			debt = true
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", r.Key, r.Rate, eff, toks,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", key, r.Rate, eff, toks,
 			perMin(r.Admits), perMin(r.Waits), perMin(r.Refusals), perMin(r.Forbidden), total, r.LiveAgents, r.AgentsServing, r.Quota)
 	}
 	_ = tw.Flush()
+	for _, r := range rows {
+		if r.Unreadable != "" {
+			fmt.Fprintf(w, "unreadable: %s: %s\n", r.Key, r.Unreadable)
+		}
+	}
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "no known accounts yet: an account appears with its first admission or stored policy")
 		return

@@ -293,11 +293,15 @@ type Status struct {
 	// NeedsLogin is why the sign-in can no longer be refreshed; "" while
 	// it can.
 	NeedsLogin string
+	// Unreadable, when set, says the stored sign-in does not decode and no
+	// good copy was at hand (which record and why): an operator must
+	// import or log the account in again.
+	Unreadable string
 }
 
 func statusOf(l store.Login) Status {
 	return Status{Key: l.Key, AccountID: l.AccountID, Expiry: l.Expiry, Refreshed: l.Refreshed,
-		Refreshes: l.Refreshes, NeedsLogin: l.NeedsLogin}
+		Refreshes: l.Refreshes, NeedsLogin: l.NeedsLogin, Unreadable: l.Unreadable}
 }
 
 // Token is an access token handed to a data plane.
@@ -366,9 +370,13 @@ func (b *Broker) Import(ctx context.Context, access, refresh, id codexauth.Secre
 	defer b.release(ctx, lease)
 	var gen int64
 	old, err := b.logins.Login(ctx, key)
+	var bad *store.BadRecordError
 	switch {
 	case err == nil:
 		gen = old.Generation
+	case errors.As(err, &bad):
+		gen = -1 // a new sign-in replaces an unreadable one
+		b.log.WarnContext(ctx, "replacing an unreadable sign-in", "account", key, "record", bad.Where)
 	case !errors.Is(err, store.ErrNotFound):
 		return Status{}, fmt.Errorf("import login: %w", err)
 	}
@@ -586,7 +594,7 @@ func (b *Broker) refreshDue(ctx context.Context) {
 	}
 	now := b.now()
 	for _, l := range ls {
-		if l.NeedsLogin != "" || codexauth.Fresh(l.Expiry, time.Duration(l.LifetimeMs)*time.Millisecond, b.skew, now) {
+		if l.NeedsLogin != "" || l.Unreadable != "" || codexauth.Fresh(l.Expiry, time.Duration(l.LifetimeMs)*time.Millisecond, b.skew, now) {
 			continue
 		}
 		if _, err := b.Token(ctx, l.Key, ""); err != nil && ctx.Err() == nil {

@@ -18,8 +18,11 @@
 // (codexauth.Redeem) and the errors, [*NeedsLoginError] for a sign-in an
 // operator must renew and [*UnavailableError]. key.go holds the [Key]
 // that seals the tokens (AES-256-GCM, the account key authenticated with
-// them, a fresh nonce per write). Tokens never reach logs, metrics or
-// errors.
+// them, a fresh nonce per write) and the backups (BackupSealer).
+// canary.go holds the key canary: CheckKey refuses a key that does not
+// open the store's sign-ins (a replica started with another key), and
+// RotateKey re-seals every sign-in under a new key without a refresh.
+// Tokens never reach logs, metrics or errors.
 //
 // The behaviour is specified in docs/credentials.md §8 (the key, signing
 // in, refreshing once, handing tokens out, when it cannot); its metrics in

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/clodex/clodex/controlplane/store"
 )
 
 // KeySize is the credential key's length: 32 bytes, for AES-256-GCM.
@@ -122,4 +124,27 @@ func (k Key) open(account string, sealed []byte) ([]byte, error) {
 		return nil, errOpen
 	}
 	return plain, nil
+}
+
+// backupAD binds a sealed backup to its use: a backup does not open as a
+// sign-in, nor a sign-in as a backup.
+const backupAD = "clodex backup v1"
+
+// errOpenBackup is the one error of a backup that does not open.
+var errOpenBackup = errors.New("the backup does not open with this credential key (another --credential-key-file sealed it, or the file is damaged)")
+
+// BackupSealer returns the sealer of backups under k (store.Sealer):
+// AES-256-GCM with a fresh nonce per file, as the sign-ins are sealed.
+func (k Key) BackupSealer() store.Sealer { return backupSealer{k: k} }
+
+type backupSealer struct{ k Key }
+
+func (s backupSealer) Seal(plain []byte) []byte { return s.k.seal(backupAD, plain) }
+
+func (s backupSealer) Open(sealed []byte) ([]byte, error) {
+	p, err := s.k.open(backupAD, sealed)
+	if err != nil {
+		return nil, errOpenBackup
+	}
+	return p, nil
 }

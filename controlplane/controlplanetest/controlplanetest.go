@@ -80,6 +80,9 @@ type Options struct {
 	// (kept across Restart), its logins in the data directory or in Redis.
 	// (Optional)
 	Broker bool
+	// CredentialKey, when set with Broker, is the broker's key instead of
+	// a random one (replicas sharing sign-ins share it). (Optional)
+	CredentialKey *broker.Key
 	// TokenEndpoint is the broker's OAuth token endpoint. (Optional;
 	// default the real issuer's)
 	TokenEndpoint string
@@ -141,6 +144,9 @@ func Start(t testing.TB, opts *Options) *Server {
 			t.Fatal(err)
 		}
 		s.CredentialKey = k
+		if o.CredentialKey != nil {
+			s.CredentialKey = *o.CredentialKey
+		}
 	}
 	s.start("127.0.0.1:0")
 	t.Cleanup(s.Stop)
@@ -178,6 +184,9 @@ func (s *Server) start(addr string) {
 	}
 	var roster controlplane.AgentRoster    // Redis only
 	var changes controlplane.PolicyWatcher // Redis only
+
+	var credChanges controlplane.AgentCredWatcher // Redis only
+	var durable controlplane.DurableStore
 	if s.opts.RedisURL != "" {
 		r, err := redisstore.Open(context.Background(), redisstore.Options{
 			URL: s.opts.RedisURL, Prefix: s.opts.RedisPrefix, Defaults: s.opts.Defaults, Now: s.opts.Now,
@@ -186,7 +195,8 @@ func (s *Server) start(addr string) {
 		if err != nil {
 			t.Fatalf("controlplanetest: %v", err)
 		}
-		st, closeStore, logins, roster, changes = r, func() { _ = r.Close() }, r, r, r
+		st, closeStore, logins, roster, changes, durable = r, func() { _ = r.Close() }, r, r, r, r
+		credChanges = r
 		if now == nil {
 			now = r.Now
 		}
@@ -203,6 +213,11 @@ func (s *Server) start(addr string) {
 			t.Fatalf("controlplanetest: %v", err)
 		}
 		logins = f
+		durable = store.DirState{Policies: st.(*store.Memory), Logins: f}
+	}
+	var sealer store.Sealer
+	if s.opts.Broker {
+		sealer = s.CredentialKey.BackupSealer()
 	}
 	var brk *broker.Broker
 	if s.opts.Broker {
@@ -215,6 +230,8 @@ func (s *Server) start(addr string) {
 	srv, err := controlplane.New(controlplane.Options{
 		Broker:        brk,
 		AgentCreds:    logins,
+		Durable:       durable,
+		BackupSealer:  sealer,
 		Admissions:    st,
 		Policies:      st,
 		Agents:        st,
@@ -230,6 +247,8 @@ func (s *Server) start(addr string) {
 		EnableBench:   s.opts.EnableBench,
 		ShutdownGrace: s.opts.ShutdownGrace,
 		FleetTick:     s.opts.FleetTick,
+
+		AgentCredChanges: credChanges,
 	})
 	if err != nil {
 		t.Fatalf("controlplanetest: %v", err)

@@ -18,6 +18,12 @@ type AgentCred struct {
 	Accounts []string `json:"accounts"`
 	// Created is when it was created.
 	Created time.Time `json:"created"`
+	// Version counts the credential's writes (Redis; 0 in the data
+	// dir's logins.json): a restore keeps the newer of two copies.
+	Version int64 `json:"version,omitempty"`
+	// Unreadable, when set, says the stored record does not decode (the
+	// other fields are the last good copy, if any). Never stored.
+	Unreadable string `json:"-"`
 }
 
 func sortCreds(cs []AgentCred) {

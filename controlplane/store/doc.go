@@ -6,6 +6,9 @@
 //	a, err := m.Admit(ctx, key, now)                  // one bucket decision (and Cancel, HandOver)
 //	acct, err := m.UpdatePolicy(ctx, key, now, update) // SetAdaptive, Report403, Adapt: policy and adaptive state
 //	l, err := store.OpenLogins(dataDir)               // the broker's logins and the scoped agent credentials
+//	snap, err := store.DirState{Policies: m, Logins: l}.Snapshot(ctx) // the durable state; Restore puts one back
+//	b, err := store.OpenBackupDir(store.BackupOptions{Dir: dir, Sealer: key.BackupSealer()})
+//	go b.Run(ctx, src, changes, changed)              // a sealed backup after every durable change, rotated
 //
 // The parts, by file: memory.go, the [Memory] store (one pacing bucket
 // per account key, sharded so concurrent Admits over many accounts do not
@@ -15,12 +18,19 @@
 // values; quota.go, plan usage ([Quota], [QuotaWindow]; Quota.Merge is
 // how every store applies a report); file.go, policy.json (atomic writes,
 // mode 0600); logins.go and agentcreds.go, the [LoginFile] with lock files
-// as leases ([Login], [Lease], [NewLease], [AgentCred]); datadir.go,
-// [CheckDir] and [WriteError]; key.go, [ValidateKey]; store.go, what
-// every store shares ([HandOverResult], [Info], [ErrUnavailable]).
+// as leases ([Login], [Lease], [NewLease], [AgentCred]); lastgood.go, the
+// last good copy (FILE.bak) each data-dir file keeps and takes back when
+// the file does not decode ([Recovery]); snapshot.go, the durable state
+// as a [Snapshot] and its backup file ([EncodeBackup], [DecodeBackup],
+// [Sealer], [RestoreOptions]); backups.go, the [BackupDir] of
+// --backup-dir; durable.go, [DirState], the data dir's snapshots and
+// restores; datadir.go, [CheckDir] and [WriteError]; key.go,
+// [ValidateKey]; store.go, what every store shares ([HandOverResult],
+// [Info], [ErrUnavailable], [BadRecordError]).
 //
 // The rules are docs/pacing.md §3 (the bucket), §7 (the policy and its
-// persistence), §8.1 (hand-overs) and §9 (adaptive mode). Package
+// persistence), §8.1 (hand-overs) and §9 (adaptive mode); what survives
+// what is docs/operations.md §8. Package
 // redisstore keeps the same state in Redis for replicas; storetest is the
 // conformance suite both stores run; redistest starts a real redis-server
 // for tests.

@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/clodex/clodex/internal/atomicfile"
 	"github.com/clodex/clodex/internal/pacing"
 )
 
@@ -86,14 +83,18 @@ func (sp storedPolicy) policy() pacing.Policy {
 	return pacing.Policy{RatePerMinute: sp.RatePerMinute, Burst: sp.Burst, Budget: b}
 }
 
-// loadPolicyFile reads and validates path; a missing file is empty.
-func loadPolicyFile(path string) (policyFile, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
+// loadPolicyFile reads and validates path; a missing file is empty. A
+// file that does not decode is replaced by its last good copy when that
+// one does (loadGood; the Recovery says so).
+func loadPolicyFile(path string) (policyFile, *Recovery, error) {
+	return loadGood(path, func(b []byte) (policyFile, error) { return parsePolicyFile(path, b) })
+}
+
+// parsePolicyFile decodes and validates policy.json's bytes (nil: a
+// missing file, empty).
+func parsePolicyFile(path string, b []byte) (policyFile, error) {
+	if b == nil {
 		return policyFile{Format: fileFormat, Accounts: map[string]storedPolicy{}}, nil
-	}
-	if err != nil {
-		return policyFile{}, fmt.Errorf("read policy file: %w", err)
 	}
 	var f policyFile
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -145,14 +146,14 @@ func loadPolicyFile(path string) (policyFile, error) {
 }
 
 // writePolicyFile writes f to path atomically (see atomicfile.WriteFile),
-// with mode 0600.
+// with mode 0600, and then its last good copy.
 func writePolicyFile(path string, f policyFile) error {
 	f.Format = fileFormat
 	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode policy file: %w", err)
 	}
-	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+	if err := writeGood(path, append(b, '\n')); err != nil {
 		return fmt.Errorf("write policy file: %w", err)
 	}
 	return nil

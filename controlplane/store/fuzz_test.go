@@ -20,7 +20,7 @@ func FuzzLoadPolicyFile(f *testing.F) {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		pf, err := loadPolicyFile(path)
+		pf, err := parsePolicyFile(path, []byte(content))
 		if err != nil {
 			return
 		}

@@ -7,14 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
+	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/clodex/clodex/internal/atomicfile"
 	"github.com/clodex/clodex/internal/filelock"
 )
 
@@ -43,8 +45,13 @@ type Login struct {
 	// (refresh_token_reused, ...); "" while it can.
 	NeedsLogin string `json:"needs_login,omitempty"`
 	// Generation counts the record's writes; PutLogin writes only over the
-	// generation it was given (0: no record yet).
+	// generation it was given (0: no record yet). It only grows, across
+	// removals too (Redis), so a restore keeps the newer of two copies.
 	Generation int64 `json:"generation"`
+	// Unreadable, when set, says the stored record does not decode and no
+	// good copy was at hand (Logins lists it so; the other fields but Key
+	// are empty). Never stored.
+	Unreadable string `json:"-"`
 }
 
 // Lease is the right to refresh one account's login: one holder at a time
@@ -103,21 +110,73 @@ type loginsDoc struct {
 // processes sharing the directory. It is the credential broker's
 // broker.Logins and the server's controlplane.AgentCredStore.
 type LoginFile struct {
-	dir string
-	mu  sync.Mutex // serialises this process's read-modify-writes
+	dir    string
+	log    *slog.Logger
+	writes atomic.Uint64 // counts writes, for backups
+
+	mu sync.Mutex // serialises this process's read-modify-writes
+
+	recMu     sync.Mutex // guards recovered
+	recovered recovery
+}
+
+// LoginOptions configures OpenLoginFile.
+type LoginOptions struct {
+	// Dir is the data directory. (Required)
+	Dir string
+	// Logger receives a logins file recovered from its last good copy or
+	// restored from a backup. (Optional; default discards)
+	Logger *slog.Logger
+	// Backup returns the newest backup: a missing logins.json, or one
+	// unreadable with no good copy, is restored from it, saying so.
+	// (Optional)
+	Backup func() (snap Snapshot, path string, skipped []string, err error)
 }
 
 // OpenLogins returns the logins kept in dir, checking the file if it
 // exists.
-func OpenLogins(dir string) (*LoginFile, error) {
+func OpenLogins(dir string) (*LoginFile, error) { return OpenLoginFile(LoginOptions{Dir: dir}) }
+
+// OpenLoginFile returns the logins kept in opts.Dir, checking the file if
+// it exists (and putting back its last good copy, or the newest backup,
+// when it does not decode or is missing).
+func OpenLoginFile(opts LoginOptions) (*LoginFile, error) {
+	dir := opts.Dir
 	if dir == "" {
 		return nil, errors.New("open logins: the data directory is empty")
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "leases"), 0o700); err != nil {
 		return nil, fmt.Errorf("open logins: %w", err)
 	}
-	f := &LoginFile{dir: dir}
-	if _, err := f.read(); err != nil {
+	f := &LoginFile{dir: dir, log: opts.Logger}
+	if f.log == nil {
+		f.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	d, err := f.read()
+	if (err != nil || (len(d.Logins) == 0 && len(d.AgentCreds) == 0)) && opts.Backup != nil {
+		snap, path, skipped, berr := opts.Backup()
+		for _, sk := range skipped {
+			f.log.Error("a backup does not open; skipped", "backup", sk)
+		}
+		if berr == nil && (len(snap.Logins) > 0 || len(snap.AgentCreds) > 0) {
+			d = loginsDoc{Format: loginsFormat, Logins: map[string]Login{}, AgentCreds: map[string]AgentCred{}}
+			maps.Copy(d.Logins, snap.Logins)
+			maps.Copy(d.AgentCreds, snap.AgentCreds)
+			if werr := f.write(d); werr != nil {
+				return nil, fmt.Errorf("open logins: restore from backup %s: %w", path, werr)
+			}
+			why := "missing"
+			if err != nil {
+				why = "unreadable (" + err.Error() + ")"
+			}
+			f.recovered = recovery{at: time.Now(), loss: f.path() + " was " + why,
+				restored: fmt.Sprintf("%d sign-ins and %d agent credentials from backup %s", len(d.Logins), len(d.AgentCreds), path)}
+			f.log.Warn("the logins file was "+why+": restored the sign-ins and agent credentials from the newest backup",
+				"file", f.path(), "backup", path, "written", snap.Created.UTC(), "sign_ins", len(d.Logins), "agent_credentials", len(d.AgentCreds))
+			err = nil
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -125,14 +184,32 @@ func OpenLogins(dir string) (*LoginFile, error) {
 
 func (f *LoginFile) path() string { return filepath.Join(f.dir, LoginsFile) }
 
-// read loads the file; a missing file holds no logins.
+// read loads the file; a missing file holds no logins. A file that does
+// not decode is replaced by its last good copy when that one does
+// (reported once, and in Recovered).
 func (f *LoginFile) read() (loginsDoc, error) {
-	b, err := os.ReadFile(f.path())
-	if errors.Is(err, fs.ErrNotExist) {
-		return loginsDoc{Format: loginsFormat, Logins: map[string]Login{}}, nil
+	d, rec, err := loadGood(f.path(), f.parse)
+	if rec != nil {
+		f.log.Error("the logins file was not as last written; its last good copy took its place", "file", f.path(), "recovery", rec.String())
+		f.recMu.Lock()
+		f.recovered = recovery{at: rec.At, loss: rec.File + ": " + rec.Err.Error(), restored: "from its last good copy " + rec.From}
+		f.recMu.Unlock()
 	}
-	if err != nil {
-		return loginsDoc{}, fmt.Errorf("read logins file: %w", err)
+	return d, err
+}
+
+// Recovered says when and how the logins file was last put back (zero
+// when it never was).
+func (f *LoginFile) Recovered() (at time.Time, loss, restored string) {
+	f.recMu.Lock()
+	defer f.recMu.Unlock()
+	return f.recovered.at, f.recovered.loss, f.recovered.restored
+}
+
+// parse decodes logins.json's bytes (nil: a missing file, no logins).
+func (f *LoginFile) parse(b []byte) (loginsDoc, error) {
+	if b == nil {
+		return loginsDoc{Format: loginsFormat, Logins: map[string]Login{}}, nil
 	}
 	var d loginsDoc
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -173,13 +250,19 @@ func (f *LoginFile) update(ctx context.Context, fn func(d *loginsDoc) error) err
 	if err := fn(&d); err != nil {
 		return err
 	}
+	return f.write(d)
+}
+
+// write replaces the file (and its last good copy) with d.
+func (f *LoginFile) write(d loginsDoc) error {
 	b, err := json.MarshalIndent(d, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode logins file: %w", err)
 	}
-	if err := atomicfile.WriteFile(f.path(), append(b, '\n'), 0o600); err != nil {
+	if err := writeGood(f.path(), append(b, '\n')); err != nil {
 		return fmt.Errorf("write logins file: %w", err)
 	}
+	f.writes.Add(1)
 	return nil
 }
 
@@ -212,17 +295,18 @@ func (f *LoginFile) Logins(_ context.Context) ([]Login, error) {
 	return out, nil
 }
 
-// PutLogin writes l over generation l.Generation. The lease needs no
-// check here: a lock file is held until released or its process dies.
+// PutLogin writes l over generation l.Generation (-1: over whatever is
+// stored). The lease needs no check here: a lock file is held until released or its process dies.
 func (f *LoginFile) PutLogin(ctx context.Context, l Login, _ *Lease) (Login, error) {
 	if err := ValidateKey(l.Key); err != nil {
 		return Login{}, err
 	}
 	err := f.update(ctx, func(d *loginsDoc) error {
-		if d.Logins[l.Key].Generation != l.Generation {
+		cur := d.Logins[l.Key].Generation
+		if l.Generation != -1 && cur != l.Generation {
 			return ErrConflict
 		}
-		l.Generation++
+		l.Generation = cur + 1
 		d.Logins[l.Key] = l
 		return nil
 	})

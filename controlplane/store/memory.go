@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -49,6 +51,10 @@ type Account struct {
 	// PausedUntil is when the pause after an upstream 403 ends (adaptive
 	// mode); zero when admissions are not paused.
 	PausedUntil time.Time
+	// Unreadable, when set, says the account's stored policy does not
+	// decode (which record, and why); Policy is then the last good copy
+	// the store holds, or the default one (Custom false).
+	Unreadable string
 }
 
 // Options configures Open. The zero value is a memory-only store with
@@ -68,6 +74,14 @@ type Options struct {
 	// SweepIdle is how long an account must be idle before a sweep may
 	// forget it. (Optional; default 10m)
 	SweepIdle time.Duration
+	// Logger receives the store's notices: a policy file recovered from
+	// its last good copy or restored from a backup. (Optional; default
+	// discards)
+	Logger *slog.Logger
+	// Backup returns the newest backup (a BackupDir's Newest): a data dir
+	// whose policy.json is missing (a new or emptied dir) or unreadable
+	// with no good copy is restored from it, saying so. (Optional)
+	Backup func() (snap Snapshot, path string, skipped []string, err error)
 	// ColdStart is how long after Open new buckets start empty instead of
 	// full: an explicit blanket stand-in for the grants the fleet made
 	// while this control plane was down. Data planes hand those grants
@@ -95,6 +109,17 @@ type Memory struct {
 	handovers reports
 	agents    agentDir
 	quotas    quotas
+
+	// recovered says how Open found policy.json when it was not as last
+	// written (for Info); zero otherwise.
+	recovered recovery
+}
+
+// recovery is what a store found at open and put back.
+type recovery struct {
+	at       time.Time
+	loss     string
+	restored string
 }
 
 type shard struct {
@@ -154,9 +179,43 @@ func Open(opts Options) (*Memory, error) {
 	}
 	now := m.now
 	m.dir, m.file = opts.Dir, policyPath(opts.Dir)
-	f, err := loadPolicyFile(m.file)
-	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	f, rec, err := loadPolicyFile(m.file)
+	switch {
+	case rec != nil:
+		m.recovered = recovery{at: rec.At, loss: rec.File + ": " + rec.Err.Error(), restored: "from its last good copy " + rec.From}
+		log.Error("the policy file was not as last written; its last good copy took its place", "file", m.file, "recovery", rec.String())
+	case err != nil || (len(f.Accounts) == 0 && opts.Backup != nil):
+		// Unreadable with no good copy, or missing: the newest backup.
+		snap, path, skipped, berr := newestOf(opts.Backup)
+		for _, sk := range skipped {
+			log.Error("a backup does not open; skipped", "backup", sk)
+		}
+		if berr != nil {
+			if err != nil {
+				return nil, fmt.Errorf("open store: %w", err)
+			}
+			break // a new data dir and no backup: a new store
+		}
+		f = policyFile{Format: fileFormat, Version: snap.Version, Accounts: map[string]storedPolicy{}}
+		for k, p := range snap.Policies {
+			f.Accounts[k] = storedPolicy(p)
+			f.Version = max(f.Version, p.Version)
+		}
+		if werr := writePolicyFile(m.file, f); werr != nil {
+			return nil, fmt.Errorf("open store: restore %s from backup %s: %w", m.file, path, &WriteError{Dir: m.dir, Err: werr})
+		}
+		why := "missing"
+		if err != nil {
+			why = "unreadable (" + err.Error() + ")"
+		}
+		m.recovered = recovery{at: time.Now(), loss: m.file + " was " + why,
+			restored: fmt.Sprintf("%d policies from backup %s written %s", len(f.Accounts), path, snap.Created.UTC().Format(time.RFC3339))}
+		log.Warn("the policy file was "+why+": restored the policies from the newest backup", "file", m.file, "backup", path,
+			"written", snap.Created.UTC(), "policies", len(f.Accounts))
 	}
 	m.version = f.Version
 	t := now()
@@ -172,12 +231,25 @@ func Open(opts Options) (*Memory, error) {
 	return m, nil
 }
 
+// newestOf calls backup, or reports ErrNoBackup when it is nil.
+func newestOf(backup func() (Snapshot, string, []string, error)) (Snapshot, string, []string, error) {
+	if backup == nil {
+		return Snapshot{}, "", nil, ErrNoBackup
+	}
+	return backup()
+}
+
 // Defaults returns the policy for accounts without a stored policy.
 func (m *Memory) Defaults() pacing.Policy { return m.defaults }
 
-// Info describes the store: kind "memory", the policy file as its address.
+// Info describes the store: kind "memory", the policy file as its
+// address, and what Open found and put back.
 func (m *Memory) Info() Info {
-	return Info{Kind: "memory", Address: m.file, Replicas: 1}
+	i := Info{Kind: "memory", Address: m.file, Replicas: 1}
+	if r := m.recovered; !r.at.IsZero() {
+		i.LostAt, i.Loss, i.RestoredAt, i.Restored = r.at, r.loss, r.at, r.restored
+	}
+	return i
 }
 
 // HandOver debits grants made elsewhere (see HandOverResult). A reportID

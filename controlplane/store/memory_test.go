@@ -169,8 +169,17 @@ func TestUpdatePolicyPersistsAcrossOpen(t *testing.T) {
 		t.Errorf("policy file mode = %v, want 0600", fi.Mode().Perm())
 	}
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("data dir holds %d entries, want only the policy file (no temp files left)", len(entries))
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if got := strings.Join(names, " "); got != PolicyFile+" "+PolicyFile+".bak" {
+		t.Errorf("data dir holds %q, want only the policy file and its last good copy (no temp files left)", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, PolicyFile+".bak")); len(b) == 0 {
+		t.Error("the last good copy is empty")
+	} else if fi, err := os.Stat(filepath.Join(dir, PolicyFile+".bak")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("last good copy: %v, mode %v; want 0600", err, fi.Mode().Perm())
 	}
 
 	m2 := open(t, dir)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -50,4 +51,44 @@ type Info struct {
 	// Degraded is true while the store cannot be reached and this
 	// replica admits from its share of each policy.
 	Degraded bool
+	// Epoch identifies the store's data (Redis): written when the store
+	// was initialized; a missing or different one means it lost its data.
+	Epoch string
+	// LostAt is when this replica last found that the store had lost its
+	// data (zero: never); Loss says what it found.
+	LostAt time.Time
+	Loss   string
+	// RestoredAt is when the durable state was last put back (after a
+	// loss, from a backup at start, or by a restore); Restored says what
+	// and from where.
+	RestoredAt time.Time
+	Restored   string
+	// Healing is true from a loss until its restore finished.
+	Healing bool
+	// Warnings are standing problems an operator should fix (a Redis
+	// without persistence, replicas without backups).
+	Warnings []string
 }
+
+// BadRecordError reports a stored record that does not decode. It affects
+// only that record: the store keeps serving every other one, and uses the
+// last good copy of this one where it holds one. The server answers it as
+// FailedPrecondition, naming the record.
+type BadRecordError struct {
+	// Kind is what the record holds: "policy", "sign-in", "agent
+	// credential", "quota" or "account state".
+	Kind string
+	// Name is the account key or credential name.
+	Name string
+	// Where is the record's place in the store (a Redis key and field,
+	// or a file).
+	Where string
+	// Err says why it does not decode; it never holds a token.
+	Err error
+}
+
+func (e *BadRecordError) Error() string {
+	return fmt.Sprintf("the stored %s of %s (%s) is unreadable: %v", e.Kind, e.Name, e.Where, e.Err)
+}
+
+func (e *BadRecordError) Unwrap() error { return e.Err }

@@ -21,7 +21,9 @@
 //     [Heads], else the most headroom), learns each account's usage from
 //     codex.rate_limits events and usage-limit errors ([ParseRateLimits],
 //     [RateLimits]) and passes it to the [Reporter]; [*AllLimitedError]
-//     when every account is at its limit.
+//     when every account is at its limit; no account at all while its
+//     [Standing] refuses (the control plane refused the data plane's
+//     agent credential).
 //   - authfile.go: [Files] ([OpenFiles]) serves Codex auth.json files, each
 //     a [RefreshingFile] ([FileConfig], [RefreshMode]); refresh.go keeps its
 //     token fresh (in [RefreshAuto] mode under the file's lock, adopting a

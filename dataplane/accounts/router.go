@@ -52,6 +52,14 @@ type Reporter interface {
 	ReportRateLimits(rl *controlplanev1.RateLimits)
 }
 
+// Standing says whether this data plane may serve turns at all: Refused
+// returns an error while the control plane refuses its agent credential
+// (revoked, or never valid), nil otherwise. The control-plane client
+// (dataplane/control) implements it.
+type Standing interface {
+	Refused() error
+}
+
 // ErrNone is returned by Route when the source serves no account.
 var ErrNone = errors.New("no upstream account is known yet")
 
@@ -108,6 +116,10 @@ type Config struct {
 	// Reporter receives each account's plan usage, at most once a second
 	// unless it changed. (Optional)
 	Reporter Reporter
+	// Standing, when set, is asked before every turn: while it refuses,
+	// Route answers its error and no turn runs, not even one on a socket
+	// the pool holds. (Optional; default none)
+	Standing Standing
 	// Clock is the time source. (Optional; default time.Now)
 	Clock func() time.Time
 	// Logger receives the moves and skipped sign-ins; never an account id
@@ -134,13 +146,14 @@ type state struct {
 // Router chooses the account of every turn and learns each account's
 // limits from the frames its sockets read. It is safe for concurrent use.
 type Router struct {
-	src    Source
-	fixed  []string // Config.Accounts; nil: ask src on every turn
-	report Reporter
-	now    func() time.Time
-	log    *slog.Logger
-	moves  prometheus.Counter
-	hold   time.Duration // Config.UsageLimitHold
+	src      Source
+	fixed    []string // Config.Accounts; nil: ask src on every turn
+	report   Reporter
+	standing Standing // Config.Standing; nil: always in good standing
+	now      func() time.Time
+	log      *slog.Logger
+	moves    prometheus.Counter
+	hold     time.Duration // Config.UsageLimitHold
 
 	mu    sync.Mutex // guards the following fields
 	state map[string]*state
@@ -152,7 +165,7 @@ func NewRouter(cfg Config) (*Router, error) {
 	if cfg.Source == nil {
 		return nil, errors.New("accounts router: field Source is required")
 	}
-	r := &Router{src: cfg.Source, report: cfg.Reporter, now: cfg.Clock, log: cfg.Logger, hold: cfg.UsageLimitHold, state: map[string]*state{}}
+	r := &Router{src: cfg.Source, report: cfg.Reporter, standing: cfg.Standing, now: cfg.Clock, log: cfg.Logger, hold: cfg.UsageLimitHold, state: map[string]*state{}}
 	switch {
 	case r.hold == 0:
 		r.hold = DefaultUsageLimitHold
@@ -188,13 +201,19 @@ func NewRouter(cfg Config) (*Router, error) {
 // account is at its usage limit; a new conversation, or one whose account
 // is limited, goes to the account with the most headroom in its tightest
 // window (ties round robin), skipping accounts at their limit and those
-// whose sign-in needs a login. A move drops the head on the old account
+// whose sign-in needs a login. While Config.Standing refuses, Route
+// returns its error before anything else. A move drops the head on the old account
 // (the turn resends the whole conversation), is counted in
 // clodex_dataplane_account_moves_total and logged once. When every account
 // is at its limit Route returns an *AllLimitedError; the source's errors
 // (no account yet, a dead sign-in) are returned as they are. The accounts
 // are Config.Accounts, else the source's answer.
 func (r *Router) Route(ctx context.Context, heads Heads, part pool.Partition, items [][]byte) (string, error) {
+	if r.standing != nil {
+		if err := r.standing.Refused(); err != nil {
+			return "", err
+		}
+	}
 	keys := r.fixed
 	if keys == nil {
 		var err error

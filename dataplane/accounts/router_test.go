@@ -368,3 +368,35 @@ func moves(t *testing.T, r *Router) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// standing is a Standing that refuses with err (nil: in good standing).
+type standing struct{ err error }
+
+func (s *standing) Refused() error { return s.err }
+
+// While the control plane refuses the data plane, Route answers the
+// refusal for every turn, even one whose conversation holds a head, and
+// asks the source nothing; once accepted again it routes as before.
+func TestRouteRefusedStanding(t *testing.T) {
+	refusal := errors.New("the control plane refuses this data plane's agent credential")
+	st := &standing{err: refusal}
+	r, err := NewRouter(Config{Source: unasked{&keys{}}, Standing: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &heldBy{account: "a"}
+	if id, err := r.Route(t.Context(), h, part(), nil); !errors.Is(err, refusal) || id != "" {
+		t.Errorf("Route while refused = %q, %v; want the refusal", id, err)
+	}
+	if len(h.forgot) != 0 {
+		t.Errorf("forgot %v while refused, want nothing", h.forgot)
+	}
+	st.err = nil
+	r, err = NewRouter(Config{Source: unasked{&keys{}}, Accounts: []string{"a"}, Standing: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := r.Route(t.Context(), h, part(), nil); err != nil || id != "a" {
+		t.Errorf("Route in good standing = %q, %v; want a", id, err)
+	}
+}

@@ -35,7 +35,7 @@ type Stats struct {
 	// while local.
 	Probes int64
 	// Errors counts control-plane answers that were errors of another kind
-	// than unreachable (e.g. Unauthenticated); each was decided locally.
+	// than unreachable (e.g. PermissionDenied); each was decided locally.
 	Errors int64
 	// Cancels counts requests whose context ended while they waited out a
 	// granted delay; Refunds counts the reservations that were refunded.
@@ -88,6 +88,10 @@ func (c *Client) Admit(ctx context.Context, accountKey string) error {
 				c.endProbe(probe)
 				return ctxErr
 			}
+			if e, ok := c.refuse(ctx, err); ok {
+				c.endProbe(probe)
+				return fmt.Errorf("admit: %w", e)
+			}
 			c.failed(ctx, accountKey, err, probe)
 			return c.local(ctx, accountKey, true)
 		}
@@ -99,6 +103,10 @@ func (c *Client) Admit(ctx context.Context, accountKey string) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		c.endProbe(probe)
 		return ctxErr
+	}
+	if e, ok := c.refuse(ctx, err); ok {
+		c.endProbe(probe)
+		return fmt.Errorf("admit: %w", e)
 	}
 	c.failed(ctx, accountKey, err, probe)
 	return c.local(ctx, accountKey, unreachable(err))

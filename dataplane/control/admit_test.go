@@ -423,7 +423,11 @@ func TestCancelDuringRPCReturnsCtxErr(t *testing.T) {
 	}
 }
 
-func TestRejectedAdmitDecidesLocallyAndStaysCentral(t *testing.T) {
+// A token the control plane does not know refuses the data plane: Admit
+// returns the *AgentRefusedError (no local admission, no socket), and so
+// does every Admit after it without asking again, once announced with the
+// cause and the fix; the mode stays central (the control plane answers).
+func TestRefusedTokenStopsAdmission(t *testing.T) {
 	srv := controlplanetest.Start(t, nil)
 	srv.Register(keyA, keyB)
 	clk := newFakeClock()
@@ -431,23 +435,27 @@ func TestRejectedAdmitDecidesLocallyAndStaysCentral(t *testing.T) {
 	c := newClient(t, control.Config{Target: srv.Addr, Token: tok(t, "not-the-agent-token")}, clk, &notes)
 
 	for i := range 2 {
-		if err := c.Admit(t.Context(), keyA); err != nil {
-			t.Fatalf("Admit %d = %v, want nil (admitted locally)", i+1, err)
+		err := c.Admit(t.Context(), keyA)
+		var refused *control.AgentRefusedError
+		if !errors.As(err, &refused) || refused.Revoked || refused.Target != srv.Addr {
+			t.Fatalf("Admit %d = %v, want an *AgentRefusedError from %s", i+1, err, srv.Addr)
 		}
+	}
+	if err := c.Refused(); err == nil {
+		t.Error("Refused() = nil after the control plane refused the token")
 	}
 	if got := c.Mode(); got != control.ModeCentral {
 		t.Errorf("Mode() = %q, want %q", got, control.ModeCentral)
 	}
-	if got, want := clk.TakeSleeps(), []time.Duration{sec, 2 * sec}; !slices.Equal(got, want) {
-		t.Errorf("local waits %v, want %v (60/minute from an empty bucket)", got, want)
+	if got := clk.TakeSleeps(); len(got) != 0 {
+		t.Errorf("local waits %v, want none: a refused data plane admits nothing", got)
 	}
-	want := control.Stats{Local: control.Counts{Waits: 2}, Errors: 2}
-	if got := c.Stats(); got != want {
-		t.Errorf("Stats() = %+v, want %+v", got, want)
+	if got := c.Stats(); got != (control.Stats{}) {
+		t.Errorf("Stats() = %+v, want zero: nothing was decided", got)
 	}
 	msgs := notes.Msgs()
-	if len(msgs) != 1 || !strings.Contains(msgs[0], "Unauthenticated") {
-		t.Fatalf("notices = %q, want one naming Unauthenticated", msgs)
+	if len(msgs) != 1 || !strings.Contains(msgs[0], "does not accept this data plane's agent token") {
+		t.Fatalf("notices = %q, want one saying the token is not accepted", msgs)
 	}
 	if strings.Contains(msgs[0], "not-the-agent-token") {
 		t.Errorf("notice %q contains the token", msgs[0])

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -208,6 +209,11 @@ type Client struct {
 	closeOnce    sync.Once
 	closeErr     error
 
+	refused   atomic.Pointer[AgentRefusedError] // the control plane refuses the agent credential (refused.go)
+	first     chan struct{}                     // closed once the first agent stream had an answer (Accepted)
+	firstOnce sync.Once
+	firstErr  error // Accepted's answer; written once, before first is closed
+
 	mu        sync.Mutex // guards the following fields (admission and reachability)
 	closed    bool
 	reach     reach                    // reachable.go
@@ -265,6 +271,7 @@ func New(cfg Config) (*Client, error) {
 		rejectedLog:  rate.Sometimes{First: 3, Interval: time.Minute},
 		reported:     make(chan struct{}, 1),
 		answered:     make(chan struct{}, 1),
+		first:        make(chan struct{}),
 		policies:     make(map[string]pacing.Policy),
 		paused:       make(map[string]time.Time),
 		buckets:      make(map[string]*localBucket),

@@ -13,6 +13,8 @@
 //	cred, err := c.Credential(ctx, key)    // broker: a token per turn
 //	cred, err = c.Rejected(ctx, key, tok)  // broker: after an upstream 401, one forced refresh
 //	c.Mode(); c.Reachable()                // the one view of the control plane
+//	err = c.Accepted(ctx)                  // at start: the agent token accepted, refused, or the control plane unreachable
+//	err = c.Refused()                      // before every turn: an *AgentRefusedError while the control plane refuses it
 //	c.Close()                              // after Run returned: closes the connection
 //
 // The parts, by file:
@@ -32,6 +34,10 @@
 //     a local client is the probe), and the admission attributes it sets
 //     on the caller's span; errors.go: [RefusedError], [ErrInvalidKey],
 //     [ErrClosed].
+//   - refused.go: [Client.Refused] and [Client.Accepted]: a control plane
+//     that answers Unauthenticated (a revoked credential, a wrong token)
+//     refuses the data plane, which then serves no turn
+//     ([AgentRefusedError]) until the agent stream is accepted again.
 //   - reachable.go: [Client.Mode] and [Client.Reachable], the one notion
 //     of the control plane reachable, what switches it and the probes'
 //     backoff; handover.go: the tally of local grants and its

@@ -17,7 +17,7 @@ import (
 
 // Limits of one ReportGrants request, as the control plane enforces them.
 const (
-	maxReportAccounts = 1000
+	maxReportAccounts = 200
 	maxReportGrants   = 100000
 	maxReportIDPrefix = 100 // the agent id part of a report id (ids are at most 128 bytes)
 )
@@ -140,6 +140,9 @@ func (c *Client) handOver(ctx context.Context) error {
 		resp, err := c.report(ctx, r)
 		if err != nil && unreachable(err) {
 			return err
+		}
+		if e, ok := c.refuse(ctx, err); ok {
+			return e // kept for when the control plane accepts this data plane again
 		}
 		c.mu.Lock()
 		c.pending = slices.DeleteFunc(c.pending, func(p *pendingReport) bool { return p == r })

@@ -219,14 +219,12 @@ func (c *Client) cutBackoff() bool {
 
 // rejectedNotice says why the control plane refused an admission request
 // and what to check: the server's own message (it names the account or
-// the credential's scope) and, for a token the control plane does not
-// know, the data plane's token and address.
+// the credential's scope). A refused token never gets here: it refuses
+// the data plane (refused.go).
 func rejectedNotice(err error) string {
 	st := status.Convert(err)
 	hint := ""
 	switch st.Code() {
-	case codes.Unauthenticated:
-		hint = "; check the data plane's --agent-token-file and --control-plane address"
 	case codes.PermissionDenied:
 		hint = "; an operator must grant this data plane's credential the account (see the control plane's message)"
 	}

@@ -37,6 +37,12 @@ func (c *Client) streamLoop(ctx context.Context) {
 			c.observed(ctx, err)
 		}
 		backoff = nextBackoff(backoff, established, time.Since(start))
+		if e, refused := c.refuse(ctx, err); refused {
+			c.settle(e)
+			backoff = refusedBackoff
+		} else if !established {
+			c.settle(firstFailure(c.target, err))
+		}
 		d := jitter(backoff, c.rand())
 		c.log.WarnContext(ctx, "agent stream ended; reconnecting", "err", errString(err), "retry_in", d)
 		if d == 0 {
@@ -70,6 +76,15 @@ func nextBackoff(last time.Duration, established bool, lasted time.Duration) tim
 	return min(2*last, MaxBackoff)
 }
 
+// firstFailure is Accepted's answer when the first agent stream failed
+// without a refusal of the credential.
+func firstFailure(target string, err error) error {
+	if err == nil || unreachable(err) {
+		return fmt.Errorf("the control plane at %s cannot be reached: %s", target, errString(err))
+	}
+	return fmt.Errorf("the control plane at %s refused the agent stream: %s", target, errString(err))
+}
+
 func errString(err error) string {
 	if err == nil {
 		return "closed"
@@ -99,7 +114,7 @@ func (c *Client) session(ctx context.Context) (established bool, err error) {
 		Accounts:          accounts,
 	}
 	recvDone := make(chan error, 1) // buffered: recvLoop never blocks on exit
-	got := make(chan struct{})      // closed on the first message received
+	got := make(chan struct{})      // closed once the control plane accepted the hello
 	go c.recvLoop(ctx, stream, recvDone, got)
 	// Whatever happens, the receive loop has exited when session returns.
 	recvErr := func() error { cancel(); return <-recvDone }
@@ -120,6 +135,7 @@ func (c *Client) session(ctx context.Context) (established bool, err error) {
 		select {
 		case <-got:
 			established, got = true, nil
+			c.accept(ctx)
 		case err := <-recvDone:
 			return established, err
 		case <-tick.C:
@@ -178,7 +194,14 @@ func (c *Client) goodbye(ctx context.Context, stream agentStream, recvDone <-cha
 // clean end) on done. It is owned by session, which waits for it.
 func (c *Client) recvLoop(ctx context.Context, stream agentStream, done chan<- error, got chan<- struct{}) {
 	ctx = context.WithoutCancel(ctx) // for the logs: the stream outlives ctx
+	// The control plane sends the headers once it accepted the hello (an
+	// older one with its first push); nil headers: the stream failed,
+	// and Recv says how.
 	first := true
+	if md, _ := stream.Header(); md != nil {
+		close(got)
+		first = false
+	}
 	for {
 		msg, err := stream.Recv()
 		if err != nil {

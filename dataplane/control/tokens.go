@@ -122,11 +122,20 @@ func (c *Client) tokenCall(ctx context.Context, key string) error {
 	case !account.IsKey(key):
 		return ErrInvalidKey
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return c.Refused() // no token, not even a cached one, while refused
 }
 
-// unavailable is the error of a turn while no token can be had.
+// unavailable is the error of a turn while no token can be had; while
+// the control plane refuses this data plane's agent credential, the
+// refusal.
 func (c *Client) unavailable(err error) error {
+	var refused *AgentRefusedError
+	if errors.As(err, &refused) {
+		return refused
+	}
 	return &accounts.UnavailableError{
 		Message: fmt.Sprintf("No ChatGPT access token yet: this data plane gets its tokens from the control plane's credential broker at %s, which cannot supply one now (%s)",
 			c.target, reason(err)),
@@ -151,6 +160,9 @@ func (c *Client) learn(ctx context.Context) ([]string, error) {
 		defer cancel()
 		resp, err := c.credential.ServedAccounts(cctx, &controlplanev1.ServedAccountsRequest{})
 		c.observed(ctx, err)
+		if e, ok := c.refuse(ctx, err); ok {
+			return nil, e
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -197,7 +209,8 @@ func (c *Client) credentialOf(ctx context.Context, k string) (codexauth.Credenti
 	if err == nil {
 		return ne.cred, nil
 	}
-	if errors.Is(err, accounts.ErrLoginRequired) {
+	var refused *AgentRefusedError
+	if errors.Is(err, accounts.ErrLoginRequired) || errors.As(err, &refused) {
 		return codexauth.Credential{}, err
 	}
 	if ok && now.Before(e.cred.Expiry) { // still valid: serve it while the broker is away
@@ -217,6 +230,9 @@ func (c *Client) fetch(ctx context.Context, key string, rejected []byte) (entry,
 		defer cancel()
 		resp, err := c.credential.GetToken(cctx, &controlplanev1.GetTokenRequest{Account: key, RejectedSha256: rejected})
 		c.observed(ctx, err)
+		if e, ok := c.refuse(ctx, err); ok {
+			return entry{}, e
+		}
 		if err != nil {
 			switch status.Code(err) {
 			case codes.FailedPrecondition, codes.NotFound, codes.PermissionDenied:
@@ -265,18 +281,22 @@ func (c *Client) tokenLoop(ctx context.Context) {
 	var lastLearn time.Time
 	for {
 		now := c.now()
-		if c.served() == nil || (c.fixed == nil && now.Sub(lastLearn) >= accountsPoll) {
-			if keys, err := c.learn(ctx); err != nil {
-				c.noteWaiting(ctx, err)
-			} else {
-				lastLearn = now
-				if len(keys) == 0 {
-					c.log.WarnContext(ctx, "the control plane's credential broker holds no sign-in this data plane may use; an operator must run `clodexctl account login`")
+		// While the control plane refuses this data plane there is
+		// nothing to fetch; the agent stream asks until it accepts it.
+		if c.Refused() == nil {
+			if c.served() == nil || (c.fixed == nil && now.Sub(lastLearn) >= accountsPoll) {
+				if keys, err := c.learn(ctx); err != nil {
+					c.noteWaiting(ctx, err)
+				} else {
+					lastLearn = now
+					if len(keys) == 0 {
+						c.log.WarnContext(ctx, "the control plane's credential broker holds no sign-in this data plane may use; an operator must run `clodexctl account login`")
+					}
 				}
 			}
-		}
-		if keys := c.served(); keys != nil {
-			c.refreshDue(ctx, keys, now)
+			if keys := c.served(); keys != nil {
+				c.refreshDue(ctx, keys, now)
+			}
 		}
 		select {
 		case <-ctx.Done():

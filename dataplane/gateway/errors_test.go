@@ -235,19 +235,25 @@ func TestUnreachableUpstreamIs502(t *testing.T) {
 }
 
 // A usage limit is never retried inside the data plane. One that resets
-// later than 60 s is answered at once with x-should-retry: false and a
-// message saying when the plan resets; one that resets sooner is a 429
-// whose retry-after is the reset.
+// later than 60 s is answered at once with x-should-retry: false, no
+// retry-after (a client that ignores x-should-retry would wait it out) and
+// its reset time in the message and the anthropic-ratelimit-*-reset
+// headers; one that resets sooner is a 429 whose retry-after is the reset.
+// The backend's resets_in_seconds is dated from the data plane's clock
+// (2026-01-02T03:04:05Z).
 func TestUsageLimitReset(t *testing.T) {
 	tests := []struct {
 		name            string
 		resetSecs       int
 		wantShouldRetry string
 		wantRetryAfter  string // rand 0.5: h + floor(0.5 × (ceil(1.25 h) − h + 1))
+		wantReset       string
 		wantMsg         string
 	}{
-		{"resets in 4 h", 4 * 3600, "false", "14400", "The ChatGPT plan's usage limit was reached (usage_limit_reached, plus plan); it resets in 4h0m; retrying before then will not help"},
-		{"resets in 30 s", 30, "true", "34", "The ChatGPT plan's usage limit was reached (usage_limit_reached, plus plan); it resets in 30s; retry after 34s"},
+		{"resets in 4 h", 4 * 3600, "false", "", "2026-01-02T07:04:05Z",
+			"The ChatGPT plan's usage limit was reached (usage_limit_reached, plus plan); it resets in 4h0m (at 2026-01-02T07:04:05Z); retrying before then will not help"},
+		{"resets in 30 s", 30, "true", "34", "2026-01-02T03:04:35Z",
+			"The ChatGPT plan's usage limit was reached (usage_limit_reached, plus plan); it resets in 30s (at 2026-01-02T03:04:35Z); retry after 34s"},
 	}
 	for _, tt := range tests {
 		for _, stream := range []bool{false, true} {
@@ -268,6 +274,11 @@ func TestUsageLimitReset(t *testing.T) {
 				}
 				if got := resp.Header.Get("Retry-After"); got != tt.wantRetryAfter {
 					t.Errorf("retry-after = %q, want %q", got, tt.wantRetryAfter)
+				}
+				for _, k := range []string{"anthropic-ratelimit-requests-reset", "anthropic-ratelimit-tokens-reset"} {
+					if got := resp.Header.Get(k); got != tt.wantReset {
+						t.Errorf("%s = %q, want %q", k, got, tt.wantReset)
+					}
 				}
 				eb := gateway.ReadError(t, resp)
 				if eb.Error.Type != "rate_limit_error" || eb.Error.Message != tt.wantMsg {

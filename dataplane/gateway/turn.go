@@ -367,6 +367,7 @@ func (t *turnRun) drive(ctx context.Context, a retry.Attempt, l *pool.Lease) err
 	if err := t.startStream(); err != nil {
 		return t.clientFailed(l, err)
 	}
+	t.stream.SetCachedPrefix(int(l.CachedTokens))
 	if err := t.send(ctx, l); err != nil {
 		return err
 	}
@@ -596,6 +597,7 @@ func (t *turnRun) completeLease(l *pool.Lease) {
 	l.Complete(t.stream.ResponseID(), items, pool.Usage{
 		InputTokens:  int64(u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens),
 		CachedTokens: int64(u.CacheReadInputTokens),
+		OutputTokens: int64(u.OutputTokens),
 	})
 }
 
@@ -672,6 +674,7 @@ func (t *turnRun) writeUpstreamError(f *retry.UpstreamError) {
 		c.Status = http.StatusBadGateway
 		f = &c
 	}
-	f = retry.Answer(t.w.Header(), f, retry.Facts{AuthRefreshed: t.refreshed, Wait: t.s.cfg.Health.RetryAfterAccount(t.s.cfg.Upstream, t.part.Account)}, t.s.rand)
+	f = retry.Answer(t.w.Header(), f, retry.Facts{AuthRefreshed: t.refreshed, Now: t.s.now(),
+		Wait: t.s.cfg.Health.RetryAfterAccount(t.s.cfg.Upstream, t.part.Account)}, t.s.rand)
 	writeJSON(t.w, f.Status, retry.ErrorBody(f))
 }

@@ -292,6 +292,7 @@ func (p *Pool) continueLocked(m match, full []digest, now time.Time, rec *decisi
 		Generation:         h.gen,
 		Reused:             true,
 		MatchMode:          m.mode,
+		CachedTokens:       h.tokens,
 		ConnectionID:       h.id,
 		p:                  p,
 		h:                  h,

@@ -64,7 +64,7 @@ func (l *Lease) Release() {
 	h.ttlPaused += now.Sub(h.inFlightSince)
 	h.lastUsed = now
 	h.responseID = ""
-	h.digests, h.nInput, h.reasoning = nil, 0, nil
+	h.digests, h.nInput, h.reasoning, h.tokens = nil, 0, nil, 0
 	h.kept = true
 	p.setGenLocked(h, GenerationNursery) // no cached conversation to keep long
 	p.stats.KeptSockets++

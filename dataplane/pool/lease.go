@@ -32,6 +32,10 @@ type Lease struct {
 	Reused bool
 	// MatchMode is "exact" or "omitted_reasoning" on a continuation.
 	MatchMode string
+	// CachedTokens is, on a continuation, the conversation the socket
+	// holds in the backend's tokens (the input plus output of the response
+	// it continues, as Complete was told); 0 otherwise.
+	CachedTokens int64
 	// ConnectionID is the socket's process-unique id (diagnostics).
 	ConnectionID uint64
 
@@ -86,6 +90,7 @@ func (l *Lease) Complete(responseID string, output [][]byte, usage Usage) {
 	h.lastUsed = now
 	h.responseID = responseID
 	h.kept = false
+	h.tokens = usage.InputTokens + usage.OutputTokens
 	d := make([]digest, 0, len(l.req)+len(out))
 	h.digests = append(append(d, l.req...), out...)
 	h.nInput = int32(len(l.req))

@@ -89,7 +89,8 @@ var ErrReplaceSpent = errors.New("pool: replacement already used for this reques
 // ErrLeaseDone is returned by [Lease.Replace] on a finished lease.
 var ErrLeaseDone = errors.New("pool: lease already finished")
 
-// Usage is the token usage of a completed response.
+// Usage is the token usage of a completed response: InputTokens the whole
+// input, cached tokens included.
 type Usage struct {
 	InputTokens  int64
 	CachedTokens int64
@@ -112,6 +113,9 @@ type head struct {
 	removed       bool // no longer registered: its lease closes the socket
 
 	responseID string
+	// tokens is the head's conversation in the backend's tokens: its last
+	// response's input plus output, what a continuation finds cached.
+	tokens int64
 	// digests of requestInput ++ expectedAssistant; nInput is
 	// len(requestInput); reasoning lists the indices (>= nInput) of the
 	// assistant's reasoning items, for the omitted-reasoning match.

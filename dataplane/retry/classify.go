@@ -62,6 +62,10 @@ type (
 	allLimited interface {
 		AllLimited() (account string, resetsAt time.Time, resetsIn time.Duration)
 	}
+	// agentRefused is the control plane refusing this data plane's agent
+	// credential (revoked, or a token it does not know), with the client's
+	// words: the cause and the fix (control.AgentRefusedError).
+	agentRefused interface{ AgentRefused() string }
 )
 
 // CredentialError is a new socket whose credential could not be had (the
@@ -91,8 +95,8 @@ const loginRequiredMessage = "The ChatGPT sign-in can no longer be refreshed; ru
 //     else (400, 401, 403, 404, 413, …) is Fatal. A first 401 is still Fatal here: the
 //     credential refresh and its one re-run belong to the caller;
 //   - a credential that could not be had (CredentialError, or a sign-in that must be renewed,
-//     one not to be had yet, every account at its usage limit): Fatal, CredentialFailure's
-//     answer;
+//     one not to be had yet, every account at its usage limit, an agent credential the
+//     control plane refuses): Fatal, CredentialFailure's answer;
 //   - an upgrade refused with an HTTP status as the upgrade table says (a 5xx reads "Upstream
 //     HOST: …"); a dial that opened no socket: Backoff, "The upstream HOST cannot be reached:
 //     CAUSE";
@@ -141,7 +145,7 @@ func Classify(err error, f Facts) *Failure {
 		fl := classifyUpstream(ue, err)
 		fl.KeepSocket = f.ResponseEnded && fl.Class != Replace && KeepsSocket(ue)
 		return fl
-	case errors.As(err, &ce), errors.As(err, &lr), errors.As(err, &un), errors.As(err, &all):
+	case errors.As(err, &ce), errors.As(err, &lr), errors.As(err, &un), errors.As(err, &all), errors.As(err, new(agentRefused)):
 		return &Failure{Class: Fatal, Kind: KindCredential, Err: CredentialFailure(err, "")}
 	case errors.As(err, &unreach):
 		e := unreachableAnswer(err, f)
@@ -233,7 +237,10 @@ func unreachableAnswer(cause error, f Facts) *UpstreamError {
 }
 
 // CredentialFailure is what the client is told when a turn's credential
-// cannot be had: a sign-in someone must renew is 401 authentication_error
+// cannot be had: a data plane whose agent credential the control plane
+// refuses (revoked, or never valid) is 403 permission_error in the
+// refusal's words, never worth a retry; a sign-in someone must renew is
+// 401 authentication_error
 // in the sign-in's own words (a fleet's operator must log the account in;
 // standalone, run codex login), never worth a retry; a credential not to
 // be had yet (the control plane's broker away) is 503 with its retry-after;
@@ -244,7 +251,10 @@ func CredentialFailure(err error, otherwise string) *UpstreamError {
 	var lr loginRequired
 	var un unavailable
 	var all allLimited
+	var ar agentRefused
 	switch {
+	case errors.As(err, &ar):
+		return &UpstreamError{Status: http.StatusForbidden, Type: "permission_error", Message: ar.AgentRefused(), Permanent: true, Cause: err}
 	case errors.As(err, &lr):
 		msg := lr.LoginRequired()
 		if msg == "" {

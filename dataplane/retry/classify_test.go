@@ -2,6 +2,8 @@ package retry
 
 import (
 	"errors"
+	"fmt"
+	"net/http"
 	"testing"
 	"time"
 )
@@ -144,5 +146,34 @@ func TestKeepSocket(t *testing.T) {
 	}
 	if f := Classify(errors.New("websocket closed (1006)"), Facts{Reused: true, ResponseEnded: true}); f.KeepSocket {
 		t.Error("a transport failure keeps its socket")
+	}
+}
+
+// refusedAgent stands for control.AgentRefusedError: what it says of
+// itself is all the failure table reads.
+type refusedAgent struct{ msg string }
+
+func (e *refusedAgent) Error() string        { return "agent credential refused" }
+func (e *refusedAgent) AgentRefused() string { return e.msg }
+
+// A data plane whose agent credential the control plane refuses answers
+// 403 permission_error in the refusal's words, x-should-retry: false and
+// no retry-after, however the refusal is wrapped.
+func TestClassifyAgentRefused(t *testing.T) {
+	refused := fmt.Errorf("choose the upstream account: %w", &refusedAgent{msg: "This data plane's agent credential \"dp-1\" was revoked; an operator must create a new one"})
+	f := Classify(refused, Facts{})
+	if f == nil || f.Class != Fatal || f.Kind != KindCredential {
+		t.Fatalf("Classify(refused) = %+v, want Fatal, KindCredential", f)
+	}
+	h := http.Header{}
+	e := Answer(h, f.Err.(*UpstreamError), Facts{}, func() float64 { return 0 })
+	if e.Status != 403 || e.Type != "permission_error" || e.Message != "This data plane's agent credential \"dp-1\" was revoked; an operator must create a new one" {
+		t.Errorf("answer = %d %s %q, want 403 permission_error in the refusal's words", e.Status, e.Type, e.Message)
+	}
+	if h.Get("X-Should-Retry") != "false" || h.Get("Retry-After") != "" {
+		t.Errorf("headers = %v, want x-should-retry: false and no retry-after", h)
+	}
+	if got := CredentialFailure(refused, ""); got.Status != 403 || !got.Permanent {
+		t.Errorf("CredentialFailure(refused) = %+v, want a permanent 403", got)
 	}
 }

@@ -70,23 +70,25 @@ func retryHint(e *UpstreamError, f Facts) time.Duration {
 // drawn by RetryAfterHeader from its own hint (a usage limit's reset, a 429's retry-after)
 // or else f.Wait (when the upstream is due to be tried again), and its message ends with
 // "; retry after Ns" unless it already says when to retry. A failure no retry can fix gets
-// "x-should-retry: false" where ShouldRetry says so, and no retry-after, except a usage limit
-// with a known reset: its retry-after is the reset, in whole seconds.
+// "x-should-retry: false" where ShouldRetry says so, and no retry-after: a usage limit that
+// resets more than 60 s from now says when in its message and in the
+// anthropic-ratelimit-requests-reset and anthropic-ratelimit-tokens-reset headers (RFC 3339),
+// which every usage limit with a known reset carries. A reset known only as a duration
+// (resets_in_seconds) is dated from f.Now.
 func Answer(h http.Header, e *UpstreamError, f Facts, rnd func() float64) *UpstreamError {
 	if e == nil {
 		return nil
 	}
+	e = withResetTime(e, f.Now)
+	setResetHeaders(h, e)
 	v, ok := ShouldRetry(e, f)
 	if ok {
 		h.Set("X-Should-Retry", v)
 	}
 	if v != "true" {
-		// A usage limit that resets later still says when: retry-after is
-		// the reset itself (whole seconds, not capped), so a client or an
-		// operator can schedule the next try; x-should-retry stays false.
-		if e.UsageLimit && e.ResetsIn > 0 {
-			h.Set("Retry-After", strconv.FormatInt(int64((e.ResetsIn+time.Second-1)/time.Second), 10))
-		}
+		// No retry-after, not even the reset: a client that ignores
+		// x-should-retry (the Vercel AI SDK, opencode) would otherwise
+		// wait it out, hours or days, in silence.
 		return e
 	}
 	secs := RetryAfterHeader(retryHint(e, f), rnd)

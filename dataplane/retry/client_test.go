@@ -138,8 +138,8 @@ func TestAnswer(t *testing.T) {
 			"busy; retry after 2s"},
 		{"usage limit 30 s away: 30..38", &UpstreamError{Status: 429, UsageLimit: true, ResetsIn: 30 * time.Second, Message: "limit; it resets in 30s"},
 			Facts{Wait: time.Second}, "34", "true", "limit; it resets in 30s; retry after 34s"},
-		{"usage limit hours away", &UpstreamError{Status: 429, UsageLimit: true, ResetsIn: 3 * time.Hour, Message: "limit; retrying before then will not help"},
-			Facts{}, "10800", "false", "limit; retrying before then will not help"},
+		{"usage limit hours away: no retry-after", &UpstreamError{Status: 429, UsageLimit: true, ResetsIn: 3 * time.Hour, Message: "limit; retrying before then will not help"},
+			Facts{}, "", "false", "limit; retrying before then will not help"},
 		{"overflow", &UpstreamError{Status: 400, ContextOverflow: true, Message: "prompt is too long"}, Facts{}, "", "false", "prompt is too long"},
 		{"plain 400", &UpstreamError{Status: 400, Message: "bad"}, Facts{}, "", "", "bad"},
 	}
@@ -166,4 +166,84 @@ func TestAnswer(t *testing.T) {
 	if Answer(http.Header{}, nil, Facts{}, nil) != nil {
 		t.Error("Answer(nil) != nil")
 	}
+}
+
+// TestAnswerUsageLimit: a usage limit says when it resets, in its message and in the
+// anthropic-ratelimit-*-reset headers (RFC 3339); only one resetting within 60 s gets a
+// retry-after (the reset) and x-should-retry: true. A reset further away, or unknown, gets
+// x-should-retry: false and no retry-after, which clients that ignore x-should-retry would
+// wait out. A reset known only as resets_in_seconds is dated from Facts.Now.
+func TestAnswerUsageLimit(t *testing.T) {
+	now := time.Date(2026, 5, 4, 10, 0, 0, 400_000_000, time.UTC)
+	frame := func(fields string) *UpstreamError {
+		return ClassifyFrame([]byte(`{"type":"error","status":429,"error":{"type":"usage_limit_reached","code":"usage_limit_reached"`+fields+`}}`), false)
+	}
+	all := &allLimitedErr{account: "acct_b", at: time.Date(2026, 5, 4, 12, 30, 0, 0, time.UTC), in: 2*time.Hour + 30*time.Minute}
+	allNear := &allLimitedErr{account: "acct_b", at: time.Date(2026, 5, 4, 10, 0, 40, 0, time.UTC), in: 40 * time.Second}
+	tests := []struct {
+		name           string
+		err            *UpstreamError
+		wantRetryAfter string
+		wantShould     string
+		wantReset      string
+		wantMsg        string
+	}{
+		{"resets in 2h30m, resets_in_seconds only", frame(`,"plan_type":"pro","resets_in_seconds":9000`), "", "false", "2026-05-04T12:30:01Z",
+			"The ChatGPT plan's usage limit was reached (usage_limit_reached, pro plan); it resets in 2h30m (at 2026-05-04T12:30:01Z); retrying before then will not help"},
+		{"resets in 2h30m, resets_at too", frame(`,"resets_in_seconds":9000,"resets_at":1777905000`), "", "false", "2026-05-04T14:30:00Z",
+			"The ChatGPT plan's usage limit was reached (usage_limit_reached); it resets in 2h30m (at 2026-05-04T14:30:00Z); retrying before then will not help"},
+		{"resets_at only", frame(`,"resets_at":1777905000`), "", "false", "2026-05-04T14:30:00Z",
+			"The ChatGPT plan's usage limit was reached (usage_limit_reached); it resets at 2026-05-04T14:30:00Z; retrying before then will not help"},
+		{"resets in 61 s", frame(`,"resets_in_seconds":61`), "", "false", "2026-05-04T10:01:02Z",
+			"The ChatGPT plan's usage limit was reached (usage_limit_reached); it resets in 1m1s (at 2026-05-04T10:01:02Z); retrying before then will not help"},
+		{"resets in 60 s: retry-after 60..75", frame(`,"resets_in_seconds":60`), "68", "true", "2026-05-04T10:01:01Z",
+			"The ChatGPT plan's usage limit was reached (usage_limit_reached); it resets in 1m (at 2026-05-04T10:01:01Z); retry after 68s"},
+		{"reset unknown", frame(``), "", "false", "",
+			"The ChatGPT plan's usage limit was reached (usage_limit_reached); the backend did not say when it resets, so retrying soon will not help"},
+		{"every account limited, 2h30m", CredentialFailure(all, ""), "", "false", "2026-05-04T12:30:00Z",
+			"Every ChatGPT account this data plane serves is at its usage limit; the first to reset is acct_b, at 2026-05-04T12:30:00Z (in 2h30m)"},
+		{"every account limited, 40 s: retry-after 40..50", CredentialFailure(allNear, ""), "45", "true", "2026-05-04T10:00:40Z",
+			"Every ChatGPT account this data plane serves is at its usage limit; the first to reset is acct_b, at 2026-05-04T10:00:40Z (in 40s); retry after 45s"},
+	}
+	for _, tt := range tests {
+		h := http.Header{}
+		got := Answer(h, tt.err, Facts{Now: now, Wait: time.Second}, fixedRand(0.5))
+		if got.Status != 429 || got.Type != "rate_limit_error" {
+			t.Errorf("%s: %d %s, want 429 rate_limit_error", tt.name, got.Status, got.Type)
+		}
+		if v := h.Get("Retry-After"); v != tt.wantRetryAfter {
+			t.Errorf("%s: retry-after = %q, want %q", tt.name, v, tt.wantRetryAfter)
+		}
+		if v := h.Get("X-Should-Retry"); v != tt.wantShould {
+			t.Errorf("%s: x-should-retry = %q, want %q", tt.name, v, tt.wantShould)
+		}
+		for _, k := range []string{"anthropic-ratelimit-requests-reset", "anthropic-ratelimit-tokens-reset"} {
+			if v := h.Get(k); v != tt.wantReset {
+				t.Errorf("%s: %s = %q, want %q", tt.name, k, v, tt.wantReset)
+			}
+		}
+		if got.Message != tt.wantMsg {
+			t.Errorf("%s: message\n %q\nwant\n %q", tt.name, got.Message, tt.wantMsg)
+		}
+	}
+	// Without a clock the reset of resets_in_seconds stays undated: no header, and the
+	// message says only how long.
+	h := http.Header{}
+	got := Answer(h, frame(`,"resets_in_seconds":9000`), Facts{}, fixedRand(0.5))
+	if h.Get("anthropic-ratelimit-requests-reset") != "" || h.Get("Retry-After") != "" ||
+		got.Message != "The ChatGPT plan's usage limit was reached (usage_limit_reached); it resets in 2h30m; retrying before then will not help" {
+		t.Errorf("no clock: headers %v, message %q; want no reset header, no retry-after, the wait only", h, got.Message)
+	}
+}
+
+// allLimitedErr is an accounts.AllLimitedError as Classify reads it.
+type allLimitedErr struct {
+	account string
+	at      time.Time
+	in      time.Duration
+}
+
+func (e *allLimitedErr) Error() string { return "every account is at its usage limit" }
+func (e *allLimitedErr) AllLimited() (string, time.Time, time.Duration) {
+	return e.account, e.at, e.in
 }

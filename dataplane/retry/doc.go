@@ -11,7 +11,7 @@
 //	f := retry.Classify(err, retry.Facts{Reused: lease.Reused, Upstream: up, Now: now}) // class, hint, answer
 //	e := retry.ClassifyFrame(event, afterOutput)          // an error or response.failed event
 //	e = retry.ClassifyUpgrade(status, retryAfterHeader)   // an upgrade refused with a status
-//	e = retry.Answer(header, e, retry.Facts{Wait: w}, rnd) // retry-after, x-should-retry, the message's end
+//	e = retry.Answer(header, e, retry.Facts{Wait: w, Now: now}, rnd) // retry-after, x-should-retry, a usage limit's reset, the message's end
 //	body := retry.ErrorBody(e)                            // {"type":"error","error":{…}}
 //	ticket, err := health.Dial(up)                        // a new socket: gated while the upstream is down
 //
@@ -35,8 +35,9 @@
 //     (Failure.KeepSocket: [EndsResponse], [KeepsSocket]); [Transport],
 //     [Refusal], [CredentialFailure], [Final].
 //   - failures.go: [UpstreamError], [ClassifyFrame] and [ClassifyUpgrade]
-//     with the backend's codes and types, usage limits, [Overflow],
-//     [FormatWait] and [ErrorBody]; client.go: [Answer], [ShouldRetry] and
+//     with the backend's codes and types, [Overflow], [FormatWait] and
+//     [ErrorBody]; usagelimit.go: a usage limit's reset, its message and
+//     the reset-time headers; client.go: [Answer], [ShouldRetry] and
 //     [RetryAfterHeader], what the client is told.
 //   - health.go: [Health], the failure memory keyed by upstream (and by
 //     upstream and account for throttles, [AccountKey]): the failure

@@ -33,8 +33,11 @@ type UpstreamError struct {
 	// at most MaxResetsIn); 0 means unknown or not a usage limit.
 	ResetsIn time.Duration
 	// ResetsAt is when a usage limit resets (resets_at), zero when the
-	// backend did not say.
+	// backend did not say; Answer fills it from ResetsIn and Facts.Now.
 	ResetsAt time.Time
+	// limit and plan are a frame's usage-limit code and plan_type, from
+	// which Answer words the message again once it knows the reset time.
+	limit, plan string
 	// Permanent says a retry cannot fix it (a sign-in someone must
 	// renew): x-should-retry: false.
 	Permanent bool
@@ -80,22 +83,6 @@ const (
 	CodeUsageNotIncluded         = "usage_not_included"
 	CodeInsufficientQuota        = "insufficient_quota"
 )
-
-// MaxResetsIn bounds UpstreamError.ResetsIn: a larger resets_in_seconds is
-// read as this.
-const MaxResetsIn = 30 * 24 * time.Hour
-
-// resetsIn converts resets_in_seconds to a duration: 0 when absent or not
-// a non-negative finite number, at most MaxResetsIn.
-func resetsIn(secs float64, present bool) time.Duration {
-	if !present || math.IsNaN(secs) || math.IsInf(secs, 0) || secs <= 0 {
-		return 0
-	}
-	if secs >= MaxResetsIn.Seconds() {
-		return MaxResetsIn
-	}
-	return time.Duration(math.Round(secs)) * time.Second
-}
 
 func clampRetry(secs float64, present bool) time.Duration {
 	if !present || math.IsNaN(secs) || math.IsInf(secs, 0) || secs < 0 {
@@ -518,7 +505,7 @@ func ClassifyFrame(event []byte, afterOutput bool) *UpstreamError {
 	}
 	e := NewUpstreamError(status, f.code, msg)
 	if code := f.usageLimit(); e.Status == 429 && code != "" {
-		e.UsageLimit = true
+		e.UsageLimit, e.limit, e.plan = true, code, f.plan
 		e.ResetsIn = resetsIn(f.resets, f.resetsPresent)
 		e.ResetsAt = resetsAt(f.resetsAt, f.resetsAtPresent)
 		e.Message = usageLimitMessage(code, f.plan, e.ResetsIn, e.ResetsAt)
@@ -541,50 +528,6 @@ func settledAdvice(status int) string {
 		return ""
 	}
 	return "; retrying the same request will not help"
-}
-
-// resetsAt converts resets_at (Unix seconds) to a time: zero when absent,
-// not a positive finite number, or implausible (before 2001 or after 5138).
-func resetsAt(secs float64, present bool) time.Time {
-	if !present || math.IsNaN(secs) || secs < 1e9 || secs > 1e11 {
-		return time.Time{}
-	}
-	return time.Unix(int64(math.Round(secs)), 0).UTC()
-}
-
-// usageLimitMessage says which plan limit was reached and when it resets,
-// in our own words. A reset more than MaxRetryAfter away ends with the only
-// fix (waiting); a nearer one is left for the gateway's "retry after".
-func usageLimitMessage(code, plan string, in time.Duration, at time.Time) string {
-	var b strings.Builder
-	switch code {
-	case CodeUsageNotIncluded:
-		b.WriteString("The ChatGPT plan does not include this usage")
-	case CodeInsufficientQuota:
-		b.WriteString("The account has no quota left")
-	default:
-		b.WriteString("The ChatGPT plan's usage limit was reached")
-	}
-	b.WriteString(" (" + code)
-	if plan != "" {
-		b.WriteString(", " + plan + " plan")
-	}
-	b.WriteString(")")
-	switch {
-	case in > 0:
-		b.WriteString("; it resets in " + FormatWait(in))
-		if !at.IsZero() {
-			b.WriteString(" (at " + at.Format(time.RFC3339) + ")")
-		}
-		if in > MaxRetryAfter {
-			b.WriteString("; retrying before then will not help")
-		}
-	case !at.IsZero():
-		b.WriteString("; it resets at " + at.Format(time.RFC3339) + "; retrying before then will not help")
-	default:
-		b.WriteString("; the backend did not say when it resets, so retrying soon will not help")
-	}
-	return b.String()
 }
 
 // FormatWait renders a wait for a person, rounded up to the unit shown:

@@ -23,10 +23,10 @@
 // count_tokens estimate ([CountTokens]); responses.go, [ToResponses], the
 // [Turn], its frame and the model resolution; items.go, the input and
 // output items and their canonical form ([CanonicalItem], what the pool
-// compares); stream.go, the [Stream] and the [SSE] it writes (one flush
-// per upstream event, pings, [Stream.Resumable] and [Stream.Resume] for a
-// retried attempt, Abort's error event); upevents.go, the backend's
-// events. Only when a turn needs them: attachments.go (images, documents,
+// compares); stream.go, the [Stream] (one thinking block per reasoning
+// item, always signed; pings, [Stream.Resumable] and [Stream.Resume] for a
+// retried attempt, Abort's error event); sse.go, the [SSE] it writes (one
+// flush per upstream event); upevents.go, the backend's events. Only when a turn needs them: attachments.go (images, documents,
 // search results), requesterror.go and errors.go (a refused body,
 // [RequestError]), failure.go (a failed response, classified by
 // dataplane/retry's failure table), collector.go (the non-streaming

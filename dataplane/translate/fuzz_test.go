@@ -16,6 +16,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"claude-sonnet-4-5","max_tokens":1,"thinking":{"type":"enabled","budget_tokens":31999},"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"tool_use","id":"i","name":"n","input":{"a":null}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"i","content":[{"type":"image","source":{"type":"url","url":"u"}},{"type":"tool_reference","tool_name":"X"}]}]}],"tools":[{"name":"X","input_schema":{},"defer_loading":true}],"tool_choice":{"type":"any","disable_parallel_tool_use":true}}`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`{"model":1e999}`))
+	f.Add([]byte(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"a":{"anyOf":[{"$ref":"#/$defs/x"},{"type":"null"}]},"b":{"type":"array","items":{"type":"object"}}},"required":["a"],"$defs":{"x":{"type":"object","properties":{}}}}}}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := DecodeRequest(body)
 		if _, cerr := CountTokens(body); cerr != nil {

@@ -54,6 +54,13 @@ func isReasoningModel(model string) bool {
 	return false
 }
 
+// UnsignedThinking is the signature of a thinking block whose reasoning
+// item came without encrypted_content: no block is ever sent with an empty
+// signature, which the Anthropic API never does, and one with this
+// signature is left out when a client sends it back, like one without
+// (docs/translation.md §4.4, §9.2).
+const UnsignedThinking = "clodex:unsigned"
+
 func appendAssistant(items []json.RawMessage, content []block) []json.RawMessage {
 	for _, b := range content {
 		var buf []byte
@@ -63,7 +70,7 @@ func appendAssistant(items []json.RawMessage, content []block) []json.RawMessage
 			buf = appendString(buf, b.text)
 			buf = append(buf, `,"type":"output_text"}],"role":"assistant"}`...)
 		case "thinking":
-			if b.signature == "" {
+			if b.signature == "" || b.signature == UnsignedThinking {
 				continue // not replayable upstream (docs/translation.md §4.4)
 			}
 			buf = append(buf, `{"encrypted_content":`...)

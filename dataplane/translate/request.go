@@ -27,6 +27,7 @@ type MessagesRequest struct {
 	thinkingType   string
 	thinkingBudget int
 	effort         string // output_config.effort, trimmed ("" when absent)
+	format         []byte // the text.format of output_config.format or output_format, nil when absent
 	hasDiagnostics bool
 }
 
@@ -97,7 +98,7 @@ func (r *MessagesRequest) MaxTokens() int { return r.maxTokens }
 // wireFields are the top-level fields DecodeRequest reads, matched as
 // encoding/json matches struct fields (exact, else case-insensitive; the
 // last match wins).
-var wireFields = [...]string{"model", "messages", "max_tokens", "system", "stream", "tools", "tool_choice", "metadata", "thinking", "output_config", "temperature", "diagnostics"}
+var wireFields = [...]string{"model", "messages", "max_tokens", "system", "stream", "tools", "tool_choice", "metadata", "thinking", "output_config", "temperature", "diagnostics", "output_format"}
 
 const (
 	wModel = iota
@@ -112,6 +113,7 @@ const (
 	wOutputConfig
 	wTemperature
 	wDiagnostics
+	wOutputFormat
 )
 
 // wireRequest holds the node of each top-level field, -1 when absent.
@@ -264,17 +266,8 @@ func (r *MessagesRequest) decodeOptional(d *jsonDoc, w *wireRequest) error {
 			return reqErr("thinking.budget_tokens", "field required when thinking.type is enabled")
 		}
 	}
-	if oc := w[wOutputConfig]; !d.null(oc) {
-		if d.kind(oc) != '{' {
-			return reqErr("output_config", "must be an object")
-		}
-		if eff := d.getFold(oc, "effort"); !d.null(eff) {
-			e, err := d.decodeString(eff, "output_config.effort")
-			if err != nil {
-				return err
-			}
-			r.effort = trimSpace(e)
-		}
+	if err := r.decodeOutputConfig(d, w); err != nil {
+		return err
 	}
 	if t := w[wTemperature]; !d.null(t) {
 		if k := d.kind(t); k != '-' && k != '0' {

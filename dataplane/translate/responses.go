@@ -60,6 +60,7 @@ type Turn struct {
 	toolChoice        []byte // rendered JSON value, nil when not sent
 	parallelToolCalls bool   // send parallel_tool_calls:false
 	reasoning         []byte // rendered JSON object, nil when no effort
+	textFormat        []byte // rendered text.format object, nil when none (docs/translation.md §1.3)
 	required          map[string][]string
 	// built is Input as ToResponses produced it: CreateFrame skips the
 	// validation of items that are these very byte slices.
@@ -166,6 +167,7 @@ func ToResponses(req *MessagesRequest, opts Options) (*Turn, error) {
 		}
 		t.reasoning = append(r, '}')
 	}
+	t.textFormat = req.format
 	if tier, err := ParseServiceTier(opts.ServiceTier); err == nil {
 		t.serviceTier = tier
 	}
@@ -438,7 +440,7 @@ func (t *Turn) CreateFrame(previousResponseID string, input []json.RawMessage) (
 	if input == nil {
 		input = t.Input
 	}
-	size := 512 + len(t.instructions) + len(t.tools)
+	size := 512 + len(t.instructions) + len(t.tools) + len(t.textFormat)
 	for _, it := range input {
 		size += len(it) + 1
 	}
@@ -476,6 +478,11 @@ func (t *Turn) CreateFrame(previousResponseID string, input []json.RawMessage) (
 	if t.reasoning != nil {
 		buf = append(buf, `,"reasoning":`...)
 		buf = append(buf, t.reasoning...)
+	}
+	if t.textFormat != nil {
+		buf = append(buf, `,"text":{"format":`...)
+		buf = append(buf, t.textFormat...)
+		buf = append(buf, '}')
 	}
 	buf = append(buf, `,"store":false,"include":["reasoning.encrypted_content"],"prompt_cache_key":`...)
 	buf = appendString(buf, t.PromptCacheKey)

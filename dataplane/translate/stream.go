@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -16,77 +15,6 @@ import (
 // data is only valid during the call.
 type EventWriter interface {
 	WriteEvent(name string, data []byte) error
-}
-
-// SSE is the EventWriter of a streaming response: each event is written
-// to the client as "event: NAME\ndata: JSON\n\n". Headers go out with the
-// first event only, so a failure before any output can still be answered
-// with a real status. An event is flushed as it is written, except that a
-// Stream made by NewSSEStream flushes the events of one upstream event
-// (Handle) and those of Finish together: one upstream frame costs one
-// flush (one write system call) however many events it turns into. Owned
-// by the turn's goroutine.
-type SSE struct {
-	w         http.ResponseWriter
-	rc        *http.ResponseController
-	buf       []byte
-	started   bool
-	batching  bool // inside beginBatch/endBatch
-	dirty     bool // written since the last flush
-	lastWrite time.Time
-}
-
-// NewSSE returns the SSE writer of the response w.
-func NewSSE(w http.ResponseWriter) *SSE {
-	return &SSE{w: w, rc: http.NewResponseController(w), buf: make([]byte, 0, 512)}
-}
-
-// WriteEvent implements EventWriter.
-func (s *SSE) WriteEvent(name string, data []byte) error {
-	if !s.started {
-		h := s.w.Header()
-		h["Content-Type"] = []string{"text/event-stream"}
-		h["Cache-Control"] = []string{"no-cache"}
-		h["Connection"] = []string{"keep-alive"}
-		s.w.WriteHeader(http.StatusOK)
-		s.started = true
-	}
-	// One Write of the framed event into net/http's buffered body writer
-	// (4 KB): no system call until the flush.
-	s.buf = append(s.buf[:0], "event: "...)
-	s.buf = append(s.buf, name...)
-	s.buf = append(s.buf, "\ndata: "...)
-	s.buf = append(s.buf, data...)
-	s.buf = append(s.buf, "\n\n"...)
-	if _, err := s.w.Write(s.buf); err != nil {
-		return err
-	}
-	s.lastWrite = time.Now()
-	if s.batching {
-		s.dirty = true
-		return nil
-	}
-	return s.rc.Flush()
-}
-
-// Started reports whether the headers and a first event went out: after
-// that the response can only end with an SSE error event.
-func (s *SSE) Started() bool { return s.started }
-
-// LastWrite is when the latest event was written (zero before any).
-func (s *SSE) LastWrite() time.Time { return s.lastWrite }
-
-// beginBatch defers flushing until endBatch.
-func (s *SSE) beginBatch() { s.batching = true }
-
-// endBatch ends a batch and flushes what it wrote.
-func (s *SSE) endBatch() error {
-	s.batching = false
-	if !s.dirty {
-		return nil
-	}
-	s.dirty = false
-	return s.rc.Flush()
 }
 
 // State is the state of a Stream after an upstream event.
@@ -142,10 +70,16 @@ type Stream struct {
 	open       *itemState // item whose block is open (nil when none)
 	openKind   string     // kind of the open block
 	openIndex  int
+	// unshown is a reasoning item that ended with a signature and no
+	// summary text: its thinking block is written just before the next
+	// block or the end, so a failure before then leaves no block behind
+	// (docs/translation.md §9.2).
+	unshown    *itemState
 	items      map[int]*itemState
 	sawToolUse bool
 	usage      Usage
 	haveUsage  bool
+	cached     int    // tokens of the input the socket already holds (SetCachedPrefix)
 	incomplete string // incomplete_details.reason of a response.incomplete
 	finished   bool
 	output     []json.RawMessage // cached OutputItems
@@ -162,6 +96,7 @@ type itemState struct {
 	args      []byte
 	text      []byte
 	summaries [][]byte
+	shownPart int // summary part of the latest thinking text written; -1 before any
 	encrypted string
 	done      json.RawMessage // the output_item.done item
 	argsSent  bool
@@ -260,11 +195,8 @@ func (s *Stream) dispatch(ev *upEvent, raw []byte) error {
 		}
 		return s.writeDelta("text_delta", "text", d)
 	case "response.reasoning_summary_part.added":
-		st := s.items[ev.index()]
-		if st == nil || ev.SummaryIndex <= 0 || s.open != st || s.openKind != "thinking" {
-			return nil
-		}
-		return s.openBlock(st, "thinking")
+		// One thinking block per reasoning item: a new part is a new
+		// paragraph of the same block (thinkingDelta).
 	case "response.reasoning_summary_text.delta":
 		d, err := ev.delta()
 		if err != nil {
@@ -278,13 +210,7 @@ func (s *Stream) dispatch(ev *upEvent, raw []byte) error {
 			st.summaries = append(st.summaries, nil)
 		}
 		st.summaries[ev.SummaryIndex] = append(st.summaries[ev.SummaryIndex], d...)
-		if d == "" {
-			return nil
-		}
-		if err := s.ensureOpen(st, "thinking"); err != nil {
-			return err
-		}
-		return s.writeDelta("thinking_delta", "thinking", d)
+		return s.thinkingDelta(st, ev.SummaryIndex, d)
 	case "response.function_call_arguments.delta":
 		d, err := ev.delta()
 		if err != nil {
@@ -326,7 +252,7 @@ func (s *Stream) item(index int, typ string) *itemState {
 	}
 	st := s.items[index]
 	if st == nil {
-		st = &itemState{index: index, typ: typ}
+		st = &itemState{index: index, typ: typ, shownPart: -1}
 		s.items[index] = st
 	}
 	return st
@@ -357,10 +283,37 @@ func (s *Stream) itemAdded(index int, raw json.RawMessage) error {
 	if it.Name != "" {
 		st.name = it.Name
 	}
-	if k := blockKind(it.Type); k != "" {
+	switch k := blockKind(it.Type); k {
+	case "":
+	case "thinking":
+		// The block opens with its first text, or at the item's end
+		// when it has none: a reasoning item that never gets that far
+		// leaves no unsigned block behind. message_start goes out now, so
+		// the client sees the response begin (and gets pings) while the
+		// model reasons.
+		return s.start()
+	default:
 		return s.openBlock(st, k)
 	}
 	return nil
+}
+
+// thinkingDelta writes text d of summary part part of the reasoning item
+// st into its thinking block, opening it if needed. Parts are paragraphs
+// of one block: the first text of a later part is preceded by a blank
+// line (docs/translation.md §9.2).
+func (s *Stream) thinkingDelta(st *itemState, part int, d string) error {
+	if d == "" {
+		return nil
+	}
+	if st.shownPart >= 0 && part != st.shownPart {
+		d = "\n\n" + d
+	}
+	st.shownPart = part
+	if err := s.ensureOpen(st, "thinking"); err != nil {
+		return err
+	}
+	return s.writeDelta("thinking_delta", "thinking", d)
 }
 
 func (s *Stream) itemDone(index int, raw json.RawMessage) error {
@@ -382,17 +335,16 @@ func (s *Stream) itemDone(index int, raw json.RawMessage) error {
 		if it.EncryptedContent != nil {
 			st.encrypted = *it.EncryptedContent
 		}
-		if err := s.ensureOpen(st, "thinking"); err != nil {
-			return err
+		if st.shownPart < 0 {
+			// Nothing was streamed: the summary of the done item.
+			for i, p := range it.Summary {
+				if err := s.thinkingDelta(st, i, p.Text); err != nil {
+					return err
+				}
+			}
 		}
-		if len(st.summaries) == 0 {
-			var parts []string
-			for _, p := range it.Summary {
-				parts = append(parts, p.Text)
-			}
-			if t := strings.Join(parts, "\n\n"); t != "" {
-				return s.writeDelta("thinking_delta", "thinking", t)
-			}
+		if st.shownPart < 0 && st.encrypted != "" && s.open != st {
+			s.unshown = st // a signature alone: written before what follows
 		}
 	case "message":
 		if len(st.text) > 0 {
@@ -482,6 +434,14 @@ func (s *Stream) ensureOpen(st *itemState, kind string) error {
 }
 
 func (s *Stream) openBlock(st *itemState, kind string) error {
+	if u := s.unshown; u != nil {
+		s.unshown = nil
+		if u != st {
+			if err := s.openBlock(u, "thinking"); err != nil {
+				return err
+			}
+		}
+	}
 	if err := s.closeBlock(); err != nil {
 		return err
 	}
@@ -520,7 +480,11 @@ func (s *Stream) closeBlock() error {
 	}
 	switch s.openKind {
 	case "thinking":
-		if err := s.writeDelta("signature_delta", "signature", st.encrypted); err != nil {
+		sig := st.encrypted
+		if sig == "" {
+			sig = UnsignedThinking // never an empty signature
+		}
+		if err := s.writeDelta("signature_delta", "signature", sig); err != nil {
 			return err
 		}
 	case "tool_use":
@@ -564,7 +528,12 @@ func (s *Stream) start() error {
 	b = appendString(b, s.msgID)
 	b = append(b, `,"type":"message","role":"assistant","content":[],"model":`...)
 	b = appendString(b, s.turn.RequestedModel)
-	b = append(b, `,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}`...)
+	u := s.StartUsage()
+	b = append(b, `,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":`...)
+	b = appendInt(b, u.InputTokens)
+	b = append(b, `,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":`...)
+	b = appendInt(b, u.CacheReadInputTokens)
+	b = append(b, `}}}`...)
 	s.buf = b
 	return s.write("message_start", b)
 }
@@ -612,6 +581,25 @@ func (s *Stream) Usage() Usage {
 	return u
 }
 
+// SetCachedPrefix tells the stream how many tokens of the request's input
+// the socket already holds: on a continuation, the conversation it
+// continues as the backend counted it (pool.Lease.CachedTokens); 0 on a
+// new socket. Only message_start reads it.
+func (s *Stream) SetCachedPrefix(tokens int) { s.cached = max(tokens, 0) }
+
+// StartUsage is the usage message_start carries, before the backend has
+// counted anything (docs/translation.md §9.3): the request's count_tokens
+// estimate, of which the cached prefix (at most the whole estimate) is
+// cache_read_input_tokens and the rest input_tokens; no output yet.
+// Clients that read input and cache figures only from message_start
+// (LangChain) see the turn's size; message_delta then carries the
+// backend's exact figures.
+func (s *Stream) StartUsage() Usage {
+	est := max(s.turn.EstimatedInputTokens, 0)
+	cached := min(s.cached, est)
+	return Usage{InputTokens: est - cached, CacheReadInputTokens: cached}
+}
+
 var errNotCompleted = errors.New("finish stream: the response has not completed")
 
 // Finish ends a completed response: it closes the open block and writes
@@ -638,6 +626,11 @@ func (s *Stream) finish() error {
 	s.finished = true
 	if err := s.start(); err != nil {
 		return err
+	}
+	if u := s.unshown; u != nil {
+		if err := s.openBlock(u, "thinking"); err != nil {
+			return err
+		}
 	}
 	if err := s.closeBlock(); err != nil {
 		return err

@@ -64,7 +64,7 @@ var spec16Frames = []string{
 }
 
 const spec16SSE = `event: message_start
-data: {"type":"message_start","message":{"id":"msg_1766000000123","type":"message","role":"assistant","content":[],"model":"clodex:openai-oauth:gpt-5.6-sol","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}
+data: {"type":"message_start","message":{"id":"msg_1766000000123","type":"message","role":"assistant","content":[],"model":"clodex:openai-oauth:gpt-5.6-sol","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":77,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}
 event: content_block_start
 data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}
 event: content_block_delta
@@ -340,8 +340,9 @@ func TestStreamUsageFallsBackToEstimate(t *testing.T) {
 	}
 }
 
-// Multi-part summaries: each part is its own thinking block; only the
-// last carries the blob (docs/translation.md §9.2). Side events are harmless.
+// Multi-part summaries: one thinking block per reasoning item, its parts
+// paragraphs separated by a blank line, signed with the item's blob
+// (docs/translation.md §9.2). Side events are harmless.
 func TestStreamMultiPartSummaryAndSideEvents(t *testing.T) {
 	frames := []string{
 		`{"type":"codex.rate_limits","plan_type":"pro","rate_limits":{"primary":{"used_percent":7}}}`,
@@ -367,15 +368,12 @@ func TestStreamMultiPartSummaryAndSideEvents(t *testing.T) {
 	want := []string{
 		`{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}`,
 		`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"A"}}`,
-		`{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"\n\nB"}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"BLOB"}}`,
 		`{"type":"content_block_stop","index":0}`,
-		`{"type":"content_block_start","index":1,"content_block":{"type":"thinking","thinking":"","signature":""}}`,
-		`{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"B"}}`,
-		`{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"BLOB"}}`,
+		`{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"c1","name":"Bash","input":{}}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"command\":\"ls\"}"}}`,
 		`{"type":"content_block_stop","index":1}`,
-		`{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"c1","name":"Bash","input":{}}}`,
-		`{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"command\":\"ls\"}"}}`,
-		`{"type":"content_block_stop","index":2}`,
 	}
 	var got []string
 	for _, e := range rec.events[1 : len(rec.events)-2] {
@@ -453,9 +451,10 @@ func TestStreamContextOverflow(t *testing.T) {
 }
 
 // TestResumeAfterAnEmptyStart: a response that failed after it only began
-// the message (message_start, an empty block) leaves the turn resumable;
-// the next attempt continues the same message: the empty block is closed,
-// no second message_start, indices go on.
+// the message (message_start, a reasoning item with a signature and no
+// text, which has no block yet) leaves the turn resumable; the next attempt
+// continues the same message: no second message_start, no block of the
+// failed attempt (never an unsigned or orphaned thinking block).
 func TestResumeAfterAnEmptyStart(t *testing.T) {
 	turn := &Turn{RequestedModel: "claude-sonnet-4-5"}
 	rec := &recorder{}
@@ -463,6 +462,7 @@ func TestResumeAfterAnEmptyStart(t *testing.T) {
 	for _, f := range []string{
 		`{"type":"response.created","response":{"id":"resp_1"}}`,
 		`{"type":"response.output_item.added","output_index":0,"item":{"type":"reasoning","id":"rs_1","summary":[]}}`,
+		`{"type":"response.output_item.done","output_index":0,"item":{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"BLOB1"}}`,
 	} {
 		if _, err := s.Handle([]byte(f)); err != nil {
 			t.Fatal(err)
@@ -501,20 +501,16 @@ func TestResumeAfterAnEmptyStart(t *testing.T) {
 	}
 	want := `event: message_start
 data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}
-event: content_block_start
-data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}
 event: ping
 data: {"type":"ping"}
+event: ping
+data: {"type":"ping"}
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}
 event: content_block_stop
 data: {"type":"content_block_stop","index":0}
-event: ping
-data: {"type":"ping"}
-event: content_block_start
-data: {"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}
-event: content_block_delta
-data: {"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Hi"}}
-event: content_block_stop
-data: {"type":"content_block_stop","index":1}
 event: message_delta
 data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":5,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}
 event: message_stop

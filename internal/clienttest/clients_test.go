@@ -1,6 +1,8 @@
 package clienttest_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,6 +53,7 @@ func TestClientsInstalledAtPinnedVersions(t *testing.T) {
 	}{
 		{name: "claude", get: clienttest.ClaudeCode, wantDir: "claude-code-2.1.332", version: "2.1.332"},
 		{name: "codex", get: clienttest.CodexCLI, wantDir: "codex-0.171.0", version: "0.171.0"},
+		{name: "opencode", get: clienttest.Opencode, wantDir: "opencode-1.18.33", version: "1.18.33"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,6 +75,33 @@ func TestClientsInstalledAtPinnedVersions(t *testing.T) {
 				t.Errorf("second call = %q, want %q", again, bin)
 			}
 		})
+	}
+}
+
+// The client libraries are installed in a folder named by their lock file's digest, each
+// package at its pinned version.
+func TestNodeLibrariesInstalledAtPinnedVersions(t *testing.T) {
+	lock, err := os.ReadFile("nodelibs/package-lock.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(lock)
+	libs := clienttest.NodeLibraries(t)
+	if want := filepath.Join(wantCacheDir(t), "node-libs-"+hex.EncodeToString(sum[:6]), "node_modules"); libs != want {
+		t.Errorf("libraries path = %q, want %q", libs, want)
+	}
+	for pkg, version := range map[string]string{"ai": "7.0.173", "@ai-sdk/anthropic": "4.0.105", "@anthropic-ai/claude-agent-sdk": "0.3.333",
+		"@langchain/anthropic": "1.5.11", "@langchain/core": "1.4.0", "zod": "4.6.7"} {
+		b, err := os.ReadFile(filepath.Join(libs, pkg, "package.json"))
+		var got struct{ Version string }
+		if err != nil || json.Unmarshal(b, &got) != nil || got.Version != version {
+			t.Errorf("%s: installed %q (%v), want %s", pkg, got.Version, err, version)
+		}
+	}
+	// The Agent SDK's bundled Claude Code (an optional platform package) is left out: the
+	// tests hand it the pinned one.
+	if _, err := os.Stat(filepath.Join(libs, "@anthropic-ai", "claude-agent-sdk-linux-x64")); !os.IsNotExist(err) {
+		t.Errorf("the Agent SDK's platform binary is installed (%v); want it left out", err)
 	}
 }
 

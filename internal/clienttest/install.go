@@ -18,6 +18,7 @@ import (
 const (
 	ClaudeCodeVersion = "2.1.332"
 	CodexCLIVersion   = "0.171.0"
+	OpencodeVersion   = "1.18.33"
 )
 
 // ErrRegistryUnreachable reports that a client is not in the cache and the npm
@@ -34,21 +35,57 @@ const (
 	versionTimeout = 60 * time.Second
 )
 
-// client is one pinned npm client.
+// client is one pinned npm client: an executable, or a set of libraries
+// (libs) that node scripts import.
 type client struct {
 	product string // what users call it, e.g. "Claude Code"
 	name    string // cache folder prefix
 	pkg     string // npm package name
-	version string // exact version
+	version string // exact version (of a library set: its lock file's digest)
 	bin     string // executable name in node_modules/.bin
+	libs    *libSet
 }
 
 var (
 	claudeCodeClient = client{product: "Claude Code", name: "claude-code", pkg: "@anthropic-ai/claude-code", version: ClaudeCodeVersion, bin: "claude"}
 	codexCLIClient   = client{product: "Codex CLI", name: "codex", pkg: "@openai/codex", version: CodexCLIVersion, bin: "codex"}
+	opencodeClient   = client{product: "opencode", name: "opencode", pkg: "opencode-ai", version: OpencodeVersion, bin: "opencode"}
 )
 
-func (c client) spec() string { return c.pkg + "@" + c.version }
+// spec is what npm installs: the package at its version, or a library
+// set's pinned packages.
+func (c client) spec() string {
+	if c.libs != nil {
+		return c.libs.specs()
+	}
+	return c.pkg + "@" + c.version
+}
+
+// probeSpec is what `npm view` asks the registry for.
+func (c client) probeSpec() string {
+	if c.libs != nil {
+		return c.libs.pins[0].spec()
+	}
+	return c.spec()
+}
+
+// path is what install returns for c installed in dir: the executable, or
+// a library set's node_modules folder.
+func (c client) path(dir string) string {
+	if c.libs != nil {
+		return filepath.Join(dir, "node_modules")
+	}
+	return c.binPath(dir)
+}
+
+// check verifies c installed in dir: the executable's --version shows the
+// pinned version, or every pinned library has its version.
+func (c client) check(ctx context.Context, dir string) error {
+	if c.libs != nil {
+		return c.libs.check(dir)
+	}
+	return verifyVersion(ctx, c.binPath(dir), c.version)
+}
 
 // title is the product and version, e.g. "Claude Code 2.1.332".
 func (c client) title() string { return c.product + " " + c.version }
@@ -151,10 +188,10 @@ func (in installer) dir(c client) string {
 // An unreachable registry writes the marker, a reachable one removes it.
 func (in installer) install(ctx context.Context, c client) (string, error) {
 	dir := in.dir(c)
-	bin := c.binPath(dir)
+	bin := c.path(dir)
 	// Fast path without the lock: the folder only ever appears by rename,
 	// complete and verified.
-	if verifyVersion(ctx, bin, c.version) == nil {
+	if c.check(ctx, dir) == nil {
 		return bin, nil
 	}
 	if err := os.MkdirAll(in.cache, 0o755); err != nil { //nolint:gosec // G301: the cache holds public npm packages, readable like any npm install
@@ -166,7 +203,7 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 	}
 	defer unlock()
 	// Another process may have installed it while we waited for the lock.
-	if verifyVersion(ctx, bin, c.version) == nil {
+	if c.check(ctx, dir) == nil {
 		return bin, nil
 	}
 	if m, ok := readMarker(in.cache, in.clock()); ok {
@@ -204,6 +241,17 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 	// What `npm init -y` writes, minus the name it would derive from the
 	// folder (a dot-folder name is not a valid package name).
 	pkgJSON := []byte(`{"name":"clodex-client-cache","version":"1.0.0","private":true}` + "\n")
+	args := []string{"install", "--no-audit", "--no-fund", "--loglevel=error", c.spec()}
+	if c.libs != nil {
+		// The set's own package.json and lock: npm ci installs exactly the
+		// locked tree, without optional platform binaries (the Agent SDK's
+		// bundled Claude Code: the tests hand it the pinned one).
+		pkgJSON = c.libs.packageJSON
+		if err := os.WriteFile(filepath.Join(tmp, "package-lock.json"), c.libs.lock, 0o644); err != nil { //nolint:gosec // G306: public metadata, as npm writes it
+			return "", fmt.Errorf("write package-lock.json: %w", err)
+		}
+		args = []string{"ci", "--omit=optional", "--no-audit", "--no-fund", "--loglevel=error"}
+	}
 	if err := os.WriteFile(filepath.Join(tmp, "package.json"), pkgJSON, 0o644); err != nil { //nolint:gosec // G306: public metadata, as npm writes it
 		return "", fmt.Errorf("write package.json: %w", err)
 	}
@@ -211,12 +259,12 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 	in.tell(fmt.Sprintf("installing %s (npm %s) into %s: up to %v, usually a minute or two", c.title(), c.spec(), dir, limit))
 	start := time.Now()
 	ictx, cancel := context.WithTimeoutCause(ctx, limit, errDeadline)
-	out, err := in.npmCmd(ictx, npm, tmp, "install", "--no-audit", "--no-fund", "--loglevel=error", c.spec())
+	out, err := in.npmCmd(ictx, npm, tmp, args...)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(context.Cause(ictx), errDeadline) {
-			return "", fmt.Errorf("npm install %s: %w: no result within %v (the install's limit); its output so far: %s",
-				c.spec(), errDeadline, limit, firstLines(out, 10))
+			return "", fmt.Errorf("npm %s %s: %w: no result within %v (the install's limit); its output so far: %s",
+				args[0], c.spec(), errDeadline, limit, firstLines(out, 10))
 		}
 		if ctx.Err() == nil && isNetworkError(out) {
 			err := fmt.Errorf("npm install %s: %w: %s", c.spec(), ErrRegistryUnreachable, networkReason(out))
@@ -227,7 +275,7 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 		}
 		return "", fmt.Errorf("npm install %s: %w: %s", c.spec(), err, firstLines(out, 20))
 	}
-	if err := verifyVersion(ctx, c.binPath(tmp), c.version); err != nil {
+	if err := c.check(ctx, tmp); err != nil {
 		return "", fmt.Errorf("check installed %s: %w", c.spec(), err)
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil { //nolint:gosec // G302: MkdirTemp makes it 0700; an npm install folder holds nothing private
@@ -239,7 +287,7 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 	if err := os.Rename(tmp, dir); err != nil {
 		return "", fmt.Errorf("move install into place: %w", err)
 	}
-	if err := verifyVersion(ctx, bin, c.version); err != nil {
+	if err := c.check(ctx, dir); err != nil {
 		return "", fmt.Errorf("check installed %s: %w", c.spec(), err)
 	}
 	in.tell(fmt.Sprintf("installed %s in %v: %s", c.title(), time.Since(start).Round(time.Second), bin))
@@ -256,18 +304,19 @@ func (in installer) probe(ctx context.Context, npm string, c client) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	out, err := in.npmCmd(pctx, npm, in.cache, "view", c.spec(), "version")
+	spec := c.probeSpec()
+	out, err := in.npmCmd(pctx, npm, in.cache, "view", spec, "version")
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return fmt.Errorf("npm view %s: %w", c.spec(), ctx.Err())
+		return fmt.Errorf("npm view %s: %w", spec, ctx.Err())
 	case err != nil && pctx.Err() != nil:
-		return fmt.Errorf("npm view %s: %w: no answer within %v", c.spec(), ErrRegistryUnreachable, limit)
+		return fmt.Errorf("npm view %s: %w: no answer within %v", spec, ErrRegistryUnreachable, limit)
 	case err != nil && isNetworkError(out):
-		return fmt.Errorf("npm view %s: %w: %s", c.spec(), ErrRegistryUnreachable, networkReason(out))
+		return fmt.Errorf("npm view %s: %w: %s", spec, ErrRegistryUnreachable, networkReason(out))
 	case err != nil:
-		return fmt.Errorf("npm view %s: %w: %s", c.spec(), err, firstLines(out, 10))
-	case !strings.Contains(out, c.version):
-		return fmt.Errorf("npm view %s: the registry does not list this version (answer %q)", c.spec(), firstLines(out, 3))
+		return fmt.Errorf("npm view %s: %w: %s", spec, err, firstLines(out, 10))
+	case !strings.Contains(out, spec[strings.LastIndex(spec, "@")+1:]):
+		return fmt.Errorf("npm view %s: the registry does not list this version (answer %q)", spec, firstLines(out, 3))
 	}
 	return nil
 }

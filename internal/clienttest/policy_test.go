@@ -379,6 +379,8 @@ func TestInstallScriptUnreachableRegistry(t *testing.T) {
 			"install-clients: Claude Code 2.1.332 (npm @anthropic-ai/claude-code@2.1.332) is not installed in",
 			"the npm registry is unreachable", "ECONNREFUSED", "the tests that need it will skip (with CI=true they fail)",
 			"install-clients: Codex CLI 0.171.0 (npm @openai/codex@0.171.0) is not installed in",
+			"install-clients: opencode 1.18.33 (npm opencode-ai@1.18.33) is not installed in",
+			"install-clients: the client libraries (npm ai@7.0.173 and the rest of ",
 		}},
 		{name: "CI", env: []string{"CI=true"}, wantExit: 1, want: []string{
 			"install-clients: Claude Code 2.1.332 (npm @anthropic-ai/claude-code@2.1.332) is not installed in",
@@ -406,14 +408,15 @@ func TestInstallScriptUnreachableRegistry(t *testing.T) {
 				}
 			}
 			// One line per missing client, and one probe per run: the
-			// second client reuses the first one's answer.
-			for _, prefix := range []string{"install-clients: Claude Code 2.1.332 ", "install-clients: Codex CLI 0.171.0 "} {
+			// other clients reuse the first one's answer.
+			for _, prefix := range []string{"install-clients: Claude Code 2.1.332 ", "install-clients: Codex CLI 0.171.0 ",
+				"install-clients: opencode 1.18.33 ", "install-clients: the client libraries "} {
 				if n := strings.Count(string(out), prefix); n != 1 {
 					t.Errorf("output has %d lines starting %q, want 1:\n%s", n, prefix, out)
 				}
 			}
-			if n := strings.Count(string(out), "npm view @anthropic-ai/claude-code@2.1.332: request to http://127.0.0.1:"); n != 2 {
-				t.Errorf("output quotes the Claude Code probe's failed request %d times, want 2 (both clients report the one probe):\n%s", n, out)
+			if n := strings.Count(string(out), "npm view @anthropic-ai/claude-code@2.1.332: request to http://127.0.0.1:"); n != 4 {
+				t.Errorf("output quotes the Claude Code probe's failed request %d times, want 4 (every client reports the one probe):\n%s", n, out)
 			}
 
 			b, err := os.ReadFile(filepath.Join(cache, ".registry-unreachable"))

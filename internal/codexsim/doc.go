@@ -16,7 +16,8 @@
 // session.go, one accepted socket (a reader, one response at a time,
 // connection-local previous_response_id); frame.go and jsonobj.go, the
 // response.create frame and its content-part checks; model.go, the #sim
-// directives of the scripted model; response.go, the event sequence;
+// directives of the scripted model; structured.go, the JSON answer to a
+// json_schema text.format; response.go, the event sequence;
 // tokens.go, usage; quota.go, the plan usage windows of codex.rate_limits
 // and usage limits; config.go, [Config], [Faults] and [ConfigPatch];
 // stats.go, [Stats]; record.go, [SocketLog]. Package simauth is the OAuth

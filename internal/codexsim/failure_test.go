@@ -231,8 +231,14 @@ func TestInputFileTokens(t *testing.T) {
 }
 
 func TestDropSockets(t *testing.T) {
-	srv, ts := testServer(t, Config{})
+	srv, ts := testServer(t, Config{RecordFrames: true})
 	c1, c2 := mustDial(t, ts), mustDial(t, ts)
+	// The client's dial returns once the 101 is out; the server registers
+	// the socket just after (with its record). Wait for both, or the drop
+	// can miss the second.
+	for deadline := time.Now().Add(10 * time.Second); len(srv.Sockets()) < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if n := srv.DropSockets(); n != 2 {
 		t.Errorf("DropSockets() = %d, want 2", n)
 	}

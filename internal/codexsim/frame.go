@@ -58,6 +58,9 @@ type createRequest struct {
 	Generate           bool            // false only for an explicit "generate": false
 	PreviousResponseID string
 	Include            []string
+	// Format is the schema of a json_schema text.format: the answer is a
+	// JSON instance of it (structured.go). Nil when absent.
+	Format json.RawMessage
 }
 
 // rawCreate mirrors the frame's JSON with every field left raw, so each one
@@ -264,6 +267,9 @@ func decodeFrame(data []byte) (*createRequest, *wireError) {
 		return nil, e
 	}
 	if e := kind("text", raw.Text, '{', "an object such as {\"verbosity\":\"low\"}"); e != nil {
+		return nil, e
+	}
+	if req.Format, e = textFormat(raw.Text); e != nil {
 		return nil, e
 	}
 	if e := kind("client_metadata", raw.ClientMetadata, '{', "an object"); e != nil {

@@ -26,6 +26,7 @@ type plan struct {
 	usageLimit    bool   // #sim usage-limit
 	usageResetsIn time.Duration
 	usagePlan     string // "" = Faults.UsageLimitPlan
+	structured    []byte // the JSON answer to a json_schema text.format; reply and calls are ignored
 	newest        string // the newest user text (or tool output)
 	toolOutput    bool   // newest is a function_call_output
 }

@@ -233,15 +233,20 @@ func (r *response) run(ctx context.Context) {
 			return
 		}
 	}
-	reply := p.reply
-	if reply == nil && len(p.calls) == 0 && p.incomplete == "" {
+	reply, calls := p.reply, p.calls
+	if p.structured != nil {
+		// Structured output: the JSON answer only, as strict mode gives.
+		s := string(p.structured)
+		reply, calls = &s, nil
+	}
+	if reply == nil && len(calls) == 0 && p.incomplete == "" {
 		d := p.defaultReply()
 		reply = &d
 	}
 	if reply != nil && !r.messageItem(ctx, *reply) {
 		return
 	}
-	for _, c := range p.calls {
+	for _, c := range calls {
 		if !r.callItem(ctx, c) {
 			return
 		}

@@ -143,6 +143,9 @@ func (ss *session) handleFrame(ctx context.Context, data []byte) {
 			ss.sendError(ctx, werr)
 			return
 		}
+		if req.Format != nil {
+			p.structured = minimalInstance(req.Format)
+		}
 	}
 	now := ss.s.clock()
 	if reset, ok := ss.s.usageLimit(now); ok {

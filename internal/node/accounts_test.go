@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/codexsim"
@@ -131,7 +132,9 @@ func TestSeveralAccounts(t *testing.T) {
 		t.Fatalf("metrics lack clodex_dataplane_account_moves_total 1:\n%s", grepLines(m, "account_moves"))
 	}
 
-	// b hits its limit too, resetting first: the client is told b's reset.
+	// b hits its limit too, resetting first: the client is told b's reset,
+	// five minutes away: when, and not to wait for it (no retry-after).
+	limitedAt := time.Now()
 	resp, body = convs[1].turn(t, n.URL, "#sim usage-limit 300")
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("usage-limited turn on b: HTTP %d %s; want 429", resp.StatusCode, body)
@@ -140,8 +143,19 @@ func TestSeveralAccounts(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("new conversation with both accounts limited: HTTP %d %s; want 429", resp.StatusCode, body)
 	}
-	if ra := resp.Header.Get("Retry-After"); ra != "300" {
-		t.Fatalf("retry-after = %q; want 300 (b's reset, the first)", ra)
+	refusedAt := time.Now()
+	if ra, sr := resp.Header.Get("Retry-After"), resp.Header.Get("X-Should-Retry"); ra != "" || sr != "false" {
+		t.Fatalf("retry-after %q, x-should-retry %q; want none and false: b resets in 300 s", ra, sr)
+	}
+	reset, err := time.Parse(time.RFC3339, resp.Header.Get("anthropic-ratelimit-requests-reset"))
+	if err != nil || reset.Before(limitedAt.Add(298*time.Second)) || reset.After(refusedAt.Add(301*time.Second)) ||
+		resp.Header.Get("anthropic-ratelimit-tokens-reset") != resp.Header.Get("anthropic-ratelimit-requests-reset") {
+		t.Fatalf("reset headers %q, %q (%v); want b's reset, 300 s after its limit (between %s and %s)",
+			resp.Header.Get("anthropic-ratelimit-requests-reset"), resp.Header.Get("anthropic-ratelimit-tokens-reset"), err,
+			limitedAt.Add(298*time.Second).Format(time.RFC3339), refusedAt.Add(301*time.Second).Format(time.RFC3339))
+	}
+	if !strings.Contains(string(body), reset.UTC().Format(time.RFC3339)) {
+		t.Fatalf("429 body %s; want it to say when b resets (%s)", body, reset.UTC().Format(time.RFC3339))
 	}
 	if !strings.Contains(string(body), account.Key("acct-b")) || !strings.Contains(string(body), "usage limit") {
 		t.Fatalf("429 body %s; want it to name %s, whose reset comes first", body, account.Key("acct-b"))

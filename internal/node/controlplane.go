@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -165,4 +166,33 @@ func (n *Node) controlLoop(ctx context.Context) {
 	if err := n.ctl.Run(ctx); err != nil {
 		n.logger.Warn("control-plane client ended", "err", err)
 	}
+}
+
+// controlCheckTimeout bounds the wait for a remote control plane's first
+// answer at start.
+const controlCheckTimeout = 10 * time.Second
+
+// checkControl waits for the remote control plane's answer to the agent
+// stream: a control plane that refuses the agent token fails the start
+// (it would refuse every turn); one that cannot be reached, or does not
+// answer within controlCheckTimeout, is said, and the data plane starts
+// anyway, admitting locally and asking it again (the token is judged
+// when it answers).
+func (n *Node) checkControl(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, controlCheckTimeout)
+	defer cancel()
+	err := n.ctl.Accepted(cctx)
+	var refused *control.AgentRefusedError
+	switch {
+	case err == nil:
+		n.logger.Info("the control plane accepts this data plane's agent token", "addr", n.cfg.ControlPlane)
+		return nil
+	case errors.As(err, &refused):
+		return fmt.Errorf("%w; check --agent-token-file (or %s) and --control-plane: a credential removed with clodexctl agent remove needs a new one (clodexctl agent create)", refused, EnvAgentToken)
+	case ctx.Err() != nil:
+		return fmt.Errorf("start: %w", ctx.Err())
+	}
+	n.logger.Warn("control plane not reachable yet; serving with local admission and waiting for it", "addr", n.cfg.ControlPlane, "err", err.Error())
+	n.notify(err.Error() + ": serving with local admission at this host's share of each account's policy, and waiting for it; the agent token is checked when it answers")
+	return nil
 }

@@ -58,7 +58,9 @@ type Node struct {
 // stderr; telemetry; the accounts' auth.json files (none for a fleet
 // member that takes its tokens from the control plane's credential
 // broker); the control plane (embedded, or remote) and its one client,
-// which runs until Close; the accounts router; the connection pool, which
+// which runs until Close (a remote control plane that refuses the agent
+// token fails the start; one that cannot be reached is said and waited
+// for, checkControl); the accounts router; the connection pool, which
 // opens new sockets with the router's credentials after the control
 // plane's admission, reports every frame to the router and every upgrade
 // refused with 403 to the control plane; the gateway; the API and admin
@@ -118,6 +120,11 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 		return nil, err
 	}
 	n.runControl(ctx)
+	if cfg.fleet() {
+		if err := n.checkControl(ctx); err != nil {
+			return nil, err
+		}
+	}
 
 	var src accounts.Source = n.ctl
 	if files != nil {
@@ -125,7 +132,7 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	} else {
 		logger.Info("credentials from the control plane's credential broker", "addr", cfg.ControlPlane)
 	}
-	router, err := accounts.NewRouter(accounts.Config{Source: src, Accounts: keys, Reporter: n.ctl, Logger: logger, Registerer: reg,
+	router, err := accounts.NewRouter(accounts.Config{Source: src, Accounts: keys, Reporter: n.ctl, Standing: n.ctl, Logger: logger, Registerer: reg,
 		UsageLimitHold: cfg.UsageLimitHold})
 	if err != nil {
 		return nil, err

@@ -41,6 +41,11 @@ type AdminOptions struct {
 	Pprof bool
 	// Facts are listed on /debug/ (name -> value; never secrets).
 	Facts map[string]string
+	// Console, when set, serves /console/: it authenticates its own
+	// callers (a session cookie, not Token) and allows requests from its
+	// own origin (a browser's same-origin POSTs); the Host rule applies
+	// to it as to every path. (Optional; default no console)
+	Console http.Handler
 }
 
 // Admin flag names, for the errors of CheckAdminFlags.
@@ -120,6 +125,14 @@ func AdminHandler(g prometheus.Gatherer, o AdminOptions) (http.Handler, error) {
 		want = sha256.Sum256([]byte(token))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o.Console != nil && (r.URL.Path == "/console" || strings.HasPrefix(r.URL.Path, "/console/")) {
+			if ref := hosts.CheckHost(r); ref != nil {
+				http.Error(w, fmt.Sprintf("Host %q is not a loopback host; this admin listener only answers requests for localhost, 127.0.0.1 or [::1]", ref.Value), http.StatusForbidden)
+				return
+			}
+			o.Console.ServeHTTP(w, r)
+			return
+		}
 		if ref := hosts.Check(r); ref != nil {
 			msg := fmt.Sprintf("Host %q is not a loopback host; this admin listener only answers requests for localhost, 127.0.0.1 or [::1]", ref.Value)
 			if ref.Header == "Origin" {

@@ -89,6 +89,13 @@ type Options struct {
 	// OTEL_EXPORTER_OTLP_* variables that turn on trace export.
 	// (Optional)
 	Env []string
+	// RedisAOF runs the replicas' redis-server with appendonly yes
+	// (appendfsync everysec) in its directory, so a restart reads its data
+	// back (Fleet.RedisRestart). (Optional; default no persistence)
+	RedisAOF bool
+	// Backups gives every control-plane replica a --backup-dir of its own
+	// (ControlPlane.BackupDir). (Optional)
+	Backups bool
 }
 
 // The credential clodex-sim accepts and every data plane presents. The
@@ -108,6 +115,9 @@ type Fleet struct {
 	refreshFlag bool // the data plane has --refresh
 	redis       *proc
 	redisURL    string // "" without replicas
+	redisAddr   string
+	redisDir    string
+	redisRuns   int
 	Sim         *Sim
 	// ControlPlane is the first (or only) control plane; nil in PerHost
 	// mode.

@@ -29,13 +29,26 @@ type ControlPlane struct {
 	adminToken string // path
 	agentToken string // path
 	dataDir    string
+	backupDir  string // "" without Options.Backups
 }
 
 var redisReady = regexp.MustCompile(`Ready to accept connections`)
 
-// startRedis runs redis-server on a free loopback port, without
-// persistence, for the replicas to share.
+// startRedis runs redis-server on a free loopback port for the replicas
+// to share: without persistence, or with an AOF (Options.RedisAOF).
 func (f *Fleet) startRedis(ctx context.Context) error {
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	f.redisAddr, f.redisURL = addr, "redis://"+addr
+	f.redisDir = filepath.Join(f.opts.Dir, "redis")
+	return f.runRedis(ctx, f.opts.RedisAOF)
+}
+
+// runRedis starts redis-server on the fleet's Redis address, keeping its
+// data in an AOF when persist is set.
+func (f *Fleet) runRedis(ctx context.Context, persist bool) error {
 	o := f.opts
 	bin := o.Bins.RedisServer
 	if bin == "" {
@@ -44,23 +57,54 @@ func (f *Fleet) startRedis(ctx context.Context) error {
 			return fmt.Errorf("start redis-server for %d control-plane replicas: %w (apt-get install redis-server)", o.Replicas, err)
 		}
 	}
-	addr, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	_, port, _ := net.SplitHostPort(addr)
-	dir := filepath.Join(o.Dir, "redis")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	_, port, _ := net.SplitHostPort(f.redisAddr)
+	if err := os.MkdirAll(f.redisDir, 0o700); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
-	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
-	p, _, err := startProc(ctx, "redis-server", bin, args, f.env, filepath.Join(o.Dir, "redis.log"), redisReady, o.ReadyTimeout)
+	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", f.redisDir}
+	if persist {
+		args = []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--dir", f.redisDir}
+	}
+	var p *proc
+	var err error
+	for range 50 { // the port of a killed server is normally free at once
+		p, _, err = startProc(ctx, "redis-server", bin, args, f.env, filepath.Join(o.Dir, fmt.Sprintf("redis.%d.log", f.redisRuns)), redisReady, o.ReadyTimeout)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
 	if err != nil {
 		return err
 	}
-	f.redis, f.redisURL = p, "redis://"+addr
-	f.log.Info("redis-server ready", "addr", addr)
+	f.redisRuns++
+	f.redis = p
+	f.log.Info("redis-server ready", "addr", f.redisAddr, "persist", persist)
 	return nil
+}
+
+// RedisKill kills the replicas' redis-server with SIGKILL (as kill -9
+// does) and waits for it.
+func (f *Fleet) RedisKill() {
+	if f.redis != nil {
+		f.redis.kill()
+	}
+}
+
+// RedisRestart kills the replicas' redis-server and starts a new one on
+// the same address: with persist, with its AOF (what it had written to
+// disk comes back); without, empty (a Redis restarted without
+// persistence) and keeping nothing from then on.
+func (f *Fleet) RedisRestart(ctx context.Context, persist bool) error {
+	f.RedisKill()
+	if !persist {
+		if err := os.RemoveAll(f.redisDir); err != nil {
+			return fmt.Errorf("restart redis-server: %w", err)
+		}
+	}
+	return f.runRedis(ctx, persist)
 }
 
 // startControlPlane starts control plane i: the only one, on the memory
@@ -80,6 +124,9 @@ func (f *Fleet) startControlPlane(ctx context.Context, i int) error {
 	}
 	if f.redisURL != "" {
 		cp.replica = fmt.Sprintf("cp-%d", i)
+	}
+	if o.Backups {
+		cp.backupDir = filepath.Join(o.Dir, fmt.Sprintf("backups-%d", i))
 	}
 	if o.ControlPlaneAdmin {
 		if cp.AdminAddr, err = freeAddr(); err != nil {
@@ -136,6 +183,9 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	if cp.AdminAddr != "" {
 		args = append(args, "--admin-listen", cp.AdminAddr)
 	}
+	if cp.backupDir != "" {
+		args = append(args, "--backup-dir", cp.backupDir)
+	}
 	if o.Broker {
 		args = append(args, "--credential-key-file", cp.f.CredentialKey, "--token-endpoint", cp.f.Sim.URL+"/oauth/token")
 	}
@@ -176,6 +226,13 @@ func (cp *ControlPlane) AgentTokenFile() string { return cp.agentToken }
 
 // DataDir is the control plane's --data-dir (unused over Redis).
 func (cp *ControlPlane) DataDir() string { return cp.dataDir }
+
+// BackupDir is the control plane's --backup-dir ("" without
+// Options.Backups).
+func (cp *ControlPlane) BackupDir() string { return cp.backupDir }
+
+// AdminTokenFile is the fleet's admin token file.
+func (cp *ControlPlane) AdminTokenFile() string { return cp.adminToken }
 
 // Kill sends SIGKILL to the control plane and waits for it to die.
 func (cp *ControlPlane) Kill() {

@@ -24,7 +24,20 @@ type DataPlane struct {
 
 var dataPlaneReady = regexp.MustCompile(`ANTHROPIC_BASE_URL=(http://127\.0\.0\.1:[0-9]+)`)
 
-func (f *Fleet) startDataPlane(ctx context.Context, i int) (*DataPlane, error) {
+// StartDataPlane starts one more data plane, like the fleet's own, with
+// args after theirs (a flag given again takes the later value: e.g.
+// --agent-token-file of a scoped agent credential), and adds it to
+// DataPlanes.
+func (f *Fleet) StartDataPlane(ctx context.Context, args ...string) (*DataPlane, error) {
+	dp, err := f.startDataPlane(ctx, len(f.DataPlanes), args...)
+	if err != nil {
+		return nil, err
+	}
+	f.DataPlanes = append(f.DataPlanes, dp)
+	return dp, nil
+}
+
+func (f *Fleet) startDataPlane(ctx context.Context, i int, extra ...string) (*DataPlane, error) {
 	o := f.opts
 	home := filepath.Join(o.Dir, fmt.Sprintf("dp%d", i))
 	if err := os.MkdirAll(home, 0o700); err != nil {
@@ -54,6 +67,7 @@ func (f *Fleet) startDataPlane(ctx context.Context, i int) (*DataPlane, error) {
 		args = append(args, "--refresh=never") // the emulator's token never expires; nothing to refresh
 	}
 	args = append(args, o.DataPlaneArgs...)
+	args = append(args, extra...)
 	logPath := filepath.Join(o.Dir, fmt.Sprintf("dataplane%d.log", i))
 	p, base, err := startProc(ctx, fmt.Sprintf("clodex-dataplane %d", i), o.Bins.DataPlane, args, env, logPath, dataPlaneReady, o.ReadyTimeout)
 	if err != nil {

@@ -2,7 +2,10 @@
 // the fleet benchmark (bench/fleet) and the multi-process integration test
 // (e2e/fleet): clodex-sim, an optional clodex-controlplane that can be
 // killed and restarted on the same port, and several clodex-dataplane
-// processes, plus a closed-loop load of Claude-Code-like agents.
+// processes, plus a closed-loop load of Claude-Code-like agents. With
+// replicas, the redis-server they share can be killed and restarted empty
+// or with its AOF (Options.RedisAOF, Fleet.RedisRestart), and each replica
+// can keep a --backup-dir (Options.Backups).
 //
 //	f, err := cluster.Start(ctx, cluster.Options{Bins: cluster.BinariesIn("bin"), Dir: dir, Mode: cluster.Central})
 //	defer f.Close()

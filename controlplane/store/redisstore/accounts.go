@@ -18,8 +18,18 @@ import (
 
 // Admit runs key's bucket once at now in one script; concurrent Admits
 // share one pipeline per round trip. While Redis cannot be reached it
-// decides from this replica's local share and never fails.
+// decides from this replica's local share and never fails. An account
+// whose stored policy Redis lost (it decided under an older version, or
+// the default, than this replica holds) or cannot decode is decided from
+// the local share under the last good policy this replica holds (the
+// store is checked and healed meanwhile); with no good copy at all it is
+// a *store.BadRecordError naming the record, never the default policy in
+// silence. An unreadable bucket state starts over.
 func (r *Store) Admit(ctx context.Context, key string, now time.Time) (store.Admission, error) {
+	return r.admit(ctx, key, now, true)
+}
+
+func (r *Store) admit(ctx context.Context, key string, now time.Time, retry bool) (store.Admission, error) {
 	var v []any
 	err := r.call(ctx, "admit", func(ctx context.Context) error {
 		reply, err := r.admits.run(ctx, r.admits.evalArgs(r.acctKey(key), r.admitPolicies, key, micros(now), r.admitDefRec, r.admitIdle))
@@ -37,12 +47,20 @@ func (r *Store) Admit(ctx context.Context, key string, now time.Time) (store.Adm
 		if ctx.Err() != nil {
 			return store.Admission{}, ctx.Err()
 		}
-		r.metrics.fallback.Inc()
-		a := r.local.admit(key, r.localPolicy(key), int(r.replicas.Load()), now)
-		if sp, ok := r.cache.get(key); ok {
-			a.PolicyVersion = sp.version
+		switch {
+		case isBadStateReply(err) && retry:
+			r.resetState(ctx, key, err)
+			return r.admit(ctx, key, now, false)
+		case isBadPolicyReply(err):
+			r.noteBadPolicy(key, err)
+			sp, ok := r.cache.get(key)
+			if !ok {
+				return store.Admission{}, r.badPolicy(key, errors.New("it does not decode and this replica holds no good copy; set the policy again (clodexctl set-rate)"))
+			}
+			return r.localAdmit(key, sp, true, now), nil
 		}
-		return a, nil
+		sp, held := r.cache.get(key)
+		return r.localAdmit(key, sp, held, now), nil
 	}
 	var n [9]int64
 	if len(v) != len(n) {
@@ -54,6 +72,12 @@ func (r *Store) Admit(ctx context.Context, key string, now time.Time) (store.Adm
 			return store.Admission{}, fmt.Errorf("admit: malformed script reply %v: element %d is %T; want an integer", v, i, x)
 		}
 	}
+	if sp, ok := r.cache.get(key); ok && n[7] < sp.version {
+		// Redis decided under an older policy than this replica holds:
+		// it lost the record. Decide under the copy; Run heals.
+		r.noteLost("policy", key, r.policiesKey()+" field "+key)
+		return r.localAdmit(key, sp, true, now), nil
+	}
 	d := pacing.Decision{
 		Kind:         pacing.Kind(n[0]),
 		Wait:         time.Duration(n[1]) * time.Millisecond,
@@ -64,6 +88,32 @@ func (r *Store) Admit(ctx context.Context, key string, now time.Time) (store.Adm
 		ID:           uint64(n[6]),
 	}
 	return store.Admission{Decision: d, PolicyVersion: n[7], Reservation: uint64(n[8])}, nil
+}
+
+// localAdmit decides from this replica's local share under sp (the
+// defaults when held is false).
+func (r *Store) localAdmit(key string, sp record, held bool, now time.Time) store.Admission {
+	p := r.defaults
+	if held {
+		p = sp.policy
+	}
+	r.metrics.fallback.Inc()
+	a := r.local.admit(key, p, int(r.replicas.Load()), now)
+	if held {
+		a.PolicyVersion = sp.version
+	}
+	return a
+}
+
+// resetState deletes key's bucket state, which does not decode: buckets
+// are not durable, and the account starts over as a new one would.
+func (r *Store) resetState(ctx context.Context, key string, cause error) {
+	r.noteBad(&store.BadRecordError{Kind: "account state", Name: key, Where: "redis hash " + r.acctKey(key), Err: scriptCause(cause)})
+	err := r.call(ctx, "reset", func(ctx context.Context) error { return r.client.Del(ctx, r.acctKey(key)).Err() })
+	if err == nil {
+		r.noteGood("account state", key)
+		r.log.Warn("started an unreadable account state over (buckets are not durable: the account's bucket starts full)", "account", key)
+	}
 }
 
 // Cancel refunds reservation id of key if it is still pending at now.
@@ -149,9 +199,37 @@ func (r *Store) snapshot(key string, v []any) (store.Account, error) {
 			return store.Account{}, err
 		}
 		a.Policy = sp.policy
-		r.cache.put(key, sp)
+		r.keepPolicy(key, sp)
+	}
+	if held, ok := r.cache.get(key); ok && a.PolicyVersion < held.version {
+		// Redis lost the record (or holds an older one): answer with
+		// this replica's copy; Run heals.
+		r.noteLost("policy", key, r.policiesKey()+" field "+key)
+		a.Policy, a.PolicyVersion, a.Custom, a.Adaptive = held.policy, held.version, true, held.adaptive
+		a.EffectiveRate = held.policy.RatePerMinute
+	} else if rec != "" {
+		r.noteFound("policy", key)
 	}
 	return a, nil
+}
+
+// unreadableAccount is key as the store shows an account whose policy
+// record does not decode: the last good copy this replica holds (or the
+// defaults), marked.
+func (r *Store) unreadableAccount(key string, cause error) store.Account {
+	bad := r.badPolicy(key, cause)
+	r.noteBad(bad)
+	a := store.Account{Key: key, Policy: r.defaults, EffectiveRate: r.defaults.RatePerMinute, Adaptive: store.DefaultAdaptive,
+		Unreadable: bad.Error() + "; admissions use this replica's last good copy"}
+	if sp, ok := r.cache.get(key); ok {
+		a.Policy, a.PolicyVersion, a.Custom, a.Adaptive, a.EffectiveRate = sp.policy, sp.version, true, sp.adaptive, sp.policy.RatePerMinute
+	} else {
+		a.Unreadable = bad.Error() + "; this replica holds no good copy: admissions are refused centrally until the policy is set again"
+	}
+	if tokens, ok := r.local.tokens(key, r.now()); ok {
+		a.Tokens = tokens
+	}
+	return a
 }
 
 // Account returns key's snapshot at now, or ErrNotFound. While Redis
@@ -160,8 +238,19 @@ func (r *Store) snapshot(key string, v []any) (store.Account, error) {
 func (r *Store) Account(ctx context.Context, key string, now time.Time) (store.Account, error) {
 	v, err := r.run(ctx, "account", scriptAccount, []string{r.acctKey(key), r.policiesKey()},
 		key, micros(now), r.defRec, r.idleMs)
+	if isBadStateReply(err) {
+		r.resetState(ctx, key, err)
+		v, err = r.run(ctx, "account", scriptAccount, []string{r.acctKey(key), r.policiesKey()},
+			key, micros(now), r.defRec, r.idleMs)
+	}
 	switch {
+	case isBadPolicyReply(err):
+		return r.unreadableAccount(key, err), nil
 	case errors.Is(err, redis.Nil):
+		if sp, ok := r.cache.get(key); ok {
+			r.noteLost("policy", key, r.policiesKey()+" field "+key)
+			return r.localAccountFrom(key, sp, now), nil
+		}
 		return store.Account{}, store.ErrNotFound
 	case err != nil && ctx.Err() != nil:
 		return store.Account{}, ctx.Err()
@@ -169,6 +258,17 @@ func (r *Store) Account(ctx context.Context, key string, now time.Time) (store.A
 		return r.localAccount(key, now)
 	}
 	return r.snapshot(key, v)
+}
+
+// localAccountFrom is key's account from this replica's copy of its
+// policy, for a store that lost it.
+func (r *Store) localAccountFrom(key string, sp record, now time.Time) store.Account {
+	a := store.Account{Key: key, Policy: sp.policy, PolicyVersion: sp.version, Custom: true, Adaptive: sp.adaptive,
+		EffectiveRate: sp.policy.RatePerMinute, Tokens: float64(sp.policy.Burst)}
+	if tokens, ok := r.local.tokens(key, now); ok {
+		a.Tokens = tokens
+	}
+	return a
 }
 
 // localAccount is Account from the local share and the policy cache.
@@ -190,15 +290,6 @@ func (r *Store) localAccount(key string, now time.Time) (store.Account, error) {
 	}
 	a.Tokens = tokens
 	return a, nil
-}
-
-// localPolicy is the last known policy of key (its configured policy;
-// adaptive lowering is not known locally).
-func (r *Store) localPolicy(key string) pacing.Policy {
-	if sp, ok := r.cache.get(key); ok {
-		return sp.policy
-	}
-	return r.defaults
 }
 
 // Accounts returns every account with state or a stored policy, ordered
@@ -241,8 +332,8 @@ func (r *Store) Accounts(ctx context.Context, now time.Time) ([]store.Account, e
 				}
 				_, err = pipe.Exec(ctx)
 			}
-			if errors.Is(err, redis.Nil) {
-				return nil // some accounts expired between the scan and the read
+			if errors.Is(err, redis.Nil) || answered(err) {
+				return nil // each command carries its own error (an account expired, a record unreadable)
 			}
 			return err
 		})
@@ -250,14 +341,28 @@ func (r *Store) Accounts(ctx context.Context, now time.Time) ([]store.Account, e
 			return nil, fmt.Errorf("list accounts: %w", err)
 		}
 		for j, c := range cmds {
+			k := chunk[j]
 			v, err := c.Slice()
-			if errors.Is(err, redis.Nil) {
+			switch {
+			case errors.Is(err, redis.Nil):
+				if sp, ok := r.cache.get(k); ok {
+					r.noteLost("policy", k, r.policiesKey()+" field "+k)
+					out = append(out, r.localAccountFrom(k, sp, now))
+				}
 				continue
-			}
-			if err != nil {
+			case isBadPolicyReply(err):
+				out = append(out, r.unreadableAccount(k, err))
+				continue
+			case isBadStateReply(err):
+				r.resetState(ctx, k, err)
+				if a, err := r.Account(ctx, k, now); err == nil {
+					out = append(out, a)
+				}
+				continue
+			case err != nil:
 				return nil, fmt.Errorf("list accounts: %w", err)
 			}
-			a, err := r.snapshot(chunk[j], v)
+			a, err := r.snapshot(k, v)
 			if err != nil {
 				return nil, fmt.Errorf("list accounts: %w", err)
 			}
@@ -301,6 +406,9 @@ func (r *Store) accountKeys(ctx context.Context) ([]string, error) {
 		if cursor == 0 {
 			break
 		}
+	}
+	for _, k := range r.cache.keys() { // policies are never removed: a key Redis lost is still listed
+		seen[k] = true
 	}
 	out := make([]string, 0, len(seen))
 	for k := range seen {

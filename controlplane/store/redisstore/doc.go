@@ -6,6 +6,7 @@
 //	defer st.Close()
 //	a, err := st.Admit(ctx, key, now) // the memory store's API (store.Memory), one Lua script per decision
 //	st.WatchPolicies(push)            // push(key) for each policy change another replica made
+//	st.WatchAgentCreds(reload)        // reload() for each agent credential another replica changed
 //	err = st.PutAgent(ctx, s, info)   // the fleet's roster (RemoveAgent, Agents)
 //	err = redisstore.Check(ctx, url, timeout) // --check-config: a Redis answers
 //
@@ -22,8 +23,14 @@
 // policies and adaptive state; run.go, Run, the breaker and this
 // replica's local share while it is open; batch.go, concurrent script
 // calls sent in one pipeline per round trip; agents.go, quota.go,
-// logins.go and agentcreds.go, the rest of the state; metrics.go,
-// clodex_controlplane_redis_*; lua/, the scripts, over one hash per
+// logins.go and agentcreds.go, the rest of the state; epoch.go, the
+// store's epoch and a replica's first contact (an empty store restored
+// from Options.Backup, or started new, saying which); ledger.go, the
+// durable records this replica holds; heal.go, writing them back when
+// Redis lost them (heal), Snapshot and Restore; badrecords.go, records
+// that do not decode; persistence.go, whether Redis keeps its data on
+// disk; metrics.go, clodex_controlplane_redis_* and _store_*; lua/, the
+// scripts, over one hash per
 // account with a time to live, the bucket, adaptive and
 // pending-reservation rules of docs/pacing.md mirrored in integers.
 // storetest's conformance suite runs against this store and against
@@ -31,5 +38,10 @@
 //
 // While Redis cannot be reached a breaker opens and Admit answers from
 // this replica's share of each policy (docs/operations.md §3); the
-// metrics are in docs/operations.md §13.
+// metrics are in docs/operations.md §13. Redis losing data (a restart
+// without persistence, a failover to an empty replica, a FLUSHALL) is
+// noticed within two ticks by every replica, which writes back what it
+// holds, each record at its version, refresh leases and fencing counters
+// first (docs/operations.md §8); a record that does not decode affects
+// only its own account, and never opens the breaker.
 package redisstore

@@ -18,6 +18,10 @@ type redisMetrics struct {
 	handover        prometheus.Counter
 	replicaHandover prometheus.Counter
 	fallback        prometheus.Counter
+	losses          prometheus.Counter
+	restored        *prometheus.CounterVec
+	restoreSeconds  prometheus.Gauge
+	badRecords      *prometheus.CounterVec
 	all             []prometheus.Collector
 }
 
@@ -49,6 +53,28 @@ func newRedisMetrics(r *Store) *redisMetrics {
 			Help: "Admissions this replica decided from its local share because Redis could not be reached.",
 		}),
 	}
+	m.losses = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "clodex_controlplane_store_losses_total",
+		Help: "Times this replica found that Redis lost data (its epoch gone or changed, or its policy version gone back) and wrote its copy of the durable state back.",
+	})
+	m.restored = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clodex_controlplane_store_restored_records_total",
+		Help: "Durable records this replica wrote back into Redis (after a loss, from a backup, or a restore), by kind: policy, sign_in, agent_credential.",
+	}, []string{"kind"})
+	for _, k := range []string{"policy", "sign_in", "agent_credential"} {
+		m.restored.WithLabelValues(k)
+	}
+	m.restoreSeconds = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "clodex_controlplane_store_restore_seconds",
+		Help: "How long this replica's last write-back after a loss took, from finding the loss to the durable state back in Redis.",
+	})
+	m.badRecords = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clodex_controlplane_store_unreadable_records_total",
+		Help: "Records this replica found unreadable in Redis (each counted once until readable again), by kind: policy, sign_in, agent_credential, quota, account_state.",
+	}, []string{"kind"})
+	for _, k := range []string{"policy", "sign_in", "agent_credential", "quota", "account_state"} {
+		m.badRecords.WithLabelValues(k)
+	}
 	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "clodex_controlplane_redis_breaker_open",
 		Help: "1 while the Redis breaker is open and this replica admits from its local share, else 0.",
@@ -62,7 +88,8 @@ func newRedisMetrics(r *Store) *redisMetrics {
 		Name: "clodex_controlplane_redis_replicas",
 		Help: "Live control-plane replicas registered in Redis, as last read.",
 	}, func() float64 { return float64(r.replicas.Load()) })
-	m.all = []prometheus.Collector{m.seconds, m.errors, m.opened, m.handover, m.replicaHandover, m.fallback, open, replicas}
+	m.all = []prometheus.Collector{m.seconds, m.errors, m.opened, m.handover, m.replicaHandover, m.fallback, open, replicas,
+		m.losses, m.restored, m.restoreSeconds, m.badRecords}
 	return m
 }
 

@@ -40,6 +40,7 @@ func (r *Store) SetAdaptive(ctx context.Context, key string, enabled bool, now t
 }
 
 func (r *Store) updateStored(ctx context.Context, key string, now time.Time, update func(record) (record, error)) (store.Account, error) {
+	healed := false
 	for range 20 {
 		var cur string
 		err := r.call(ctx, "policy", func(ctx context.Context) error {
@@ -51,24 +52,54 @@ func (r *Store) updateStored(ctx context.Context, key string, now time.Time, upd
 			return store.Account{}, r.writeErr(ctx, "update policy", err)
 		}
 		rec := record{policy: resolve(r.defaults), adaptive: store.DefaultAdaptive}
-		if cur != "" {
+		last, held := r.cache.get(key)
+		switch {
+		case cur != "":
 			if rec, err = decodeRecord(cur); err != nil {
-				return store.Account{}, fmt.Errorf("update policy: %w", err)
+				// Unreadable: the change replaces it, starting from the
+				// last good copy this replica holds (else the defaults).
+				r.noteBadPolicy(key, err)
+				from := "the defaults"
+				rec = record{policy: resolve(r.defaults), adaptive: store.DefaultAdaptive}
+				if held {
+					rec, from = last, "this replica's last good copy"
+				}
+				r.log.Warn("replacing an unreadable policy record", "account", key, "from", from)
 			}
+		case held:
+			rec = last // Redis lost it: start from this replica's copy
+			r.suspect()
 		}
 		next, err := update(rec)
 		if err != nil {
 			return store.Account{}, err
 		}
 		v, err := r.run(ctx, "update", scriptUpdate,
-			[]string{r.acctKey(key), r.policiesKey(), r.versionKey(), r.adaptiveKey()},
-			key, micros(now), r.defRec, r.idleMs, cur, encodeRecord(next.policy, next.adaptive), r.channel, r.replica)
+			[]string{r.acctKey(key), r.policiesKey(), r.versionKey(), r.adaptiveKey(), r.epochKey()},
+			key, micros(now), r.defRec, r.idleMs, cur, encodeRecord(next.policy, next.adaptive), r.channel, r.replica,
+			r.knownEpoch(), r.cache.seen())
 		if err != nil {
 			return store.Account{}, r.writeErr(ctx, "update policy", err)
 		}
 		if len(v) == 1 {
+			switch code, _ := v[0].(int64); code {
+			case -2: // the store lost its data: heal, then once more
+				if healed {
+					return store.Account{}, fmt.Errorf("update policy: %w", errHealing)
+				}
+				healed = true
+				if err := r.healNow(ctx); err != nil {
+					return store.Account{}, fmt.Errorf("update policy: %w", err)
+				}
+			case -3: // the store-wide version is unreadable
+				r.log.Error("the store-wide policy version in redis is unreadable; writing it back", "key", r.versionKey())
+				if _, err := r.runAll(ctx, "restore", scriptRestoreCounter, []scriptCall{{keys: []string{r.versionKey()}, args: []any{r.cache.seen() + VersionGap}}}); err != nil {
+					return store.Account{}, r.writeErr(ctx, "update policy", err)
+				}
+			}
 			continue // another replica changed the policy in between
 		}
+		r.noteGood("policy", key)
 		return r.snapshot(key, v)
 	}
 	return store.Account{}, errors.New("update policy: the policy kept changing under concurrent updates; try again")
@@ -77,6 +108,9 @@ func (r *Store) updateStored(ctx context.Context, key string, now time.Time, upd
 func (r *Store) writeErr(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if answered(err) {
+		return fmt.Errorf("%s: redis %s refused it: %w", op, r.addr, err)
 	}
 	return fmt.Errorf("%s: %w: redis %s unreachable (%v); admissions continue from each replica's share", op, store.ErrUnavailable, r.addr, err)
 }
@@ -123,8 +157,8 @@ func (r *Store) Adapt(ctx context.Context, now time.Time) ([]store.Account, erro
 	for _, k := range keys {
 		v, err := r.run(ctx, "adapt", scriptAdapt, []string{r.acctKey(k), r.policiesKey(), r.adaptiveKey()},
 			k, micros(now), r.defRec, r.idleMs, r.channel, r.replica)
-		if errors.Is(err, redis.Nil) {
-			continue
+		if errors.Is(err, redis.Nil) || answered(err) {
+			continue // an unreadable record affects only its account
 		}
 		if err != nil {
 			if ctx.Err() != nil {

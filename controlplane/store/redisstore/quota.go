@@ -39,7 +39,9 @@ func (r *Store) PutQuota(ctx context.Context, q store.Quota) (prev, next store.Q
 			return err
 		default:
 			if prev, err = decodeQuota(q.Key, v); err != nil {
-				return err
+				// an unreadable report is replaced by this one
+				r.noteBad(&store.BadRecordError{Kind: "quota", Name: q.Key, Where: "redis hash " + r.quotasKey() + " field " + q.Key, Err: err})
+				prev = store.Quota{}
 			}
 		}
 		next = prev.Merge(q)
@@ -83,8 +85,12 @@ func (r *Store) Quotas(ctx context.Context, key string) ([]store.Quota, error) {
 	for k, v := range vals {
 		q, err := decodeQuota(k, v)
 		if err != nil {
-			return nil, fmt.Errorf("quotas: %w", err)
+			// informational: an unreadable report is left out until the
+			// account's next report replaces it
+			r.noteBad(&store.BadRecordError{Kind: "quota", Name: k, Where: "redis hash " + r.quotasKey() + " field " + k, Err: err})
+			continue
 		}
+		r.noteGood("quota", k)
 		out = append(out, q)
 	}
 	slices.SortFunc(out, func(a, b store.Quota) int { return cmp.Compare(a.Key, b.Key) })
@@ -94,7 +100,7 @@ func (r *Store) Quotas(ctx context.Context, key string) ([]store.Quota, error) {
 func decodeQuota(key, v string) (store.Quota, error) {
 	var rec quotaRecord
 	if err := json.Unmarshal([]byte(v), &rec); err != nil {
-		return store.Quota{}, fmt.Errorf("quota of %s is malformed: %w", key, err)
+		return store.Quota{}, errors.New("not the expected JSON")
 	}
 	return store.Quota{Key: key, PlanType: rec.PlanType, LimitReached: rec.LimitReached, Windows: rec.Windows,
 		ReportedAt: rec.ReportedAt, AgentID: rec.AgentID}, nil

@@ -225,22 +225,60 @@ func (c *policyCache) get(key string) (record, bool) {
 	return sp, ok
 }
 
-func (c *policyCache) put(key string, sp record) {
+// put keeps sp unless the cache holds a newer version, and reports
+// whether it changed the cache.
+func (c *policyCache) put(key string, sp record) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
 		c.m = map[string]record{}
 	}
-	if cur, ok := c.m[key]; !ok || cur.version <= sp.version {
-		c.m[key] = sp
-	}
 	c.version = max(c.version, sp.version)
+	if cur, ok := c.m[key]; !ok || cur.version < sp.version || (cur.version == sp.version && cur != sp) {
+		c.m[key] = sp
+		return true
+	}
+	return false
 }
 
-func (c *policyCache) replace(m map[string]record, version int64) {
+// keepPolicy keeps a policy record read or written in the cache, and
+// tells the backup writer when it is new.
+func (r *Store) keepPolicy(key string, sp record) {
+	if r.cache.put(key, sp) {
+		r.ledger.note()
+	}
+}
+
+// merge takes m's records (each unless the cache holds a newer one) and
+// the version. Policies are never removed, so a record missing from m is
+// kept: a store that lost its data must not make this replica forget what
+// it would write back.
+func (c *policyCache) merge(m map[string]record, version int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.m, c.version = m, max(c.version, version)
+	if c.m == nil {
+		c.m = map[string]record{}
+	}
+	for k, rec := range m {
+		if cur, ok := c.m[k]; !ok || cur.version <= rec.version {
+			c.m[k] = rec
+		}
+	}
+	c.version = max(c.version, version)
+}
+
+// raise lifts the highest version seen to at least v.
+func (c *policyCache) raise(v int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.version = max(c.version, v)
+}
+
+// all returns a copy of every cached record.
+func (c *policyCache) all() map[string]record {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return maps.Clone(c.m)
 }
 
 func (c *policyCache) seen() int64 {
@@ -277,13 +315,23 @@ func (r *Store) reloadPolicies(ctx context.Context) error {
 	for k, rec := range all {
 		sp, err := decodeRecord(rec)
 		if err != nil {
-			r.log.Error("skipping a malformed policy record in redis", "account", k, "err", err)
+			r.noteBadPolicy(k, err)
 			continue
 		}
 		m[k] = sp
 	}
-	r.cache.replace(m, version)
+	before := r.ledgerPolicies()
+	r.cache.merge(m, version)
+	if r.ledgerPolicies() != before {
+		r.ledger.note()
+	}
 	return nil
+}
+
+// ledgerPolicies is a cheap fingerprint of the cached policies, to tell
+// a backup writer they changed.
+func (r *Store) ledgerPolicies() [2]int64 {
+	return [2]int64{int64(len(r.cache.keys())), r.cache.seen()}
 }
 
 // checkDefaults records this replica's default policy in Redis, or warns
@@ -333,7 +381,7 @@ func (r *Store) register(ctx context.Context) {
 // answer closes the breaker, hands the local grants over and notifies
 // every key. It returns nil when ctx ends, after deregistering.
 func (r *Store) Run(ctx context.Context) error {
-	ps := r.client.Subscribe(ctx, r.channel)
+	ps := r.client.Subscribe(ctx, r.channel, r.credsChannel())
 	var wg sync.WaitGroup
 	wg.Go(func() { r.receive(ctx, ps) })
 	defer func() {
@@ -358,6 +406,10 @@ func (r *Store) Run(ctx context.Context) error {
 			r.syncClock(ctx)
 			r.register(ctx)
 			r.checkVersion(ctx)
+		case <-r.kick:
+			if !r.breaker.isOpen() {
+				r.checkVersion(ctx)
+			}
 		case <-probe.C:
 			if r.breaker.isOpen() {
 				r.tryClose(ctx)
@@ -383,8 +435,22 @@ func (r *Store) tryClose(ctx context.Context) {
 	if err := r.reloadPolicies(ctx); err != nil {
 		r.log.Warn("redis answers but policies did not load", "err", err)
 	}
+	// Redis may have restarted meanwhile, empty or a moment behind.
+	r.checkVersion(ctx)
+	r.checkPersistence(ctx)
+	total, accounts := r.handOverLocal(ctx)
+	r.log.Info("redis answers again; central admission resumed", "addr", r.addr,
+		"local_grants_handed_over", total, "accounts", accounts)
+	r.checkDefaults(ctx)
+	r.notify("")
+	r.notifyCreds() // changes made while Redis was away went unannounced
+}
+
+// handOverLocal hands the grants this replica made from its local share
+// over to Redis and forgets its local buckets; it returns the tokens
+// debited and the accounts.
+func (r *Store) handOverLocal(ctx context.Context) (total, accounts int) {
 	grants := r.local.drain()
-	total := 0
 	report := r.replica + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	now := r.now()
 	for key, n := range grants {
@@ -396,26 +462,63 @@ func (r *Store) tryClose(ctx context.Context) {
 		total += res.Debited
 		r.metrics.replicaHandover.Add(float64(res.Debited))
 	}
-	r.log.Info("redis answers again; central admission resumed", "addr", r.addr,
-		"local_grants_handed_over", total, "accounts", len(grants))
-	r.checkDefaults(ctx)
-	r.notify("")
+	return total, len(grants)
 }
 
-// checkVersion reloads the policies and notifies every key when the
-// store-wide version moved past the last one seen (a missed notification).
+// checkVersion reads the store's epoch and store-wide version in one
+// round trip. An epoch gone or changed is a loss (checkEpoch heals it); a
+// version behind the highest seen means Redis lost recent writes (it
+// restarted from an AOF or RDB file a moment old), and this replica
+// writes its copy back; a version past it means a missed notification:
+// the policies are reloaded and every key notified.
 func (r *Store) checkVersion(ctx context.Context) {
+	var e string
 	var v int64
+	var vErr error
 	err := r.call(ctx, "version", func(ctx context.Context) error {
-		var err error
-		v, err = r.client.Get(ctx, r.versionKey()).Int64()
-		return err
+		pipe := r.client.Pipeline()
+		ec := pipe.Get(ctx, r.epochKey())
+		vc := pipe.Get(ctx, r.versionKey())
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		e = ec.Val()
+		v, vErr = vc.Int64()
+		return nil
 	})
-	if err != nil || v <= r.cache.seen() {
+	if err != nil {
 		return
 	}
-	if r.reloadPolicies(ctx) == nil {
-		r.notify("")
+	if !r.checkEpoch(ctx, e) {
+		return
+	}
+	seen := r.cache.seen()
+	switch {
+	case r.healingNow(): // a write-back that did not finish: again
+		if err := r.heal(ctx, "the last write-back did not finish", true); err != nil && ctx.Err() == nil {
+			r.log.Warn("writing the durable state back failed; trying again", "err", err)
+		}
+	case vErr != nil && !errors.Is(vErr, redis.Nil):
+		r.log.Error("the store-wide policy version in redis is unreadable; writing it back", "key", r.versionKey(), "err", vErr)
+		_, _ = r.runAll(ctx, "restore", scriptRestoreCounter, []scriptCall{{keys: []string{r.versionKey()}, args: []any{seen + VersionGap}}})
+	case v < seen:
+		loss := fmt.Sprintf("the store-wide policy version went back from %d to %d: redis lost its most recent writes (a restart from an AOF or RDB file a moment old)", seen, v)
+		if err := r.heal(ctx, loss, true); err != nil && ctx.Err() == nil {
+			r.log.Warn("writing the durable state back failed; trying again", "err", err)
+		}
+	case v > seen:
+		if r.reloadPolicies(ctx) == nil {
+			r.notify("")
+		}
+	}
+}
+
+// suspect asks Run to check the store now: a read found a record missing
+// or older than this replica's copy.
+func (r *Store) suspect() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -423,11 +526,21 @@ func (r *Store) checkVersion(ctx context.Context) {
 // until ps closes.
 func (r *Store) receive(ctx context.Context, ps *redis.PubSub) {
 	for msg := range ps.Channel() {
+		if msg.Channel == r.credsChannel() {
+			r.credsNotice(msg.Payload)
+			continue
+		}
 		f := strings.Fields(msg.Payload)
 		if len(f) != 3 || f[2] == r.replica {
 			continue
 		}
 		key := f[0]
+		if key == "*" { // a restore: every policy may have changed
+			if r.reloadPolicies(ctx) == nil {
+				r.notify("")
+			}
+			continue
+		}
 		var rec string
 		err := r.call(ctx, "policy", func(ctx context.Context) error {
 			var err error
@@ -436,7 +549,7 @@ func (r *Store) receive(ctx context.Context, ps *redis.PubSub) {
 		})
 		if err == nil {
 			if sp, err := decodeRecord(rec); err == nil {
-				r.cache.put(key, sp)
+				r.keepPolicy(key, sp)
 			}
 		}
 		r.notify(key)

@@ -85,6 +85,18 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the store's metrics. (Optional)
 	Registerer prometheus.Registerer
+	// HealQuiet is how long no refresh lease is handed out once a replica
+	// begins writing its state back after a loss. (Optional; default
+	// HealQuiet, 5s)
+	HealQuiet time.Duration
+	// RestoreQuiet is the same after a start restored an empty store from
+	// a backup. (Optional; default RestoreQuiet, 10s)
+	RestoreQuiet time.Duration
+	// Backup returns this replica's newest backup (a BackupDir's Newest):
+	// an empty store (no epoch) is restored from it, and a store whose
+	// epoch it was taken under gets its newer records back. (Optional;
+	// default none: an empty store starts new, and says so)
+	Backup func() (snap store.Snapshot, path string, skipped []string, err error)
 }
 
 //go:embed lua/*.lua
@@ -154,8 +166,25 @@ type Store struct {
 
 	replicas atomic.Int64 // live replicas, as last read
 
-	mu       sync.Mutex // guards the following field
-	watchers []func(key string)
+	// The durable state this replica holds and the store's epoch
+	// (epoch.go, heal.go, ledger.go): what is written back when the store
+	// loses it.
+	ledger  *ledger
+	epoch   epochState
+	healMu  sync.Mutex // one heal or first contact at a time
+	backups func() (store.Snapshot, string, []string, error)
+	// quiet and restoreQuiet are Options.HealQuiet and RestoreQuiet.
+	quiet, restoreQuiet time.Duration
+	// kick asks Run to check the store now (size 1): a read found a
+	// record missing that this replica holds.
+	kick chan struct{}
+	// noted are the records already reported unreadable or lost (key ->
+	// struct{}), so each is logged once until it is readable again.
+	noted sync.Map
+
+	mu           sync.Mutex // guards the following fields
+	watchers     []func(key string)
+	credWatchers []func() // WatchAgentCreds
 }
 
 // Open connects to Redis and returns the store. A malformed URL or a
@@ -164,13 +193,18 @@ type Store struct {
 // local clock until Redis answers) and says so.
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	r := &Store{
-		prefix:   opts.Prefix,
-		defaults: pacing.DefaultPolicy(),
-		timeout:  opts.Timeout,
-		probe:    opts.ProbeEvery,
-		tick:     opts.Tick,
-		replica:  opts.Replica,
-		log:      opts.Logger,
+		prefix:       opts.Prefix,
+		defaults:     pacing.DefaultPolicy(),
+		timeout:      opts.Timeout,
+		probe:        opts.ProbeEvery,
+		tick:         opts.Tick,
+		replica:      opts.Replica,
+		log:          opts.Logger,
+		ledger:       newLedger(),
+		backups:      opts.Backup,
+		quiet:        opts.HealQuiet,
+		restoreQuiet: opts.RestoreQuiet,
+		kick:         make(chan struct{}, 1),
 	}
 	if r.prefix == "" {
 		r.prefix = DefaultPrefix
@@ -186,6 +220,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if r.tick <= 0 {
 		r.tick = time.Second
+	}
+	if r.quiet <= 0 {
+		r.quiet = HealQuiet
+	}
+	if r.restoreQuiet <= 0 {
+		r.restoreQuiet = RestoreQuiet
 	}
 	idle := opts.IdleTTL
 	if idle <= 0 {
@@ -250,6 +290,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	r.checkDefaults(sctx)
 	r.register(sctx)
+	r.checkPersistence(sctx)
+	// The epoch and the first restore may write many records: they get
+	// their own bound.
+	ectx, ecancel := context.WithTimeout(ctx, 30*time.Second)
+	defer ecancel()
+	if err := r.firstContact(ectx); err != nil {
+		r.log.Warn("the store's epoch could not be read at start; trying again every tick", "err", err)
+	}
 	return r, nil
 }
 
@@ -354,7 +402,9 @@ func (r *Store) Replica() string { return r.replica }
 // Info describes the store: kind "redis", the address without
 // credentials, this replica and the live replica count.
 func (r *Store) Info() store.Info {
-	return store.Info{Kind: "redis", Address: r.addr, Replica: r.replica, Replicas: int(r.replicas.Load()), Degraded: r.breaker.isOpen()}
+	i := store.Info{Kind: "redis", Address: r.addr, Replica: r.replica, Replicas: int(r.replicas.Load()), Degraded: r.breaker.isOpen()}
+	r.fillInfo(&i)
+	return i
 }
 
 // WatchPolicies registers fn to be called with the key whose policy or
@@ -398,7 +448,10 @@ func (r *Store) call(ctx context.Context, op string, fn func(ctx context.Context
 	err := fn(cctx)
 	cancel()
 	r.metrics.observe(op, time.Since(start), err)
-	if err == nil || errors.Is(err, redis.Nil) {
+	if err == nil || errors.Is(err, redis.Nil) || answered(err) {
+		// Redis answered: an error it replied (a record that does not
+		// decode, a script's refusal) is the record's, never a reason
+		// to stop using Redis.
 		r.breaker.success()
 		return err
 	}
@@ -411,6 +464,23 @@ func (r *Store) call(ctx context.Context, op string, fn func(ctx context.Context
 			"addr", r.addr, "op", op, "err", err, "timeout", r.timeout, "replicas", r.replicas.Load())
 	}
 	return fmt.Errorf("redis %s: %w", op, err)
+}
+
+// answered reports whether err is a reply Redis made (it is reachable),
+// rather than a failure to reach it. Replies saying Redis cannot serve
+// now (loading its data, busy, a replica that cannot write) are not.
+func answered(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := err.Error()
+	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MISCONF", "NOAUTH", "WRONGPASS", "NOPERM"} {
+		if strings.HasPrefix(msg, p) {
+			return false
+		}
+	}
+	return true
 }
 
 // errDegraded is the error call returns while the breaker is open.

@@ -65,8 +65,14 @@ type Account struct {
 	// paused_until_unix_ms is when the pause after an upstream 403 ends
 	// (adaptive mode); 0 when not paused.
 	PausedUntilUnixMs int64 `protobuf:"varint,21,opt,name=paused_until_unix_ms,json=pausedUntilUnixMs,proto3" json:"paused_until_unix_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// unreadable, when not empty, says that the account's stored policy
+	// does not decode: which record (the store's key) and why. The policy
+	// above is then the last good one the answering replica holds (or the
+	// default, custom false, when it holds none), and admissions use it;
+	// setting the policy again replaces the record.
+	Unreadable    string `protobuf:"bytes,22,opt,name=unreadable,proto3" json:"unreadable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Account) Reset() {
@@ -244,6 +250,13 @@ func (x *Account) GetPausedUntilUnixMs() int64 {
 		return x.PausedUntilUnixMs
 	}
 	return 0
+}
+
+func (x *Account) GetUnreadable() string {
+	if x != nil {
+		return x.Unreadable
+	}
+	return ""
 }
 
 type SetRateRequest struct {
@@ -577,7 +590,24 @@ type StoreInfo struct {
 	// degraded is true while the store cannot be reached: the replica
 	// admits from its share of each policy and answers reads from the last
 	// known policies and its local buckets.
-	Degraded      bool `protobuf:"varint,5,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	Degraded bool `protobuf:"varint,5,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	// epoch identifies the store's data (redis): written when the store was
+	// initialized; a missing or different one means the store lost its data.
+	Epoch string `protobuf:"bytes,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// lost_unix_ms is when the answering replica last found that the store
+	// had lost its data (0: never); loss says what it found.
+	LostUnixMs int64  `protobuf:"varint,7,opt,name=lost_unix_ms,json=lostUnixMs,proto3" json:"lost_unix_ms,omitempty"`
+	Loss       string `protobuf:"bytes,8,opt,name=loss,proto3" json:"loss,omitempty"`
+	// restored_unix_ms is when the durable state was last put back (after a
+	// loss, from a backup at start, or by Restore); restored says what and
+	// from where.
+	RestoredUnixMs int64  `protobuf:"varint,9,opt,name=restored_unix_ms,json=restoredUnixMs,proto3" json:"restored_unix_ms,omitempty"`
+	Restored       string `protobuf:"bytes,10,opt,name=restored,proto3" json:"restored,omitempty"`
+	// healing is true from a loss until the restore finished.
+	Healing bool `protobuf:"varint,11,opt,name=healing,proto3" json:"healing,omitempty"`
+	// warnings are standing problems with the store an operator should fix
+	// (for example a Redis without persistence).
+	Warnings      []string `protobuf:"bytes,12,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -645,6 +675,55 @@ func (x *StoreInfo) GetDegraded() bool {
 		return x.Degraded
 	}
 	return false
+}
+
+func (x *StoreInfo) GetEpoch() string {
+	if x != nil {
+		return x.Epoch
+	}
+	return ""
+}
+
+func (x *StoreInfo) GetLostUnixMs() int64 {
+	if x != nil {
+		return x.LostUnixMs
+	}
+	return 0
+}
+
+func (x *StoreInfo) GetLoss() string {
+	if x != nil {
+		return x.Loss
+	}
+	return ""
+}
+
+func (x *StoreInfo) GetRestoredUnixMs() int64 {
+	if x != nil {
+		return x.RestoredUnixMs
+	}
+	return 0
+}
+
+func (x *StoreInfo) GetRestored() string {
+	if x != nil {
+		return x.Restored
+	}
+	return ""
+}
+
+func (x *StoreInfo) GetHealing() bool {
+	if x != nil {
+		return x.Healing
+	}
+	return false
+}
+
+func (x *StoreInfo) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
 }
 
 type ListAccountsRequest struct {
@@ -1385,7 +1464,11 @@ type Login struct {
 	// needs_login is why the sign-in can no longer be refreshed (the
 	// identity provider's refusal code, e.g. refresh_token_reused); empty
 	// while it can. An operator must run `clodexctl account login`.
-	NeedsLogin    string `protobuf:"bytes,6,opt,name=needs_login,json=needsLogin,proto3" json:"needs_login,omitempty"`
+	NeedsLogin string `protobuf:"bytes,6,opt,name=needs_login,json=needsLogin,proto3" json:"needs_login,omitempty"`
+	// unreadable, when not empty, says that the stored sign-in does not
+	// decode (which record and why) and no good copy of it was at hand; an
+	// operator must import or log the account in again.
+	Unreadable    string `protobuf:"bytes,7,opt,name=unreadable,proto3" json:"unreadable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1458,6 +1541,13 @@ func (x *Login) GetRefreshes() int64 {
 func (x *Login) GetNeedsLogin() string {
 	if x != nil {
 		return x.NeedsLogin
+	}
+	return ""
+}
+
+func (x *Login) GetUnreadable() string {
+	if x != nil {
+		return x.Unreadable
 	}
 	return ""
 }
@@ -1747,6 +1837,10 @@ type AgentCredential struct {
 	// accounts are the account keys it may use, sorted.
 	Accounts      []string `protobuf:"bytes,2,rep,name=accounts,proto3" json:"accounts,omitempty"`
 	CreatedUnixMs int64    `protobuf:"varint,3,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	// unreadable, when not empty, says that the stored credential does not
+	// decode (which record and why); the control plane keeps enforcing the
+	// last good copy it loaded.
+	Unreadable    string `protobuf:"bytes,4,opt,name=unreadable,proto3" json:"unreadable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1800,6 +1894,13 @@ func (x *AgentCredential) GetCreatedUnixMs() int64 {
 		return x.CreatedUnixMs
 	}
 	return 0
+}
+
+func (x *AgentCredential) GetUnreadable() string {
+	if x != nil {
+		return x.Unreadable
+	}
+	return ""
 }
 
 type CreateAgentCredentialRequest struct {
@@ -2097,11 +2198,477 @@ func (*RemoveAgentCredentialResponse) Descriptor() ([]byte, []int) {
 	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
+type CreateConsoleLinkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// operator names who signs in, for the console's log of actions
+	// ("alice@laptop"): 1..64 printable ASCII characters, no spaces.
+	Operator      string `protobuf:"bytes,1,opt,name=operator,proto3" json:"operator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateConsoleLinkRequest) Reset() {
+	*x = CreateConsoleLinkRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateConsoleLinkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateConsoleLinkRequest) ProtoMessage() {}
+
+func (x *CreateConsoleLinkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateConsoleLinkRequest.ProtoReflect.Descriptor instead.
+func (*CreateConsoleLinkRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CreateConsoleLinkRequest) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+type CreateConsoleLinkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url is the link: the console's base URL (--console-url, else the
+	// admin listener's address) with /console/signin?link=<one-time token>.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// expires_unix_ms is when the link stops working if it was not used.
+	ExpiresUnixMs int64 `protobuf:"varint,2,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateConsoleLinkResponse) Reset() {
+	*x = CreateConsoleLinkResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateConsoleLinkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateConsoleLinkResponse) ProtoMessage() {}
+
+func (x *CreateConsoleLinkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateConsoleLinkResponse.ProtoReflect.Descriptor instead.
+func (*CreateConsoleLinkResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *CreateConsoleLinkResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CreateConsoleLinkResponse) GetExpiresUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresUnixMs
+	}
+	return 0
+}
+
+type BackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRequest) Reset() {
+	*x = BackupRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRequest) ProtoMessage() {}
+
+func (x *BackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
+func (*BackupRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+type BackupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// data is the next part of the backup file.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// summary describes the backup (first chunk only).
+	Summary       *BackupSummary `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupResponse) Reset() {
+	*x = BackupResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupResponse) ProtoMessage() {}
+
+func (x *BackupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupResponse.ProtoReflect.Descriptor instead.
+func (*BackupResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *BackupResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *BackupResponse) GetSummary() *BackupSummary {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+// BackupSummary counts what a backup holds.
+type BackupSummary struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CreatedUnixMs int64                  `protobuf:"varint,1,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	// kind is the store's kind (memory or redis) and replica the replica
+	// that wrote it.
+	Kind             string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Replica          string `protobuf:"bytes,3,opt,name=replica,proto3" json:"replica,omitempty"`
+	Policies         int32  `protobuf:"varint,4,opt,name=policies,proto3" json:"policies,omitempty"`
+	Logins           int32  `protobuf:"varint,5,opt,name=logins,proto3" json:"logins,omitempty"`
+	AgentCredentials int32  `protobuf:"varint,6,opt,name=agent_credentials,json=agentCredentials,proto3" json:"agent_credentials,omitempty"`
+	// sealed is true when the file is sealed with the credential key.
+	Sealed        bool `protobuf:"varint,7,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupSummary) Reset() {
+	*x = BackupSummary{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupSummary) ProtoMessage() {}
+
+func (x *BackupSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupSummary.ProtoReflect.Descriptor instead.
+func (*BackupSummary) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *BackupSummary) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *BackupSummary) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *BackupSummary) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *BackupSummary) GetPolicies() int32 {
+	if x != nil {
+		return x.Policies
+	}
+	return 0
+}
+
+func (x *BackupSummary) GetLogins() int32 {
+	if x != nil {
+		return x.Logins
+	}
+	return 0
+}
+
+func (x *BackupSummary) GetAgentCredentials() int32 {
+	if x != nil {
+		return x.AgentCredentials
+	}
+	return 0
+}
+
+func (x *BackupSummary) GetSealed() bool {
+	if x != nil {
+		return x.Sealed
+	}
+	return false
+}
+
+type RestoreRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// data is the next part of the backup file.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// force (first chunk) restores every record of the file even where the
+	// store holds a newer version.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreRequest) Reset() {
+	*x = RestoreRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreRequest) ProtoMessage() {}
+
+func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
+func (*RestoreRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RestoreRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *RestoreRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// RestoreCounts counts the records of one kind a Restore handled.
+type RestoreCounts struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// restored records were written; kept records were not, because the
+	// store holds the same or a newer version (or removed it later).
+	Restored      int32 `protobuf:"varint,1,opt,name=restored,proto3" json:"restored,omitempty"`
+	Kept          int32 `protobuf:"varint,2,opt,name=kept,proto3" json:"kept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreCounts) Reset() {
+	*x = RestoreCounts{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreCounts) ProtoMessage() {}
+
+func (x *RestoreCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreCounts.ProtoReflect.Descriptor instead.
+func (*RestoreCounts) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *RestoreCounts) GetRestored() int32 {
+	if x != nil {
+		return x.Restored
+	}
+	return 0
+}
+
+func (x *RestoreCounts) GetKept() int32 {
+	if x != nil {
+		return x.Kept
+	}
+	return 0
+}
+
+type RestoreResponse struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Policies         *RestoreCounts         `protobuf:"bytes,1,opt,name=policies,proto3" json:"policies,omitempty"`
+	Logins           *RestoreCounts         `protobuf:"bytes,2,opt,name=logins,proto3" json:"logins,omitempty"`
+	AgentCredentials *RestoreCounts         `protobuf:"bytes,3,opt,name=agent_credentials,json=agentCredentials,proto3" json:"agent_credentials,omitempty"`
+	// created_unix_ms is when the restored backup was written.
+	CreatedUnixMs int64 `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreResponse) Reset() {
+	*x = RestoreResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreResponse) ProtoMessage() {}
+
+func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
+func (*RestoreResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *RestoreResponse) GetPolicies() *RestoreCounts {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *RestoreResponse) GetLogins() *RestoreCounts {
+	if x != nil {
+		return x.Logins
+	}
+	return nil
+}
+
+func (x *RestoreResponse) GetAgentCredentials() *RestoreCounts {
+	if x != nil {
+		return x.AgentCredentials
+	}
+	return nil
+}
+
+func (x *RestoreResponse) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
 var File_clodex_controlplane_v1_admin_proto protoreflect.FileDescriptor
 
 const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\"clodex/controlplane/v1/admin.proto\x12\x16clodex.controlplane.v1\x1a\"clodex/controlplane/v1/agent.proto\"\xd0\x05\n" +
+	"\"clodex/controlplane/v1/admin.proto\x12\x16clodex.controlplane.v1\x1a\"clodex/controlplane/v1/agent.proto\"\xf0\x05\n" +
 	"\aAccount\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
 	"\x0frate_per_minute\x18\x02 \x01(\x05R\rratePerMinute\x12\x14\n" +
@@ -2126,7 +2693,10 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\x12forbidden_upgrades\x18\x12 \x01(\x03R\x11forbiddenUpgrades\x123\n" +
 	"\x16counters_since_unix_ms\x18\x13 \x01(\x03R\x13countersSinceUnixMs\x12\x18\n" +
 	"\acounted\x18\x14 \x01(\bR\acounted\x12/\n" +
-	"\x14paused_until_unix_ms\x18\x15 \x01(\x03R\x11pausedUntilUnixMs\"o\n" +
+	"\x14paused_until_unix_ms\x18\x15 \x01(\x03R\x11pausedUntilUnixMs\x12\x1e\n" +
+	"\n" +
+	"unreadable\x18\x16 \x01(\tR\n" +
+	"unreadable\"o\n" +
 	"\x0eSetRateRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
 	"\x0frate_per_minute\x18\x02 \x01(\x05R\rratePerMinute\x12\x19\n" +
@@ -2149,13 +2719,22 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"\x88\x01\n" +
 	"\x12GetAccountResponse\x129\n" +
 	"\aaccount\x18\x01 \x01(\v2\x1f.clodex.controlplane.v1.AccountR\aaccount\x127\n" +
-	"\x05store\x18\x02 \x01(\v2!.clodex.controlplane.v1.StoreInfoR\x05store\"\x8b\x01\n" +
+	"\x05store\x18\x02 \x01(\v2!.clodex.controlplane.v1.StoreInfoR\x05store\"\xd3\x02\n" +
 	"\tStoreInfo\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
 	"\areplica\x18\x03 \x01(\tR\areplica\x12\x1a\n" +
 	"\breplicas\x18\x04 \x01(\x05R\breplicas\x12\x1a\n" +
-	"\bdegraded\x18\x05 \x01(\bR\bdegraded\"Q\n" +
+	"\bdegraded\x18\x05 \x01(\bR\bdegraded\x12\x14\n" +
+	"\x05epoch\x18\x06 \x01(\tR\x05epoch\x12 \n" +
+	"\flost_unix_ms\x18\a \x01(\x03R\n" +
+	"lostUnixMs\x12\x12\n" +
+	"\x04loss\x18\b \x01(\tR\x04loss\x12(\n" +
+	"\x10restored_unix_ms\x18\t \x01(\x03R\x0erestoredUnixMs\x12\x1a\n" +
+	"\brestored\x18\n" +
+	" \x01(\tR\brestored\x12\x18\n" +
+	"\ahealing\x18\v \x01(\bR\ahealing\x12\x1a\n" +
+	"\bwarnings\x18\f \x03(\tR\bwarnings\"Q\n" +
 	"\x13ListAccountsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -2203,7 +2782,7 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"account_id\x18\x04 \x01(\tR\taccountId\"J\n" +
 	"\x13ImportLoginResponse\x123\n" +
-	"\x05login\x18\x01 \x01(\v2\x1d.clodex.controlplane.v1.LoginR\x05login\"\xd5\x01\n" +
+	"\x05login\x18\x01 \x01(\v2\x1d.clodex.controlplane.v1.LoginR\x05login\"\xf5\x01\n" +
 	"\x05Login\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
@@ -2212,7 +2791,10 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\x14refreshed_at_unix_ms\x18\x04 \x01(\x03R\x11refreshedAtUnixMs\x12\x1c\n" +
 	"\trefreshes\x18\x05 \x01(\x03R\trefreshes\x12\x1f\n" +
 	"\vneeds_login\x18\x06 \x01(\tR\n" +
-	"needsLogin\"O\n" +
+	"needsLogin\x12\x1e\n" +
+	"\n" +
+	"unreadable\x18\a \x01(\tR\n" +
+	"unreadable\"O\n" +
 	"\x11ListLoginsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -2226,11 +2808,14 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\x05login\x18\x01 \x01(\v2\x1d.clodex.controlplane.v1.LoginR\x05login\"&\n" +
 	"\x12RemoveLoginRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"\x15\n" +
-	"\x13RemoveLoginResponse\"i\n" +
+	"\x13RemoveLoginResponse\"\x89\x01\n" +
 	"\x0fAgentCredential\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\baccounts\x18\x02 \x03(\tR\baccounts\x12&\n" +
-	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\"q\n" +
+	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\x12\x1e\n" +
+	"\n" +
+	"unreadable\x18\x04 \x01(\tR\n" +
+	"unreadable\"q\n" +
 	"\x1cCreateAgentCredentialRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\baccounts\x18\x02 \x03(\tR\baccounts\x12!\n" +
@@ -2248,7 +2833,35 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"2\n" +
 	"\x1cRemoveAgentCredentialRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x1f\n" +
-	"\x1dRemoveAgentCredentialResponse2\xf4\v\n" +
+	"\x1dRemoveAgentCredentialResponse\"6\n" +
+	"\x18CreateConsoleLinkRequest\x12\x1a\n" +
+	"\boperator\x18\x01 \x01(\tR\boperator\"U\n" +
+	"\x19CreateConsoleLinkResponse\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12&\n" +
+	"\x0fexpires_unix_ms\x18\x02 \x01(\x03R\rexpiresUnixMs\"\x0f\n" +
+	"\rBackupRequest\"e\n" +
+	"\x0eBackupResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12?\n" +
+	"\asummary\x18\x02 \x01(\v2%.clodex.controlplane.v1.BackupSummaryR\asummary\"\xde\x01\n" +
+	"\rBackupSummary\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x01 \x01(\x03R\rcreatedUnixMs\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
+	"\areplica\x18\x03 \x01(\tR\areplica\x12\x1a\n" +
+	"\bpolicies\x18\x04 \x01(\x05R\bpolicies\x12\x16\n" +
+	"\x06logins\x18\x05 \x01(\x05R\x06logins\x12+\n" +
+	"\x11agent_credentials\x18\x06 \x01(\x05R\x10agentCredentials\x12\x16\n" +
+	"\x06sealed\x18\a \x01(\bR\x06sealed\":\n" +
+	"\x0eRestoreRequest\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"?\n" +
+	"\rRestoreCounts\x12\x1a\n" +
+	"\brestored\x18\x01 \x01(\x05R\brestored\x12\x12\n" +
+	"\x04kept\x18\x02 \x01(\x05R\x04kept\"\x8f\x02\n" +
+	"\x0fRestoreResponse\x12A\n" +
+	"\bpolicies\x18\x01 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\bpolicies\x12=\n" +
+	"\x06logins\x18\x02 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\x06logins\x12R\n" +
+	"\x11agent_credentials\x18\x03 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\x10agentCredentials\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs2\xa7\x0e\n" +
 	"\fAdminService\x12Z\n" +
 	"\aSetRate\x12&.clodex.controlplane.v1.SetRateRequest\x1a'.clodex.controlplane.v1.SetRateResponse\x12`\n" +
 	"\tSetBudget\x12(.clodex.controlplane.v1.SetBudgetRequest\x1a).clodex.controlplane.v1.SetBudgetResponse\x12c\n" +
@@ -2267,7 +2880,10 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\vRemoveLogin\x12*.clodex.controlplane.v1.RemoveLoginRequest\x1a+.clodex.controlplane.v1.RemoveLoginResponse\x12\x84\x01\n" +
 	"\x15CreateAgentCredential\x124.clodex.controlplane.v1.CreateAgentCredentialRequest\x1a5.clodex.controlplane.v1.CreateAgentCredentialResponse\x12\x81\x01\n" +
 	"\x14ListAgentCredentials\x123.clodex.controlplane.v1.ListAgentCredentialsRequest\x1a4.clodex.controlplane.v1.ListAgentCredentialsResponse\x12\x84\x01\n" +
-	"\x15RemoveAgentCredential\x124.clodex.controlplane.v1.RemoveAgentCredentialRequest\x1a5.clodex.controlplane.v1.RemoveAgentCredentialResponseBMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
+	"\x15RemoveAgentCredential\x124.clodex.controlplane.v1.RemoveAgentCredentialRequest\x1a5.clodex.controlplane.v1.RemoveAgentCredentialResponse\x12x\n" +
+	"\x11CreateConsoleLink\x120.clodex.controlplane.v1.CreateConsoleLinkRequest\x1a1.clodex.controlplane.v1.CreateConsoleLinkResponse\x12Y\n" +
+	"\x06Backup\x12%.clodex.controlplane.v1.BackupRequest\x1a&.clodex.controlplane.v1.BackupResponse0\x01\x12\\\n" +
+	"\aRestore\x12&.clodex.controlplane.v1.RestoreRequest\x1a'.clodex.controlplane.v1.RestoreResponse(\x01BMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
 
 var (
 	file_clodex_controlplane_v1_admin_proto_rawDescOnce sync.Once
@@ -2281,7 +2897,7 @@ func file_clodex_controlplane_v1_admin_proto_rawDescGZIP() []byte {
 	return file_clodex_controlplane_v1_admin_proto_rawDescData
 }
 
-var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*Account)(nil),                       // 0: clodex.controlplane.v1.Account
 	(*SetRateRequest)(nil),                // 1: clodex.controlplane.v1.SetRateRequest
@@ -2317,7 +2933,15 @@ var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*ListAgentCredentialsResponse)(nil),  // 31: clodex.controlplane.v1.ListAgentCredentialsResponse
 	(*RemoveAgentCredentialRequest)(nil),  // 32: clodex.controlplane.v1.RemoveAgentCredentialRequest
 	(*RemoveAgentCredentialResponse)(nil), // 33: clodex.controlplane.v1.RemoveAgentCredentialResponse
-	(*QuotaWindow)(nil),                   // 34: clodex.controlplane.v1.QuotaWindow
+	(*CreateConsoleLinkRequest)(nil),      // 34: clodex.controlplane.v1.CreateConsoleLinkRequest
+	(*CreateConsoleLinkResponse)(nil),     // 35: clodex.controlplane.v1.CreateConsoleLinkResponse
+	(*BackupRequest)(nil),                 // 36: clodex.controlplane.v1.BackupRequest
+	(*BackupResponse)(nil),                // 37: clodex.controlplane.v1.BackupResponse
+	(*BackupSummary)(nil),                 // 38: clodex.controlplane.v1.BackupSummary
+	(*RestoreRequest)(nil),                // 39: clodex.controlplane.v1.RestoreRequest
+	(*RestoreCounts)(nil),                 // 40: clodex.controlplane.v1.RestoreCounts
+	(*RestoreResponse)(nil),               // 41: clodex.controlplane.v1.RestoreResponse
+	(*QuotaWindow)(nil),                   // 42: clodex.controlplane.v1.QuotaWindow
 }
 var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: clodex.controlplane.v1.SetRateResponse.account:type_name -> clodex.controlplane.v1.Account
@@ -2329,45 +2953,55 @@ var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	12, // 6: clodex.controlplane.v1.ListAgentsResponse.agents:type_name -> clodex.controlplane.v1.Agent
 	0,  // 7: clodex.controlplane.v1.SetAdaptiveResponse.account:type_name -> clodex.controlplane.v1.Account
 	17, // 8: clodex.controlplane.v1.ListQuotasResponse.quotas:type_name -> clodex.controlplane.v1.AccountQuota
-	34, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
+	42, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
 	20, // 10: clodex.controlplane.v1.ImportLoginResponse.login:type_name -> clodex.controlplane.v1.Login
 	20, // 11: clodex.controlplane.v1.ListLoginsResponse.logins:type_name -> clodex.controlplane.v1.Login
 	20, // 12: clodex.controlplane.v1.GetLoginResponse.login:type_name -> clodex.controlplane.v1.Login
 	27, // 13: clodex.controlplane.v1.CreateAgentCredentialResponse.credential:type_name -> clodex.controlplane.v1.AgentCredential
 	27, // 14: clodex.controlplane.v1.ListAgentCredentialsResponse.credentials:type_name -> clodex.controlplane.v1.AgentCredential
-	1,  // 15: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
-	3,  // 16: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
-	5,  // 17: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
-	8,  // 18: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
-	10, // 19: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
-	13, // 20: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
-	15, // 21: clodex.controlplane.v1.AdminService.ListQuotas:input_type -> clodex.controlplane.v1.ListQuotasRequest
-	18, // 22: clodex.controlplane.v1.AdminService.ImportLogin:input_type -> clodex.controlplane.v1.ImportLoginRequest
-	21, // 23: clodex.controlplane.v1.AdminService.ListLogins:input_type -> clodex.controlplane.v1.ListLoginsRequest
-	23, // 24: clodex.controlplane.v1.AdminService.GetLogin:input_type -> clodex.controlplane.v1.GetLoginRequest
-	25, // 25: clodex.controlplane.v1.AdminService.RemoveLogin:input_type -> clodex.controlplane.v1.RemoveLoginRequest
-	28, // 26: clodex.controlplane.v1.AdminService.CreateAgentCredential:input_type -> clodex.controlplane.v1.CreateAgentCredentialRequest
-	30, // 27: clodex.controlplane.v1.AdminService.ListAgentCredentials:input_type -> clodex.controlplane.v1.ListAgentCredentialsRequest
-	32, // 28: clodex.controlplane.v1.AdminService.RemoveAgentCredential:input_type -> clodex.controlplane.v1.RemoveAgentCredentialRequest
-	2,  // 29: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
-	4,  // 30: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
-	6,  // 31: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
-	9,  // 32: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
-	11, // 33: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
-	14, // 34: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
-	16, // 35: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
-	19, // 36: clodex.controlplane.v1.AdminService.ImportLogin:output_type -> clodex.controlplane.v1.ImportLoginResponse
-	22, // 37: clodex.controlplane.v1.AdminService.ListLogins:output_type -> clodex.controlplane.v1.ListLoginsResponse
-	24, // 38: clodex.controlplane.v1.AdminService.GetLogin:output_type -> clodex.controlplane.v1.GetLoginResponse
-	26, // 39: clodex.controlplane.v1.AdminService.RemoveLogin:output_type -> clodex.controlplane.v1.RemoveLoginResponse
-	29, // 40: clodex.controlplane.v1.AdminService.CreateAgentCredential:output_type -> clodex.controlplane.v1.CreateAgentCredentialResponse
-	31, // 41: clodex.controlplane.v1.AdminService.ListAgentCredentials:output_type -> clodex.controlplane.v1.ListAgentCredentialsResponse
-	33, // 42: clodex.controlplane.v1.AdminService.RemoveAgentCredential:output_type -> clodex.controlplane.v1.RemoveAgentCredentialResponse
-	29, // [29:43] is the sub-list for method output_type
-	15, // [15:29] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	38, // 15: clodex.controlplane.v1.BackupResponse.summary:type_name -> clodex.controlplane.v1.BackupSummary
+	40, // 16: clodex.controlplane.v1.RestoreResponse.policies:type_name -> clodex.controlplane.v1.RestoreCounts
+	40, // 17: clodex.controlplane.v1.RestoreResponse.logins:type_name -> clodex.controlplane.v1.RestoreCounts
+	40, // 18: clodex.controlplane.v1.RestoreResponse.agent_credentials:type_name -> clodex.controlplane.v1.RestoreCounts
+	1,  // 19: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
+	3,  // 20: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
+	5,  // 21: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
+	8,  // 22: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
+	10, // 23: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
+	13, // 24: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
+	15, // 25: clodex.controlplane.v1.AdminService.ListQuotas:input_type -> clodex.controlplane.v1.ListQuotasRequest
+	18, // 26: clodex.controlplane.v1.AdminService.ImportLogin:input_type -> clodex.controlplane.v1.ImportLoginRequest
+	21, // 27: clodex.controlplane.v1.AdminService.ListLogins:input_type -> clodex.controlplane.v1.ListLoginsRequest
+	23, // 28: clodex.controlplane.v1.AdminService.GetLogin:input_type -> clodex.controlplane.v1.GetLoginRequest
+	25, // 29: clodex.controlplane.v1.AdminService.RemoveLogin:input_type -> clodex.controlplane.v1.RemoveLoginRequest
+	28, // 30: clodex.controlplane.v1.AdminService.CreateAgentCredential:input_type -> clodex.controlplane.v1.CreateAgentCredentialRequest
+	30, // 31: clodex.controlplane.v1.AdminService.ListAgentCredentials:input_type -> clodex.controlplane.v1.ListAgentCredentialsRequest
+	32, // 32: clodex.controlplane.v1.AdminService.RemoveAgentCredential:input_type -> clodex.controlplane.v1.RemoveAgentCredentialRequest
+	34, // 33: clodex.controlplane.v1.AdminService.CreateConsoleLink:input_type -> clodex.controlplane.v1.CreateConsoleLinkRequest
+	36, // 34: clodex.controlplane.v1.AdminService.Backup:input_type -> clodex.controlplane.v1.BackupRequest
+	39, // 35: clodex.controlplane.v1.AdminService.Restore:input_type -> clodex.controlplane.v1.RestoreRequest
+	2,  // 36: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
+	4,  // 37: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
+	6,  // 38: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
+	9,  // 39: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
+	11, // 40: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
+	14, // 41: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
+	16, // 42: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
+	19, // 43: clodex.controlplane.v1.AdminService.ImportLogin:output_type -> clodex.controlplane.v1.ImportLoginResponse
+	22, // 44: clodex.controlplane.v1.AdminService.ListLogins:output_type -> clodex.controlplane.v1.ListLoginsResponse
+	24, // 45: clodex.controlplane.v1.AdminService.GetLogin:output_type -> clodex.controlplane.v1.GetLoginResponse
+	26, // 46: clodex.controlplane.v1.AdminService.RemoveLogin:output_type -> clodex.controlplane.v1.RemoveLoginResponse
+	29, // 47: clodex.controlplane.v1.AdminService.CreateAgentCredential:output_type -> clodex.controlplane.v1.CreateAgentCredentialResponse
+	31, // 48: clodex.controlplane.v1.AdminService.ListAgentCredentials:output_type -> clodex.controlplane.v1.ListAgentCredentialsResponse
+	33, // 49: clodex.controlplane.v1.AdminService.RemoveAgentCredential:output_type -> clodex.controlplane.v1.RemoveAgentCredentialResponse
+	35, // 50: clodex.controlplane.v1.AdminService.CreateConsoleLink:output_type -> clodex.controlplane.v1.CreateConsoleLinkResponse
+	37, // 51: clodex.controlplane.v1.AdminService.Backup:output_type -> clodex.controlplane.v1.BackupResponse
+	41, // 52: clodex.controlplane.v1.AdminService.Restore:output_type -> clodex.controlplane.v1.RestoreResponse
+	36, // [36:53] is the sub-list for method output_type
+	19, // [19:36] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_clodex_controlplane_v1_admin_proto_init() }
@@ -2384,7 +3018,7 @@ func file_clodex_controlplane_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_admin_proto_rawDesc), len(file_clodex_controlplane_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,9 @@ const (
 	AdminService_CreateAgentCredential_FullMethodName = "/clodex.controlplane.v1.AdminService/CreateAgentCredential"
 	AdminService_ListAgentCredentials_FullMethodName  = "/clodex.controlplane.v1.AdminService/ListAgentCredentials"
 	AdminService_RemoveAgentCredential_FullMethodName = "/clodex.controlplane.v1.AdminService/RemoveAgentCredential"
+	AdminService_CreateConsoleLink_FullMethodName     = "/clodex.controlplane.v1.AdminService/CreateConsoleLink"
+	AdminService_Backup_FullMethodName                = "/clodex.controlplane.v1.AdminService/Backup"
+	AdminService_Restore_FullMethodName               = "/clodex.controlplane.v1.AdminService/Restore"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -104,6 +107,26 @@ type AdminServiceClient interface {
 	// RemoveAgentCredential revokes one scoped agent credential by name;
 	// NotFound when there is none.
 	RemoveAgentCredential(ctx context.Context, in *RemoveAgentCredentialRequest, opts ...grpc.CallOption) (*RemoveAgentCredentialResponse, error)
+	// CreateConsoleLink issues a one-time sign-in link to the web console
+	// of the answering replica's admin listener (/console/), valid for 60 s
+	// and for one use: following it sets the browser's session cookie. The
+	// admin token itself never travels in a URL. FailedPrecondition when
+	// the replica serves no console (no --admin-listen); ResourceExhausted
+	// when too many links are waiting to be used.
+	CreateConsoleLink(ctx context.Context, in *CreateConsoleLinkRequest, opts ...grpc.CallOption) (*CreateConsoleLinkResponse, error)
+	// Backup returns the store's durable state (policies with their budgets
+	// and adaptive settings, sign-ins, scoped agent credentials, removals)
+	// as one backup file, sealed with the credential key when the control
+	// plane has one, in chunks of at most 64 KiB; the first chunk carries a
+	// summary. clodexctl backup --out FILE writes it.
+	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupResponse], error)
+	// Restore puts a backup file (what Backup returned, or a file from a
+	// replica's --backup-dir) back into the store, in chunks of at most
+	// 16 KiB, 64 MiB in all. A record the store holds in a newer version
+	// is kept unless force is set in the first chunk; a forced record is
+	// written as a new change. InvalidArgument for a file that is not a
+	// backup or does not open with this control plane's credential key.
+	Restore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RestoreRequest, RestoreResponse], error)
 }
 
 type adminServiceClient struct {
@@ -254,6 +277,48 @@ func (c *adminServiceClient) RemoveAgentCredential(ctx context.Context, in *Remo
 	return out, nil
 }
 
+func (c *adminServiceClient) CreateConsoleLink(ctx context.Context, in *CreateConsoleLinkRequest, opts ...grpc.CallOption) (*CreateConsoleLinkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateConsoleLinkResponse)
+	err := c.cc.Invoke(ctx, AdminService_CreateConsoleLink_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AdminService_ServiceDesc.Streams[0], AdminService_Backup_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupRequest, BackupResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_BackupClient = grpc.ServerStreamingClient[BackupResponse]
+
+func (c *adminServiceClient) Restore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RestoreRequest, RestoreResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AdminService_ServiceDesc.Streams[1], AdminService_Restore_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RestoreRequest, RestoreResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_RestoreClient = grpc.ClientStreamingClient[RestoreRequest, RestoreResponse]
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -323,6 +388,26 @@ type AdminServiceServer interface {
 	// RemoveAgentCredential revokes one scoped agent credential by name;
 	// NotFound when there is none.
 	RemoveAgentCredential(context.Context, *RemoveAgentCredentialRequest) (*RemoveAgentCredentialResponse, error)
+	// CreateConsoleLink issues a one-time sign-in link to the web console
+	// of the answering replica's admin listener (/console/), valid for 60 s
+	// and for one use: following it sets the browser's session cookie. The
+	// admin token itself never travels in a URL. FailedPrecondition when
+	// the replica serves no console (no --admin-listen); ResourceExhausted
+	// when too many links are waiting to be used.
+	CreateConsoleLink(context.Context, *CreateConsoleLinkRequest) (*CreateConsoleLinkResponse, error)
+	// Backup returns the store's durable state (policies with their budgets
+	// and adaptive settings, sign-ins, scoped agent credentials, removals)
+	// as one backup file, sealed with the credential key when the control
+	// plane has one, in chunks of at most 64 KiB; the first chunk carries a
+	// summary. clodexctl backup --out FILE writes it.
+	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error
+	// Restore puts a backup file (what Backup returned, or a file from a
+	// replica's --backup-dir) back into the store, in chunks of at most
+	// 16 KiB, 64 MiB in all. A record the store holds in a newer version
+	// is kept unless force is set in the first chunk; a forced record is
+	// written as a new change. InvalidArgument for a file that is not a
+	// backup or does not open with this control plane's credential key.
+	Restore(grpc.ClientStreamingServer[RestoreRequest, RestoreResponse]) error
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -374,6 +459,15 @@ func (UnimplementedAdminServiceServer) ListAgentCredentials(context.Context, *Li
 }
 func (UnimplementedAdminServiceServer) RemoveAgentCredential(context.Context, *RemoveAgentCredentialRequest) (*RemoveAgentCredentialResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveAgentCredential not implemented")
+}
+func (UnimplementedAdminServiceServer) CreateConsoleLink(context.Context, *CreateConsoleLinkRequest) (*CreateConsoleLinkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateConsoleLink not implemented")
+}
+func (UnimplementedAdminServiceServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error {
+	return status.Error(codes.Unimplemented, "method Backup not implemented")
+}
+func (UnimplementedAdminServiceServer) Restore(grpc.ClientStreamingServer[RestoreRequest, RestoreResponse]) error {
+	return status.Error(codes.Unimplemented, "method Restore not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -648,6 +742,42 @@ func _AdminService_RemoveAgentCredential_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_CreateConsoleLink_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateConsoleLinkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).CreateConsoleLink(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_CreateConsoleLink_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).CreateConsoleLink(ctx, req.(*CreateConsoleLinkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServiceServer).Backup(m, &grpc.GenericServerStream[BackupRequest, BackupResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_BackupServer = grpc.ServerStreamingServer[BackupResponse]
+
+func _AdminService_Restore_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AdminServiceServer).Restore(&grpc.GenericServerStream[RestoreRequest, RestoreResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_RestoreServer = grpc.ClientStreamingServer[RestoreRequest, RestoreResponse]
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -711,7 +841,22 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "RemoveAgentCredential",
 			Handler:    _AdminService_RemoveAgentCredential_Handler,
 		},
+		{
+			MethodName: "CreateConsoleLink",
+			Handler:    _AdminService_CreateConsoleLink_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Backup",
+			Handler:       _AdminService_Backup_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Restore",
+			Handler:       _AdminService_Restore_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "clodex/controlplane/v1/admin.proto",
 }

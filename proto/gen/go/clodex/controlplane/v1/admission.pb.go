@@ -364,8 +364,8 @@ type ReportGrantsRequest struct {
 	ReportId string `protobuf:"bytes,1,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
 	// agent_id optionally names the reporting data plane (for logs).
 	AgentId string `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	// grants lists the accounts with local grants; at most 1000, each
-	// account at most once.
+	// grants lists the accounts with local grants; at most 200, each
+	// account at most once (a longer tally goes in several reports).
 	Grants        []*LocalGrants `protobuf:"bytes,3,rep,name=grants,proto3" json:"grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -108,6 +108,59 @@ func (CapabilityVersion) EnumDescriptor() ([]byte, []int) {
 	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{0}
 }
 
+// AgentRefusal names why the control plane refuses an agent's credential:
+// the reason of the google.rpc.ErrorInfo (domain "clodex.controlplane.v1")
+// in the Unauthenticated status that ends its stream, so the data plane
+// can tell its users what happened. A refusal without one is a token the
+// control plane does not know.
+type AgentRefusal int32
+
+const (
+	AgentRefusal_AGENT_REFUSAL_UNSPECIFIED AgentRefusal = 0
+	// AGENT_REFUSAL_REVOKED: an operator removed the scoped agent credential
+	// (clodexctl agent remove); ErrorInfo.metadata["credential"] names it.
+	AgentRefusal_AGENT_REFUSAL_REVOKED AgentRefusal = 1
+)
+
+// Enum value maps for AgentRefusal.
+var (
+	AgentRefusal_name = map[int32]string{
+		0: "AGENT_REFUSAL_UNSPECIFIED",
+		1: "AGENT_REFUSAL_REVOKED",
+	}
+	AgentRefusal_value = map[string]int32{
+		"AGENT_REFUSAL_UNSPECIFIED": 0,
+		"AGENT_REFUSAL_REVOKED":     1,
+	}
+)
+
+func (x AgentRefusal) Enum() *AgentRefusal {
+	p := new(AgentRefusal)
+	*p = x
+	return p
+}
+
+func (x AgentRefusal) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AgentRefusal) Descriptor() protoreflect.EnumDescriptor {
+	return file_clodex_controlplane_v1_agent_proto_enumTypes[1].Descriptor()
+}
+
+func (AgentRefusal) Type() protoreflect.EnumType {
+	return &file_clodex_controlplane_v1_agent_proto_enumTypes[1]
+}
+
+func (x AgentRefusal) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AgentRefusal.Descriptor instead.
+func (AgentRefusal) EnumDescriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
 // ConnectRequest is one message from a data plane.
 type ConnectRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -999,7 +1052,10 @@ const file_clodex_controlplane_v1_agent_proto_rawDesc = "" +
 	"\x19CAPABILITY_VERSION_AGENTS\x10\x02\x12\x1f\n" +
 	"\x1bCAPABILITY_VERSION_HANDOVER\x10\x03\x12\x1d\n" +
 	"\x19CAPABILITY_VERSION_LIMITS\x10\x04\x12\x1d\n" +
-	"\x19CAPABILITY_VERSION_BROKER\x10\x052n\n" +
+	"\x19CAPABILITY_VERSION_BROKER\x10\x05*H\n" +
+	"\fAgentRefusal\x12\x1d\n" +
+	"\x19AGENT_REFUSAL_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15AGENT_REFUSAL_REVOKED\x10\x012n\n" +
 	"\fAgentService\x12^\n" +
 	"\aConnect\x12&.clodex.controlplane.v1.ConnectRequest\x1a'.clodex.controlplane.v1.ConnectResponse(\x010\x01BMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
 
@@ -1015,32 +1071,33 @@ func file_clodex_controlplane_v1_agent_proto_rawDescGZIP() []byte {
 	return file_clodex_controlplane_v1_agent_proto_rawDescData
 }
 
-var file_clodex_controlplane_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_clodex_controlplane_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_clodex_controlplane_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_clodex_controlplane_v1_agent_proto_goTypes = []any{
 	(CapabilityVersion)(0),  // 0: clodex.controlplane.v1.CapabilityVersion
-	(*ConnectRequest)(nil),  // 1: clodex.controlplane.v1.ConnectRequest
-	(*AgentHello)(nil),      // 2: clodex.controlplane.v1.AgentHello
-	(*AgentHeartbeat)(nil),  // 3: clodex.controlplane.v1.AgentHeartbeat
-	(*Upstream403)(nil),     // 4: clodex.controlplane.v1.Upstream403
-	(*RateLimits)(nil),      // 5: clodex.controlplane.v1.RateLimits
-	(*QuotaWindow)(nil),     // 6: clodex.controlplane.v1.QuotaWindow
-	(*AgentGoodbye)(nil),    // 7: clodex.controlplane.v1.AgentGoodbye
-	(*ConnectResponse)(nil), // 8: clodex.controlplane.v1.ConnectResponse
-	(*PolicyPush)(nil),      // 9: clodex.controlplane.v1.PolicyPush
-	(*AgentClose)(nil),      // 10: clodex.controlplane.v1.AgentClose
+	(AgentRefusal)(0),       // 1: clodex.controlplane.v1.AgentRefusal
+	(*ConnectRequest)(nil),  // 2: clodex.controlplane.v1.ConnectRequest
+	(*AgentHello)(nil),      // 3: clodex.controlplane.v1.AgentHello
+	(*AgentHeartbeat)(nil),  // 4: clodex.controlplane.v1.AgentHeartbeat
+	(*Upstream403)(nil),     // 5: clodex.controlplane.v1.Upstream403
+	(*RateLimits)(nil),      // 6: clodex.controlplane.v1.RateLimits
+	(*QuotaWindow)(nil),     // 7: clodex.controlplane.v1.QuotaWindow
+	(*AgentGoodbye)(nil),    // 8: clodex.controlplane.v1.AgentGoodbye
+	(*ConnectResponse)(nil), // 9: clodex.controlplane.v1.ConnectResponse
+	(*PolicyPush)(nil),      // 10: clodex.controlplane.v1.PolicyPush
+	(*AgentClose)(nil),      // 11: clodex.controlplane.v1.AgentClose
 }
 var file_clodex_controlplane_v1_agent_proto_depIdxs = []int32{
-	2,  // 0: clodex.controlplane.v1.ConnectRequest.hello:type_name -> clodex.controlplane.v1.AgentHello
-	3,  // 1: clodex.controlplane.v1.ConnectRequest.heartbeat:type_name -> clodex.controlplane.v1.AgentHeartbeat
-	4,  // 2: clodex.controlplane.v1.ConnectRequest.upstream_403:type_name -> clodex.controlplane.v1.Upstream403
-	7,  // 3: clodex.controlplane.v1.ConnectRequest.goodbye:type_name -> clodex.controlplane.v1.AgentGoodbye
-	5,  // 4: clodex.controlplane.v1.ConnectRequest.rate_limits:type_name -> clodex.controlplane.v1.RateLimits
-	6,  // 5: clodex.controlplane.v1.RateLimits.windows:type_name -> clodex.controlplane.v1.QuotaWindow
-	9,  // 6: clodex.controlplane.v1.ConnectResponse.policy:type_name -> clodex.controlplane.v1.PolicyPush
-	10, // 7: clodex.controlplane.v1.ConnectResponse.close:type_name -> clodex.controlplane.v1.AgentClose
-	1,  // 8: clodex.controlplane.v1.AgentService.Connect:input_type -> clodex.controlplane.v1.ConnectRequest
-	8,  // 9: clodex.controlplane.v1.AgentService.Connect:output_type -> clodex.controlplane.v1.ConnectResponse
+	3,  // 0: clodex.controlplane.v1.ConnectRequest.hello:type_name -> clodex.controlplane.v1.AgentHello
+	4,  // 1: clodex.controlplane.v1.ConnectRequest.heartbeat:type_name -> clodex.controlplane.v1.AgentHeartbeat
+	5,  // 2: clodex.controlplane.v1.ConnectRequest.upstream_403:type_name -> clodex.controlplane.v1.Upstream403
+	8,  // 3: clodex.controlplane.v1.ConnectRequest.goodbye:type_name -> clodex.controlplane.v1.AgentGoodbye
+	6,  // 4: clodex.controlplane.v1.ConnectRequest.rate_limits:type_name -> clodex.controlplane.v1.RateLimits
+	7,  // 5: clodex.controlplane.v1.RateLimits.windows:type_name -> clodex.controlplane.v1.QuotaWindow
+	10, // 6: clodex.controlplane.v1.ConnectResponse.policy:type_name -> clodex.controlplane.v1.PolicyPush
+	11, // 7: clodex.controlplane.v1.ConnectResponse.close:type_name -> clodex.controlplane.v1.AgentClose
+	2,  // 8: clodex.controlplane.v1.AgentService.Connect:input_type -> clodex.controlplane.v1.ConnectRequest
+	9,  // 9: clodex.controlplane.v1.AgentService.Connect:output_type -> clodex.controlplane.v1.ConnectResponse
 	9,  // [9:10] is the sub-list for method output_type
 	8,  // [8:9] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
@@ -1069,7 +1126,7 @@ func file_clodex_controlplane_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_agent_proto_rawDesc), len(file_clodex_controlplane_v1_agent_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
