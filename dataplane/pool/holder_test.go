@@ -38,25 +38,3 @@ func TestHolderAndForget(t *testing.T) {
 		t.Fatalf("evictions %q = %d; want 1", EvictMoved, got)
 	}
 }
-
-// A conversation whose response failed keeps its account: its kept socket
-// (no conversation to match) is the holder when no head matches.
-func TestHolderOfAKeptSocket(t *testing.T) {
-	e := newEnv(t, nil)
-	onB := part("sess-kept-holder")
-	onB.Account = "acct-b"
-	in := items(user("hello"))
-	l, err := e.pool.Acquire(t.Context(), onB, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.send(l, in)
-	l.Release() // its response failed on a healthy socket
-	accounts := []string{"acct-a", "acct-b"}
-	if got, ok := e.pool.Holder(part("sess-kept-holder"), in, accounts); !ok || got != "acct-b" {
-		t.Fatalf("Holder = %q, %v; want acct-b, true: the kept socket's account", got, ok)
-	}
-	if _, ok := e.pool.Holder(part("sess-other"), in, accounts); ok {
-		t.Fatal("Holder found a kept socket of another prompt cache key")
-	}
-}

@@ -84,33 +84,17 @@ func (p *Pool) countSocketFailedLocked(h *head) {
 	p.metrics.failedAttemptSockets.WithLabelValues(reason).Inc()
 }
 
-// usable reports whether h is an idle socket kept after a failed response,
-// younger than rotateAge, that a request may take.
-func (h *head) usable(now time.Time, rotateAge time.Duration) bool {
-	return h.kept && !h.busy && !h.dead && h.responseID == "" && h.conn != nil && now.Sub(h.created) < rotateAge
-}
-
-// hasKept reports whether pt (nil: none) holds a usable kept socket. The
-// caller holds Pool.mu.
-func hasKept(pt *partition, now time.Time, rotateAge time.Duration) bool {
-	if pt == nil {
-		return false
-	}
-	for _, h := range pt.heads {
-		if h.usable(now, rotateAge) {
-			return true
-		}
-	}
-	return false
-}
-
-// keptLocked claims a usable kept socket of pt, or returns nil.
+// keptLocked claims an idle socket of pt kept after a failed response and
+// younger than RotateAge, or returns nil.
 func (p *Pool) keptLocked(pt *partition, now time.Time) *head {
 	if pt == nil {
 		return nil
 	}
 	for _, h := range pt.heads {
-		if h.usable(now, p.cfg.RotateAge) && p.claimLocked(h) {
+		if !h.kept || h.busy || h.dead || h.responseID != "" || h.conn == nil || now.Sub(h.created) >= p.cfg.RotateAge {
+			continue
+		}
+		if p.claimLocked(h) {
 			return h
 		}
 	}

@@ -494,10 +494,8 @@ const EvictMoved = "moved_account"
 
 // Holder returns the account, among accounts, of the idle head that items
 // continue in part's model, effort and prompt cache key (part.Account is
-// ignored): the account a continuing conversation lives on. With no such
-// head, the account whose partition holds an idle socket kept after a
-// failed response (kept.go), the conversation's own retry. It reports
-// false when neither is found (a new conversation, or one whose head
+// ignored): the account a continuing conversation lives on. It reports
+// false when no idle head matches (a new conversation, or one whose head
 // expired or is in flight). It takes nothing and dials nothing.
 func (p *Pool) Holder(part Partition, items [][]byte, accounts []string) (string, bool) {
 	if !part.keyed() || len(items) == 0 {
@@ -508,20 +506,12 @@ func (p *Pool) Holder(part Partition, items [][]byte, accounts []string) (string
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	best, found := match{}, ""
-	kept := ""
 	for _, a := range accounts {
 		part.Account = a
-		pt := p.parts[part]
-		m := p.bestMatchLocked(pt, full, items, nil, now)
+		m := p.bestMatchLocked(p.parts[part], full, items, nil, now)
 		if m.h != nil && (best.h == nil || m.matched > best.matched) {
 			best, found = m, a
 		}
-		if kept == "" && hasKept(pt, now, p.cfg.RotateAge) {
-			kept = a
-		}
-	}
-	if best.h == nil && kept != "" {
-		return kept, true
 	}
 	return found, best.h != nil
 }
