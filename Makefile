@@ -63,7 +63,7 @@ turnpath: ## the data-plane files and packages a new-socket turn and a held-sock
 mutation: ## mutation testing of the pacing core (slow; not part of `make test`)
 	$(TOOL) gremlins unleash --integration=false --workers 1 --threshold-efficacy 90 ./internal/pacing
 
-demo: build ## Jaeger, the control plane, two data planes and clodex-sim on loopback; a fan-out; a summary and one trace's URL
+demo: build ## the team set-up on loopback (Redis, two replicas with the broker, scoped agents, two data planes, clodex-sim), traced into Jaeger; a fan-out; a summary and one trace's URL
 	@jaeger=$$(./scripts/build-jaeger.sh) && $(GO) run ./scripts/demo --bin bin --jaeger "$$jaeger" $(ARGS)
 
 demo-test: build ## the demo's browser test: headless Chromium on the trace page (needs chromium and a built Jaeger UI in CLODEX_JAEGER_UI)

@@ -251,6 +251,12 @@ func TestClaudeCodeGivesUpOnPersistentFailure(t *testing.T) {
 	if n := st.sim.Stats().Errors["server_error"]; n != int64(claudeDefaultRetries)+2 {
 		t.Errorf("the emulator failed %d responses, want %d (2 for the first request, 1 for each retry)", n, claudeDefaultRetries+2)
 	}
+	// Each response failed on a healthy socket, which was kept: the 11
+	// requests cost the account one new socket, not one per attempt
+	// (docs/pool.md §7.1).
+	if n := st.sim.Stats().Upgrades; n != 1 {
+		t.Errorf("%d failed requests cost %d upgrades, want 1: a socket whose response failed is kept", len(reqs), n)
+	}
 	if took > giveUpBound {
 		t.Errorf("Claude Code gave up after %v, want within %v", took.Round(time.Second), giveUpBound)
 	}

@@ -20,6 +20,14 @@
 # (the Unix time, then the reason) and the tests of this run trust that record for ten minutes
 # instead of each probing the registry again; a reachable registry removes the record.
 #
+# Every wait has a deadline and says what it waits for. The lock: while another process holds it
+# (a test run installing, another run of this script), one line names the holder (its pid and what
+# it does, from <cache>/.install.lock.holder, which the Go tests write too) and the deadline,
+# CLODEX_INSTALL_LOCK_TIMEOUT seconds (default 1020: another process's install and its probe); past
+# it the script exits 1 saying who still holds the lock and what to do. Each npm install: at most
+# CLODEX_INSTALL_TIMEOUT seconds (default 900), announced as it starts; past it the script exits 1
+# naming the limit.
+#
 # Under CI=true (or CLODEX_REQUIRE_CLIENTS=1) the real clients and tmux are required: anything
 # missing that cannot be installed exits 1 with one line per problem saying what and how to fix it.
 # Otherwise an unreachable registry or a missing tmux is reported and the script exits 0 (the tests
@@ -33,8 +41,24 @@ NODE_LIBS="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/internal/clienttest/
 
 CACHE="${CLODEX_CLIENT_CACHE:-$HOME/.cache/clodex/clients}"
 MARKER="$CACHE/.registry-unreachable"
+LOCK="$CACHE/.install.lock"
+HOLDER="$LOCK.holder"
 
 log() { printf 'install-clients: %s\n' "$*" >&2; }
+
+# seconds NAME DEFAULT: the whole number of seconds in $NAME, else DEFAULT; exits 2 on a bad value.
+seconds() {
+	local v="${!1:-$2}"
+	case "$v" in
+	'' | *[!0-9]* | 0)
+		log "$1=$v is not a positive whole number of seconds; want e.g. $2"
+		exit 2
+		;;
+	esac
+	printf '%s' "$v"
+}
+LOCK_TIMEOUT="$(seconds CLODEX_INSTALL_LOCK_TIMEOUT 1020)"
+INSTALL_TIMEOUT="$(seconds CLODEX_INSTALL_TIMEOUT 900)"
 
 # required: the environment requires the real clients (CI, or CLODEX_REQUIRE_CLIENTS=1).
 REQUIRED=""
@@ -153,14 +177,22 @@ install_one() {
 	tmp="$(mktemp -d "$CACHE/.tmp-$name-$version.XXXXXX")"
 	CLEANUP="$tmp"
 	start=$SECONDS
-	log "installing $pkg@$version into $dir"
+	log "installing $pkg@$version into $dir: up to $INSTALL_TIMEOUT s, usually a minute or two"
+	local rc=0
 	(
 		cd "$tmp"
 		# What `npm init -y` writes, minus the name it would derive from the folder
 		# (a dot-folder name is not a valid package name).
 		printf '{"name":"clodex-client-cache","version":"1.0.0","private":true}\n' >package.json
-		npm install --no-audit --no-fund --loglevel=error "$pkg@$version" </dev/null
-	)
+		timeout "$INSTALL_TIMEOUT" npm install --no-audit --no-fund --loglevel=error "$pkg@$version" </dev/null
+	) || rc=$?
+	if [ "$rc" -eq 124 ]; then
+		log "npm install $pkg@$version gave no result within $INSTALL_TIMEOUT s (CLODEX_INSTALL_TIMEOUT); fix: check the registry (npm config get registry) and the network, then rerun scripts/install-clients.sh"
+		exit 1
+	elif [ "$rc" -ne 0 ]; then
+		log "npm install $pkg@$version failed (exit $rc); its output is above"
+		exit 1
+	fi
 	if ! verify "$tmp/node_modules/.bin/$binname" "$version"; then
 		log "$pkg@$version installed but its --version check failed"
 		exit 1
@@ -207,9 +239,17 @@ install_libs() {
 	tmp="$(mktemp -d "$CACHE/.tmp-node-libs-$hash.XXXXXX")"
 	CLEANUP="$tmp"
 	start=$SECONDS
-	log "installing the client libraries into $dir"
+	log "installing the client libraries into $dir: up to $INSTALL_TIMEOUT s, usually a minute or two"
 	cp "$NODE_LIBS/package.json" "$NODE_LIBS/package-lock.json" "$tmp/"
-	(cd "$tmp" && npm ci --omit=optional --no-audit --no-fund --loglevel=error </dev/null)
+	local rc=0
+	(cd "$tmp" && timeout "$INSTALL_TIMEOUT" npm ci --omit=optional --no-audit --no-fund --loglevel=error </dev/null) || rc=$?
+	if [ "$rc" -eq 124 ]; then
+		log "npm ci of the client libraries gave no result within $INSTALL_TIMEOUT s (CLODEX_INSTALL_TIMEOUT); fix: check the registry (npm config get registry) and the network, then rerun scripts/install-clients.sh"
+		exit 1
+	elif [ "$rc" -ne 0 ]; then
+		log "npm ci of the client libraries failed (exit $rc); its output is above"
+		exit 1
+	fi
 	if ! verify_libs "$tmp"; then
 		log "the client libraries installed but their version check failed"
 		exit 1
@@ -241,10 +281,39 @@ install_tmux() {
 }
 
 CLEANUP=""
-trap 'if [ -n "$CLEANUP" ]; then rm -rf "$CLEANUP"; fi' EXIT
+HELD=""
+trap 'if [ -n "$CLEANUP" ]; then rm -rf "$CLEANUP"; fi; if [ -n "$HELD" ]; then rm -f "$HOLDER"; fi' EXIT
 
-exec 9>"$CACHE/.install.lock"
-flock 9
+# holder: who holds the lock, as its holder file says (pid, what, since; written by the Go tests too).
+holder() {
+	local pid what since
+	{ read -r pid && read -r what && read -r since; } <"$HOLDER" 2>/dev/null || true
+	case "$pid" in
+	'' | *[!0-9]*) printf 'another process (it left no holder file naming itself)' ;;
+	*)
+		if kill -0 "$pid" 2>/dev/null; then
+			printf 'pid %s (%s, since %s)' "$pid" "$what" "$(date -u -d "@${since:-0}" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo "?")"
+		else
+			printf 'another process (the holder file names pid %s, %s, which no longer runs)' "$pid" "$what"
+		fi
+		;;
+	esac
+}
+
+exec 9>"$LOCK"
+if ! flock -n 9; then
+	log "waiting up to $LOCK_TIMEOUT s for $LOCK, held by $(holder)"
+	waited=$SECONDS
+	if ! flock -w "$LOCK_TIMEOUT" 9; then
+		log "gave up after $LOCK_TIMEOUT s (CLODEX_INSTALL_LOCK_TIMEOUT) waiting for $LOCK, still held by $(holder); fix: let that process finish, or end it if it hung, then rerun scripts/install-clients.sh"
+		exit 1
+	fi
+	log "took $LOCK after $((SECONDS - waited)) s"
+fi
+HELD=1
+printf '%s\n%s\n%s\n' "$$" "install-clients.sh installing the pinned clients" "$(date +%s)" >"$HOLDER.tmp.$$"
+chmod 644 "$HOLDER.tmp.$$"
+mv -f "$HOLDER.tmp.$$" "$HOLDER"
 # Leftovers of an install that was killed half-way; safe to remove under the lock.
 rm -rf "$CACHE"/.tmp-*
 # This run starts afresh: the registry is probed again if anything is missing.
@@ -253,6 +322,8 @@ install_one claude-code @anthropic-ai/claude-code "$CLAUDE_CODE_VERSION" claude 
 install_one codex @openai/codex "$CODEX_VERSION" codex "Codex CLI"
 install_one opencode opencode-ai "$OPENCODE_VERSION" opencode "opencode"
 install_libs
+rm -f "$HOLDER"
+HELD=""
 exec 9>&-
 install_tmux
 exit "$FAILED"

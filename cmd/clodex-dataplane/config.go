@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/clodex/clodex/dataplane/accounts"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/upstream"
@@ -26,6 +28,7 @@ const (
 	envHome           = "HOME"
 	envAgentToken     = node.EnvAgentToken        // the fleet's agent token, when no file is given
 	envAgentTokenFile = "CLODEX_AGENT_TOKEN_FILE" // default of --agent-token-file
+	envUsageLimitHold = "CLODEX_USAGE_LIMIT_HOLD" // default of --usage-limit-hold
 )
 
 // osLookupEnv is the process environment; run hands it to loadConfig.
@@ -66,6 +69,15 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 	fs.StringVar(&c.ModelAliases, "model-aliases", "", "model aliases `pattern=model,...` tried before the defaults (pattern may end in *)")
 	fs.BoolVar(&c.ModelPassthrough, "model-passthrough", false, "send model names no alias matches to the backend unchanged (default: answer 400 listing the accepted names)")
 	failureRetries := fs.Int("failure-retries", retry.DefaultFailureRetries, "`retries` a turn spends inside the data plane on a failure the client retries itself (5xx, unreachable backend, 429) while the upstream is healthy; 0 leaves them all to the client")
+	c.UsageLimitHold = accounts.DefaultUsageLimitHold
+	fs.Func("usage-limit-hold", "`duration` an account at its usage limit takes no new conversation when the backend gives no reset time, "+accounts.UsageLimitHoldRange+" (default 5m, or "+envUsageLimitHold+")", func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("not a duration; want e.g. 5m or 90s, allowed %s", accounts.UsageLimitHoldRange)
+		}
+		c.UsageLimitHold = d
+		return nil
+	})
 	fs.StringVar(&c.ControlPlane, "control-plane", "", "join the fleet whose control plane listens at `host:port`: one address (a name may resolve to several replicas), a comma-separated list of replicas a:17700,b:17700, or dns:///host:port; RPCs are balanced over the replicas and fail over on error (default: run one embedded in-process)")
 	fs.StringVar(&c.AgentTokenFile, "agent-token-file", getenv(envAgentTokenFile), "`file` holding the fleet's agent token (or set "+envAgentToken+")")
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "verify the control plane with this CA PEM `file` (default plaintext)")
@@ -89,6 +101,19 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 		return c, nil
 	}
 	var errs []error
+	if v, ok := lookupEnv(envUsageLimitHold); ok && !flagSet(fs, "usage-limit-hold") {
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q is not a duration; want e.g. 5m or 90s, allowed %s", envUsageLimitHold, v, accounts.UsageLimitHoldRange))
+		} else if d < accounts.MinUsageLimitHold || d > accounts.MaxUsageLimitHold {
+			errs = append(errs, fmt.Errorf("%s=%s is out of range; allowed %s", envUsageLimitHold, v, accounts.UsageLimitHoldRange))
+		} else {
+			c.UsageLimitHold = d
+		}
+	}
+	if c.UsageLimitHold == 0 { // node.Config reads 0 as the default; Validate checks the rest
+		errs = append(errs, fmt.Errorf("--usage-limit-hold %v is out of range; allowed %s", c.UsageLimitHold, accounts.UsageLimitHoldRange))
+	}
 	switch n := *failureRetries; {
 	case n == 0:
 		c.FailureRetries = retry.NoFailureRetries
@@ -127,6 +152,13 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 		return nil, &usageError{msg: err.Error()}
 	}
 	return c, nil
+}
+
+// flagSet reports whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // defaultCodexAuth is $CODEX_HOME/auth.json, else $HOME/.codex/auth.json.

@@ -64,6 +64,14 @@ func TestBadFlags(t *testing.T) {
 			[]string{"--agent-token-file applies only with --control-plane"}},
 		{"negative failure retries", []string{"--failure-retries", "-1"}, nil, []string{"--failure-retries -1 is out of range; allowed: 0..10"}},
 		{"too many failure retries", []string{"--failure-retries", "11"}, nil, []string{"--failure-retries 11 is out of range; allowed: 0..10"}},
+		{"usage-limit hold too short", []string{"--usage-limit-hold", "5s"}, nil, []string{"--usage-limit-hold 5s is out of range; allowed 10s..24h"}},
+		{"usage-limit hold zero", []string{"--usage-limit-hold", "0s"}, nil, []string{"--usage-limit-hold 0s is out of range; allowed 10s..24h"}},
+		{"usage-limit hold too long", []string{"--usage-limit-hold", "25h"}, nil, []string{"--usage-limit-hold 25h0m0s is out of range; allowed 10s..24h"}},
+		{"usage-limit hold not a duration", []string{"--usage-limit-hold", "5"}, nil, []string{`invalid value "5" for flag -usage-limit-hold: not a duration; want e.g. 5m or 90s, allowed 10s..24h`}},
+		{"usage-limit hold from a bad environment", nil, map[string]string{"CLODEX_USAGE_LIMIT_HOLD": "soon"},
+			[]string{`CLODEX_USAGE_LIMIT_HOLD="soon" is not a duration; want e.g. 5m or 90s, allowed 10s..24h`}},
+		{"usage-limit hold from the environment out of range", nil, map[string]string{"CLODEX_USAGE_LIMIT_HOLD": "48h"},
+			[]string{"CLODEX_USAGE_LIMIT_HOLD=48h is out of range; allowed 10s..24h"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,6 +117,31 @@ func TestFailureRetriesFlag(t *testing.T) {
 	cfg, err := loadConfig([]string{"--model-passthrough"}, envMap(nil), io.Discard)
 	if err != nil || !cfg.ModelPassthrough {
 		t.Errorf("--model-passthrough: %v, ModelPassthrough %v; want it set", err, cfg != nil && cfg.ModelPassthrough)
+	}
+}
+
+// --usage-limit-hold (or CLODEX_USAGE_LIMIT_HOLD; the flag wins) is how
+// long an account at a usage limit with no reset time is held out; 5m by
+// default.
+func TestUsageLimitHoldFlag(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{nil, nil, 5 * time.Minute},
+		{[]string{"--usage-limit-hold", "90s"}, nil, 90 * time.Second},
+		{nil, map[string]string{"CLODEX_USAGE_LIMIT_HOLD": "20m"}, 20 * time.Minute},
+		{[]string{"--usage-limit-hold", "1h"}, map[string]string{"CLODEX_USAGE_LIMIT_HOLD": "20m"}, time.Hour},
+		{[]string{"--usage-limit-hold", "1h"}, map[string]string{"CLODEX_USAGE_LIMIT_HOLD": "garbage"}, time.Hour},
+	} {
+		cfg, err := loadConfig(tt.args, envMap(tt.env), io.Discard)
+		if err != nil {
+			t.Fatalf("loadConfig(%q, %v): %v", tt.args, tt.env, err)
+		}
+		if cfg.UsageLimitHold != tt.want {
+			t.Errorf("loadConfig(%q, %v).UsageLimitHold = %v, want %v", tt.args, tt.env, cfg.UsageLimitHold, tt.want)
+		}
 	}
 }
 

@@ -92,9 +92,15 @@ const (
 	// DownWait is how long an account whose sign-in needs a login takes no
 	// new conversation before it is tried again.
 	DownWait = time.Minute
-	// UnknownResetWait is how long an account at its usage limit takes no
-	// new conversation when the backend did not say when the limit resets.
-	UnknownResetWait = 5 * time.Minute
+	// DefaultUsageLimitHold is Config.UsageLimitHold's default: how long
+	// an account at its usage limit takes no new conversation when the
+	// backend did not say when the limit resets.
+	DefaultUsageLimitHold = 5 * time.Minute
+	// MinUsageLimitHold and MaxUsageLimitHold bound Config.UsageLimitHold.
+	MinUsageLimitHold = 10 * time.Second
+	MaxUsageLimitHold = 24 * time.Hour
+	// UsageLimitHoldRange is the range as errors name it.
+	UsageLimitHoldRange = "10s..24h"
 )
 
 // Config configures NewRouter. NewRouter copies it.
@@ -121,6 +127,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives clodex_dataplane_account_moves_total. (Optional)
 	Registerer prometheus.Registerer
+	// UsageLimitHold is how long an account at its usage limit takes no
+	// new conversation when the backend's usage-limit error gives no reset
+	// time (neither resets_at nor resets_in_seconds). (Optional; default
+	// DefaultUsageLimitHold, 5 minutes; MinUsageLimitHold..MaxUsageLimitHold)
+	UsageLimitHold time.Duration
 }
 
 // state is what the router knows of one account.
@@ -142,6 +153,7 @@ type Router struct {
 	now      func() time.Time
 	log      *slog.Logger
 	moves    prometheus.Counter
+	hold     time.Duration // Config.UsageLimitHold
 
 	mu    sync.Mutex // guards the following fields
 	state map[string]*state
@@ -153,7 +165,13 @@ func NewRouter(cfg Config) (*Router, error) {
 	if cfg.Source == nil {
 		return nil, errors.New("accounts router: field Source is required")
 	}
-	r := &Router{src: cfg.Source, report: cfg.Reporter, standing: cfg.Standing, now: cfg.Clock, log: cfg.Logger, state: map[string]*state{}}
+	r := &Router{src: cfg.Source, report: cfg.Reporter, standing: cfg.Standing, now: cfg.Clock, log: cfg.Logger, hold: cfg.UsageLimitHold, state: map[string]*state{}}
+	switch {
+	case r.hold == 0:
+		r.hold = DefaultUsageLimitHold
+	case r.hold < MinUsageLimitHold || r.hold > MaxUsageLimitHold:
+		return nil, fmt.Errorf("accounts router: UsageLimitHold %v is out of range; allowed %s", r.hold, UsageLimitHoldRange)
+	}
 	if len(cfg.Accounts) > 0 {
 		r.fixed = slices.Clone(cfg.Accounts)
 	}
@@ -338,7 +356,8 @@ func (r *Router) down(key string, d time.Duration) {
 // Observe reads one upstream frame of a socket of the account with key:
 // a codex.rate_limits event records the account's plan usage (and, at its
 // limit, marks it limited until the latest reset among its exhausted
-// windows), a usage-limit error marks it limited until its reset; either
+// windows), a usage-limit error marks it limited until its reset (for
+// Config.UsageLimitHold when it names none); either
 // is passed to the Reporter. Every other frame is left alone. It is the
 // pool's frame hook: it runs on the socket's reader and does not block.
 func (r *Router) Observe(key string, frame []byte) {
@@ -359,7 +378,7 @@ func (r *Router) Observe(key string, frame []byte) {
 			resets = now.Add(e.ResetsIn)
 		}
 		if resets.IsZero() {
-			resets = now.Add(UnknownResetWait)
+			resets = now.Add(r.hold)
 		}
 		rl = RateLimits{LimitReached: true}
 		r.limited(key, resets)

@@ -3,6 +3,7 @@ package accounts
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -267,6 +268,41 @@ func TestObserveReports(t *testing.T) {
 	}
 	if until, ok := r.LimitedUntil(key); !ok || !until.Equal(now.Add(600*time.Second)) {
 		t.Errorf("LimitedUntil = %v, %v; want %v, true", until, ok, now.Add(600*time.Second))
+	}
+}
+
+// A usage-limit error that names no reset holds the account out for
+// Config.UsageLimitHold, 5 minutes unless set; a hold out of range is
+// refused, naming the range.
+func TestUsageLimitWithoutResetHolds(t *testing.T) {
+	noReset := []byte(`{"type":"error","status":429,"error":{"type":"usage_limit_reached","code":"usage_limit_reached","message":"The usage limit has been reached"}}`)
+	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		hold, want time.Duration
+	}{{0, 5 * time.Minute}, {10 * time.Second, 10 * time.Second}, {90 * time.Second, 90 * time.Second}, {24 * time.Hour, 24 * time.Hour}} {
+		c := &clock{t: start}
+		r, err := NewRouter(Config{Source: &keys{list: []string{"a", "b"}}, Clock: c.now, UsageLimitHold: tc.hold})
+		if err != nil {
+			t.Fatalf("NewRouter(UsageLimitHold %v): %v", tc.hold, err)
+		}
+		r.Observe("a", noReset)
+		if until, ok := r.LimitedUntil("a"); !ok || !until.Equal(start.Add(tc.want)) {
+			t.Errorf("UsageLimitHold %v: LimitedUntil = %v, %v; want %v, true", tc.hold, until, ok, start.Add(tc.want))
+		}
+		c.t = start.Add(tc.want - time.Second)
+		if got := picks(t, r, []string{"a", "b"}, 2); got["b"] != 2 {
+			t.Errorf("UsageLimitHold %v: picks a second before the hold ends = %v; want both on b", tc.hold, got)
+		}
+		c.t = start.Add(tc.want)
+		if _, ok := r.LimitedUntil("a"); ok {
+			t.Errorf("UsageLimitHold %v: a still limited when the hold ends", tc.hold)
+		}
+	}
+	for _, bad := range []time.Duration{-time.Second, 9 * time.Second, 25 * time.Hour} {
+		_, err := NewRouter(Config{Source: &keys{}, UsageLimitHold: bad})
+		if err == nil || !strings.Contains(err.Error(), "allowed 10s..24h") {
+			t.Errorf("NewRouter(UsageLimitHold %v) = %v; want an error naming the range 10s..24h", bad, err)
+		}
 	}
 }
 

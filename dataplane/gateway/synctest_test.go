@@ -315,19 +315,36 @@ func TestShutdownEndsTurnInFlight(t *testing.T) {
 	})
 }
 
+// A response that fails before output on a healthy socket keeps the
+// socket: the retry 2 s later resends the turn on it, and when that fails
+// too the client gets the 502 and the socket stays for the next turn.
 func TestUpstreamFailedBeforeOutputNonStreaming(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		up := newFakeUpstream(t)
 		_, w, done, cancel := fakeTurn(t, up, pacing.Budget{}, false)
 		defer cancel()
-		up.send(evCreated)
-		up.send(evFailed)
+		peer := up.socket()
+		for attempt := range 2 {
+			f, err := peer.Recv(t.Context())
+			if err != nil || !strings.Contains(string(f), `"response.create"`) || strings.Contains(string(f), `"previous_response_id"`) {
+				t.Fatalf("attempt %d: the socket got %.200s (%v); want response.create without previous_response_id", attempt, f, err)
+			}
+			up.send(evCreated)
+			up.send(evFailed)
+		}
 		<-done
 		status, body := w.snapshot()
 		if status != http.StatusBadGateway || strings.Contains(body, "boom") {
 			t.Errorf("got %d %s, want 502 without upstream prose", status, body)
 		}
 		synctest.Wait()
-		up.wantDiscarded("turn failed")
+		select {
+		case <-peer.Gone():
+			t.Errorf("the socket closed (%v); want it kept", peer.Err())
+		default:
+		}
+		if s := up.pool.Stats(); s.KeptSockets != 2 || s.KeptSocketReuses != 1 || s.NewSockets != 1 || len(s.Discards) != 0 {
+			t.Errorf("pool kept %d, reused kept %d, new sockets %d, discards %v; want 2, 1, 1 and none", s.KeptSockets, s.KeptSocketReuses, s.NewSockets, s.Discards)
+		}
 	})
 }

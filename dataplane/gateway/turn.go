@@ -109,7 +109,6 @@ const (
 	reasonFailed     = "turn failed"
 	reasonIdle       = "idle timeout"
 	reasonTotal      = "total deadline exceeded"
-	reasonReadFailed = "upstream read failed"
 )
 
 // turnRun is one /v1/messages turn; it lives on the handler's goroutine.
@@ -408,7 +407,7 @@ func (t *turnRun) send(ctx context.Context, l *pool.Lease) error {
 	if err := l.Conn.Send(ctx, frame); err != nil {
 		// Nothing the client keeps reached it yet: an earlier attempt
 		// that wrote content ended the turn.
-		return t.transportFailed(ctx, l, fmt.Errorf("send response.create: %w", err), reasonFailed)
+		return t.transportFailed(ctx, l, fmt.Errorf("send response.create: %w", err))
 	}
 	return nil
 }
@@ -426,7 +425,7 @@ func (t *turnRun) receive(ctx context.Context, a retry.Attempt, l *pool.Lease) e
 		select {
 		case data, ok := <-frames:
 			if !ok {
-				return t.transportFailed(ctx, l, fmt.Errorf("read upstream: %w", l.Conn.Err()), reasonReadFailed)
+				return t.transportFailed(ctx, l, fmt.Errorf("read upstream: %w", l.Conn.Err()))
 			}
 			a.Idle.Reset()
 			p.sawUpstream()
@@ -442,7 +441,7 @@ func (t *turnRun) receive(ctx context.Context, a retry.Attempt, l *pool.Lease) e
 				t.outcome = t.complete()
 				return nil
 			case translate.StateFailed:
-				return t.responseFailed(ctx, l)
+				return t.responseFailed(ctx, l, data)
 			}
 		case now := <-p.c():
 			if p.due(now, t.sse.LastWrite()) {
@@ -468,19 +467,20 @@ func (t *turnRun) cancelled(ctx context.Context, l *pool.Lease) error {
 	return context.Cause(ctx)
 }
 
-// transportFailed ends an attempt whose socket failed (a send or a read).
-// Before output it is a transport failure: a reused socket is replaced at
-// once, a new one backs off (retry.Transport); after output it is final.
-func (t *turnRun) transportFailed(ctx context.Context, l *pool.Lease, err error, reason string) error {
+// transportFailed ends an attempt whose socket failed (a send or a read,
+// the backend closed it): the socket is closed. Before output it is a
+// transport failure: a reused socket is replaced at once, a new one backs
+// off (retry.Transport); after output it is final.
+func (t *turnRun) transportFailed(ctx context.Context, l *pool.Lease, err error) error {
 	if ctx.Err() != nil {
 		return t.cancelled(ctx, l)
 	}
 	if t.clientSawContent() {
-		l.Discard(reason)
+		l.Discard(pool.DiscardSocketFailed)
 		return retry.Final(err)
 	}
 	f := retry.Classify(err, t.facts(l.Reused))
-	t.endLease(l, f, reason, pool.ReplaceTransport)
+	t.endLease(l, f, pool.DiscardSocketFailed, pool.ReplaceTransport)
 	return f
 }
 
@@ -491,19 +491,35 @@ func (t *turnRun) clientFailed(l *pool.Lease, err error) error {
 }
 
 // responseFailed ends an attempt whose response failed upstream
-// (response.failed, or an error event). Before output it is classified
-// (retry.Classify: replace, back off, wait for a reset, or final); a 401
-// also drops the account's heads, opened with the rejected credential.
-func (t *turnRun) responseFailed(ctx context.Context, l *pool.Lease) error {
+// (response.failed, or an error event), frame being the event that failed
+// it. Before output it is classified (retry.Classify: replace, back off,
+// wait for a reset, or final); a 401 also drops the account's heads,
+// opened with the rejected credential. A frame that ended the response
+// leaves a healthy socket: it is kept (Lease.Release, docs/pool.md §7.1)
+// for the retry and the next turn to resend the conversation on, unless
+// the failure table says otherwise (a rejected credential, a failure
+// whose fix is a new socket).
+func (t *turnRun) responseFailed(ctx context.Context, l *pool.Lease, frame []byte) error {
 	uf := t.stream.Failure()
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("clodex.upstream.status", uf.Status))
+	ended := retry.EndsResponse(frame)
 	if t.clientSawContent() {
-		l.Discard(reasonFailed)
+		if ended && retry.KeepsSocket(uf) {
+			l.Release()
+		} else {
+			l.Discard(reasonFailed)
+		}
 		return retry.Final(uf)
 	}
-	f := retry.Classify(uf, t.facts(l.Reused))
+	facts := t.facts(l.Reused)
+	facts.ResponseEnded = ended
+	f := retry.Classify(uf, facts)
 	if uf.Status == http.StatusUnauthorized {
 		t.s.pool.DropAccount(t.part.Account)
+	}
+	if f.KeepSocket {
+		l.Release()
+		return f
 	}
 	t.endLease(l, f, reasonFailed, replaceReason(uf.Code))
 	return f

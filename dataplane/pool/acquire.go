@@ -157,6 +157,14 @@ func (p *Pool) firstLook(ctx context.Context, part Partition, items [][]byte, fu
 		l, err := p.takeHeadUnlock(ctx, part, m, full, now, rec, evicted, false)
 		return l, true, err
 	}
+	if h := p.keptLocked(pt, now); h != nil {
+		// No head to continue, but a socket kept after a failed response:
+		// the full context on it, without admission (kept.go).
+		l := p.takeKeptLocked(h, full, now, rec)
+		p.mu.Unlock()
+		closeHeads(evicted)
+		return l, true, nil
+	}
 	if rec != nil {
 		rec.Decision = p.missDecisionLocked(pt)
 	}
@@ -361,9 +369,12 @@ func (p *Pool) countDecisionLocked(decision string) {
 	p.stats.Acquires++
 	p.stats.Decisions[decision]++
 	p.metrics.decisions.WithLabelValues(decision).Inc()
-	if decision == DecisionContinuation {
+	switch decision {
+	case DecisionContinuation:
 		p.stats.Continuations++
-	} else {
+	case DecisionKeptSocket:
+		p.stats.KeptSocketReuses++
+	default:
 		p.stats.NewSockets++
 	}
 }

@@ -12,6 +12,7 @@
 //	// with the current instructions and tools, and read the response; then one of
 //	lease.Complete(responseID, outputItems, usage) // the socket becomes (or stays) a head
 //	lease.Discard("client cancelled")              // close it, drop the head
+//	lease.Release()                                // its response failed on a healthy socket: keep the socket, not the head
 //	lease, err = lease.Replace(ctx, pool.ReplacePreviousResponseNotFound) // full context, new socket
 //	p.DropAccount(key)                 // after an upstream 401: the account's heads go
 //	key, ok := p.Holder(part, items, keys) // which account holds the head a conversation continues
@@ -35,7 +36,8 @@
 //     head that frees up ends the wait), the second look, a new head and
 //     its dial (failure memory, credential, upstream.Dial with the frame
 //     and 403 hooks); lease.go: [Lease] and its Complete, Discard and
-//     Replace.
+//     Replace; kept.go: [Lease.Release], the socket kept after a failed
+//     response and reused for a full resend ([DecisionKeptSocket]).
 //   - rotate.go: the rotation of an old socket and the unpartitioned
 //     socket; exhaust.go: descriptor exhaustion
 //     ([*DescriptorExhaustionError]); evict.go: TTLs and caps; watch.go:
@@ -46,7 +48,8 @@
 //
 // The behaviour is specified in docs/pool.md: partitions (§2), matching
 // (§3), the head snapshot (§4), decisions (§5), admission (§6),
-// replacement (§7), descriptor exhaustion (§8), generations, TTLs, caps
+// replacement and the socket kept after a failed response (§7, §7.1),
+// descriptor exhaustion (§8), generations, TTLs, caps
 // and the idle watch (§9), dropping heads (§10) and diagnostics and
 // metrics (§11).
 package pool

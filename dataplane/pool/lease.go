@@ -12,7 +12,8 @@ import (
 // the current request's instructions, tools and other fields (the backend
 // requires them on every frame). It ends the lease with exactly one of
 // Complete, Discard, or a successful Replace (which returns the lease that
-// takes over). The exported fields are read-only.
+// takes over), or [Lease.Release] after a response that failed on a
+// healthy socket. The exported fields are read-only.
 type Lease struct {
 	// Conn is the socket to send the turn on and read the response from
 	// (Frames or Next). The lease's end closes it or keeps it as a head.
@@ -88,6 +89,7 @@ func (l *Lease) Complete(responseID string, output [][]byte, usage Usage) {
 	h.ttlPaused += now.Sub(h.inFlightSince)
 	h.lastUsed = now
 	h.responseID = responseID
+	h.kept = false
 	h.tokens = usage.InputTokens + usage.OutputTokens
 	d := make([]digest, 0, len(l.req)+len(out))
 	h.digests = append(append(d, l.req...), out...)
@@ -100,7 +102,9 @@ func (l *Lease) Complete(responseID string, output [][]byte, usage Usage) {
 
 // Discard ends the lease after a failure or cancellation: the socket is
 // closed at once and its head dropped. reason is counted in
-// [Stats.Discards].
+// [Stats.Discards]; [DiscardSocketFailed] also in
+// clodex_dataplane_pool_failed_attempt_sockets_total. A response that
+// failed on a healthy socket ends with [Lease.Release] instead.
 func (l *Lease) Discard(reason string) {
 	p := l.p
 	p.mu.Lock()
@@ -109,6 +113,9 @@ func (l *Lease) Discard(reason string) {
 		return
 	}
 	l.done = true
+	if reason == DiscardSocketFailed {
+		p.countSocketFailedLocked(l.h)
+	}
 	if l.h != nil && !l.h.removed {
 		p.removeLocked(l.h)
 	}
@@ -143,6 +150,9 @@ func (l *Lease) Replace(ctx context.Context, reason string) (*Lease, error) {
 	}
 	l.done = true
 	h := l.h
+	if reason == ReplaceTransport {
+		p.countSocketFailedLocked(h)
+	}
 	if h != nil && !h.removed {
 		p.setGenLocked(h, GenerationNursery)
 		h.conn = nil

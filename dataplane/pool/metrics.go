@@ -48,6 +48,12 @@ type Stats struct {
 	Rotations, RotationsDeferred uint64
 	// Replacements counts Lease.Replace calls.
 	Replacements uint64
+	// KeptSockets counts sockets kept after a failed response
+	// (Lease.Release); KeptSocketReuses the requests that then sent their
+	// full context on one instead of dialing (DecisionKeptSocket);
+	// KeptSocketsFailed kept sockets that failed later, on their next
+	// attempt or while idle.
+	KeptSockets, KeptSocketReuses, KeptSocketsFailed uint64
 	// Discards counts Lease.Discard calls, by the reason given.
 	Discards map[string]uint64
 	// DescriptorExhaustions counts dials that ran out of descriptors;
@@ -98,17 +104,19 @@ func (p *Pool) Stats() Stats {
 }
 
 type metrics struct {
-	decisions         *prometheus.CounterVec
-	misses            *prometheus.CounterVec
-	evictions         *prometheus.CounterVec
-	replacements      *prometheus.CounterVec
-	rematches         prometheus.Counter
-	savedSockets      prometheus.Counter
-	rotations         prometheus.Counter
-	rotationsDeferred prometheus.Counter
-	shed              prometheus.Counter
-	inputTokens       prometheus.Counter
-	cachedTokens      prometheus.Counter
+	decisions    *prometheus.CounterVec
+	misses       *prometheus.CounterVec
+	evictions    *prometheus.CounterVec
+	replacements *prometheus.CounterVec
+	// failedAttemptSockets: what became of a failed attempt's socket (kept.go)
+	failedAttemptSockets *prometheus.CounterVec
+	rematches            prometheus.Counter
+	savedSockets         prometheus.Counter
+	rotations            prometheus.Counter
+	rotationsDeferred    prometheus.Counter
+	shed                 prometheus.Counter
+	inputTokens          prometheus.Counter
+	cachedTokens         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, p *Pool) (*metrics, error) {
@@ -122,6 +130,8 @@ func newMetrics(reg prometheus.Registerer, p *Pool) (*metrics, error) {
 			Help: "Heads removed, by reason."}, []string{"reason"}),
 		replacements: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "replacements_total",
 			Help: "Sockets replaced before any output, by reason."}, []string{"reason"}),
+		failedAttemptSockets: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "failed_attempt_sockets_total",
+			Help: "Sockets of failed attempts: kept after a response failed on a healthy socket, closed because the socket failed, or closed because a kept socket failed later (a backend that dislikes reuse)."}, []string{"reason"}),
 		rematches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rematches_after_admission_total",
 			Help: "Requests that reused a head freed while they waited for admission."}),
 		savedSockets: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "saved_sockets_total",
@@ -137,6 +147,9 @@ func newMetrics(reg prometheus.Registerer, p *Pool) (*metrics, error) {
 		cachedTokens: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "cached_input_tokens_total",
 			Help: "Cached input tokens of completed responses; cached ratio = this / input_tokens_total."}),
 	}
+	for _, r := range []string{SocketKept, SocketFailed, KeptSocketFailed} {
+		m.failedAttemptSockets.WithLabelValues(r) // shown as 0 until it happens
+	}
 	if reg == nil {
 		return m, nil
 	}
@@ -146,7 +159,7 @@ func newMetrics(reg prometheus.Registerer, p *Pool) (*metrics, error) {
 			func() float64 { return float64(get(p.Stats())) })
 	}
 	for _, c := range []prometheus.Collector{
-		m.decisions, m.misses, m.evictions, m.replacements, m.rematches, m.savedSockets, m.rotations,
+		m.decisions, m.misses, m.evictions, m.replacements, m.failedAttemptSockets, m.rematches, m.savedSockets, m.rotations,
 		m.rotationsDeferred, m.shed, m.inputTokens, m.cachedTokens,
 		heads(GenerationNursery, func(s Stats) int { return s.Nursery }),
 		heads(GenerationEstablished, func(s Stats) int { return s.Established }),

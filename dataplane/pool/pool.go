@@ -126,6 +126,9 @@ type head struct {
 	bornParallel bool
 	reused       bool
 	dead         bool // the idle socket's watch fired: it drops the head (watch.go)
+	// kept: the socket was kept after a failed response (Lease.Release,
+	// kept.go) and has completed none since; it has no conversation.
+	kept bool
 
 	// the keepalive of the idle socket (armLocked, keepalive), guarded by Pool.mu
 	ping    *time.Timer
@@ -355,7 +358,7 @@ func (p *Pool) frameHook(account string) func(frame []byte) {
 
 // setConnLocked makes c the socket of h.
 func (p *Pool) setConnLocked(h *head, c *upstream.Conn) {
-	h.conn, h.dead = c, false
+	h.conn, h.dead, h.kept = c, false, false
 	h.lost = func(err error) { p.idleLost(h, c, err) }
 }
 

@@ -94,6 +94,9 @@ func (p *Pool) dropLocked(h *head, c *upstream.Conn, l lostHow) (*lostRecord, bo
 	now := p.now()
 	p.removeLocked(h)
 	p.countEvictionLocked(l.reason, h, nil)
+	if h.kept {
+		p.countSocketFailedLocked(h)
+	}
 	p.drops.Add(1)
 	return &lostRecord{
 		Event:                      "ws_head_lost",

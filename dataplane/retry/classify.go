@@ -22,6 +22,12 @@ type Facts struct {
 	Upstream string
 	// Now is the time of the failure, for how long an unreachable upstream has been failing.
 	Now time.Time
+	// ResponseEnded is true when the attempt's response failed with a frame
+	// that ended it (an error, response.failed or response.incomplete
+	// event, a response.completed without output: EndsResponse) on a socket
+	// that is still open: nothing more of that response will arrive, so
+	// the socket can carry the next attempt (Failure.KeepSocket).
+	ResponseEnded bool
 	// Wait is when a retry can next succeed, for a retryable failure that carries no hint of
 	// its own (a 5xx, an unreachable upstream, a 429 without retry-after): Health.RetryAfter.
 	// 0 means DefaultRetryAfter. Answer reads it.
@@ -98,6 +104,11 @@ const loginRequiredMessage = "The ChatGPT sign-in can no longer be refreshed; ru
 //     on a reused socket, Backoff on a new one, "The connection to HOST ended before the
 //     response completed".
 //
+// A failed response that ended on an open socket (Facts.ResponseEnded) keeps that socket
+// (Failure.KeepSocket) unless it is Replace or KeepsSocket refuses it: the next attempt, and the
+// conversation's next turn, resend the whole conversation on it instead of spending a new
+// socket (docs/errors.md §5.4).
+//
 // It returns nil for a nil err. A failure after output must not be classified: return it
 // through Final.
 func Classify(err error, f Facts) *Failure {
@@ -131,7 +142,9 @@ func Classify(err error, f Facts) *Failure {
 		if ue == nil {
 			return nil
 		}
-		return classifyUpstream(ue, err)
+		fl := classifyUpstream(ue, err)
+		fl.KeepSocket = f.ResponseEnded && fl.Class != Replace && KeepsSocket(ue)
+		return fl
 	case errors.As(err, &ce), errors.As(err, &lr), errors.As(err, &un), errors.As(err, &all), errors.As(err, new(agentRefused)):
 		return &Failure{Class: Fatal, Kind: KindCredential, Err: CredentialFailure(err, "")}
 	case errors.As(err, &unreach):
@@ -153,6 +166,39 @@ func Classify(err error, f Facts) *Failure {
 	fl.Err = &UpstreamError{Status: http.StatusBadGateway, Type: "api_error", Cause: err,
 		Message: "The connection to " + f.upstream() + " ended before the response completed"}
 	return fl
+}
+
+// KeepsSocket reports whether the socket whose response failed with e (a
+// frame that ended the response) may carry the conversation's next
+// attempt: every failed response but a rejected credential (401, 403: the
+// socket was opened with it) and the failures whose fix is a new socket
+// (previous_response_not_found, websocket_connection_limit_reached).
+func KeepsSocket(e *UpstreamError) bool {
+	switch {
+	case e == nil:
+		return false
+	case e.Status == http.StatusUnauthorized, e.Status == http.StatusForbidden:
+		return false
+	case e.Code == CodePreviousResponseNotFound, e.Code == CodeConnectionLimit:
+		return false
+	}
+	return true
+}
+
+// EndsResponse reports whether frame, the event that failed a response,
+// ended it: a decodable error, response.failed, response.incomplete,
+// response.completed or response.done event. An unreadable event does
+// not: the response may go on, and its socket cannot carry another.
+func EndsResponse(frame []byte) bool {
+	v, err := decodeFrame(frame)
+	if err != nil {
+		return false
+	}
+	switch identifier(asMap(v)["type"]) {
+	case "error", "response.failed", "response.incomplete", "response.completed", "response.done":
+		return true
+	}
+	return false
 }
 
 // classifyUpstream is Classify of a classified upstream failure e; err is

@@ -99,6 +99,56 @@ func TestFinalStopsRetries(t *testing.T) {
 	}
 }
 
+// A response that failed with a frame that ended it keeps its socket,
+// whatever its class, except a rejected credential and the failures whose
+// fix is a new socket; a frame that did not end the response (an
+// unreadable event) and every failure without a frame never do.
+func TestKeepSocket(t *testing.T) {
+	tests := []struct {
+		name  string
+		frame string
+		want  bool
+	}{
+		{"server_error", `{"type":"response.failed","response":{"error":{"code":"server_error"}}}`, true},
+		{"overload", `{"type":"response.failed","response":{"error":{"code":"server_is_overloaded"}}}`, true},
+		{"error frame 503", `{"type":"error","status":503,"error":{"code":"service_unavailable"}}`, true},
+		{"rate limit", `{"type":"response.failed","response":{"error":{"code":"rate_limit_exceeded"}}}`, true},
+		{"usage limit", `{"type":"error","status":429,"error":{"code":"usage_limit_reached"}}`, true},
+		{"context overflow", `{"type":"error","error":{"code":"context_length_exceeded"}}`, true},
+		{"incomplete", `{"type":"response.incomplete","response":{"incomplete_details":{"reason":"content_filter"}}}`, true},
+		{"401", `{"type":"error","status":401,"error":{"code":"token_expired"}}`, false},
+		{"403", `{"type":"error","status":403,"error":{"code":"account_deactivated"}}`, false},
+		{"previous_response_not_found", `{"type":"error","error":{"code":"previous_response_not_found"}}`, false},
+		{"connection limit", `{"type":"error","error":{"code":"websocket_connection_limit_reached"}}`, false},
+	}
+	for _, tt := range tests {
+		frame := []byte(tt.frame)
+		if !EndsResponse(frame) {
+			t.Errorf("%s: EndsResponse(%s) = false, want true", tt.name, tt.frame)
+		}
+		f := Classify(ClassifyFrame(frame, false), Facts{ResponseEnded: true})
+		if f.KeepSocket != tt.want {
+			t.Errorf("%s: Classify(ResponseEnded).KeepSocket = %v, want %v", tt.name, f.KeepSocket, tt.want)
+		}
+		if f := Classify(ClassifyFrame(frame, false), Facts{}); f.KeepSocket {
+			t.Errorf("%s: Classify without ResponseEnded keeps the socket", tt.name)
+		}
+	}
+	for _, frame := range []string{`{"type":"response.output_text.delta","delta":`, `not json`, `{"type":"response.output_item.added"}`, `[]`} {
+		if EndsResponse([]byte(frame)) {
+			t.Errorf("EndsResponse(%s) = true, want false: the response may go on", frame)
+		}
+	}
+	for _, frame := range []string{`{"type":"response.completed","response":{"output":[]}}`, `{"type":"response.done"}`} {
+		if !EndsResponse([]byte(frame)) {
+			t.Errorf("EndsResponse(%s) = false, want true", frame)
+		}
+	}
+	if f := Classify(errors.New("websocket closed (1006)"), Facts{Reused: true, ResponseEnded: true}); f.KeepSocket {
+		t.Error("a transport failure keeps its socket")
+	}
+}
+
 // refusedAgent stands for control.AgentRefusedError: what it says of
 // itself is all the failure table reads.
 type refusedAgent struct{ msg string }

@@ -31,7 +31,9 @@
 //     and their [Clock]; [Budgets], each account's budget as the control
 //     plane pushed it.
 //   - classify.go: [Classify], turning any error an attempt meets into a
-//     [*Failure]; [Transport], [Refusal], [CredentialFailure], [Final].
+//     [*Failure], including whether the attempt's socket is kept
+//     (Failure.KeepSocket: [EndsResponse], [KeepsSocket]); [Transport],
+//     [Refusal], [CredentialFailure], [Final].
 //   - failures.go: [UpstreamError], [ClassifyFrame] and [ClassifyUpgrade]
 //     with the backend's codes and types, [Overflow], [FormatWait] and
 //     [ErrorBody]; usagelimit.go: a usage limit's reset, its message and
@@ -44,6 +46,7 @@
 //
 // The behaviour is specified in docs/errors.md: refused upgrades (§2.2),
 // transport failures (§3), the frame table (§4), the schedule, the failure
-// retries and the failure memory (§5), 401s (§6) and what the client
+// retries, the failure memory and the socket kept for the next attempt
+// (§5), 401s (§6) and what the client
 // receives (§8); the budget and the ladder in docs/pacing.md §1.
 package retry

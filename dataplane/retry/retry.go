@@ -67,6 +67,11 @@ type Failure struct {
 	// pacer, 429) answered, 0 when none: the caller's metrics and spans.
 	Kind   Kind
 	Status int
+	// KeepSocket says the socket that carried the attempt is healthy: its
+	// response failed with a frame that ended it (Facts.ResponseEnded), so
+	// the caller keeps the socket, without its head, for the next attempt
+	// and turn to resend the whole conversation on (Classify sets it).
+	KeepSocket bool
 }
 
 // Kind says what failed in an attempt.

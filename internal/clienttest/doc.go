@@ -36,7 +36,10 @@
 // RunClaude and RunCodex take it; RunNode and RunOpencode too unless the
 // caller holds it for a group of runs it starts side by side), because a
 // client start-up takes a whole core for a second or more and the test
-// machines have two.
+// machines have two. Every lock wait and every npm install has a deadline
+// and says on stderr what it waits for (the lock holder's pid and what it
+// does, from the <lock>.holder file each holder writes; the install and
+// its limit); one that reaches its deadline fails naming it.
 //
 // When a client cannot be had the test fails with one line naming the
 // client, the cache folder, what failed and how to fix it. The one

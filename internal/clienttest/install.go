@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/clodex/clodex/internal/filelock"
 )
 
 // Pinned client versions. A plain `npm install` of Claude Code resolves an
@@ -31,7 +29,8 @@ var ErrRegistryUnreachable = errors.New("npm registry unreachable")
 var errNoNPM = errors.New("npm not found in PATH")
 
 const (
-	probeTimeout   = 60 * time.Second
+	probeTimeout = 60 * time.Second
+	// installTimeout bounds one npm install (installer.installTimeout).
 	installTimeout = 15 * time.Minute
 	versionTimeout = 60 * time.Second
 )
@@ -129,7 +128,7 @@ func ensure(t testing.TB, c client) string {
 	if err != nil {
 		t.Fatalf("clienttest: %s: %v", c.title(), err)
 	}
-	return clients.ensure(t, c, installer{cache: cache}, os.LookupEnv)
+	return clients.ensure(t, c, installer{cache: cache, lockTimeout: within(t, installLockTimeout), installTimeout: within(t, installTimeout)}, os.LookupEnv)
 }
 
 // installer installs clients into cache with npm.
@@ -142,6 +141,28 @@ type installer struct {
 	// now is the clock that dates and ages the registry marker; nil =
 	// time.Now.
 	now func() time.Time
+	// lockTimeout bounds the wait for another process's install, and
+	// installTimeout the npm install; 0 = installLockTimeout and
+	// installTimeout.
+	lockTimeout, installTimeout time.Duration
+	// say gets the lines that tell what an install waits for; nil =
+	// stderr.
+	say func(string)
+}
+
+func (in installer) tell(msg string) {
+	if in.say != nil {
+		in.say(msg)
+		return
+	}
+	sayStderr(msg)
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
 }
 
 func (in installer) clock() time.Time {
@@ -176,11 +197,11 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 	if err := os.MkdirAll(in.cache, 0o755); err != nil { //nolint:gosec // G301: the cache holds public npm packages, readable like any npm install
 		return "", fmt.Errorf("create client cache: %w", err)
 	}
-	lock, err := filelock.Acquire(ctx, filepath.Join(in.cache, ".install.lock"))
+	unlock, err := waitLock(ctx, filepath.Join(in.cache, ".install.lock"), "installing "+c.title(), orDefault(in.lockTimeout, installLockTimeout), in.tell)
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
+	defer unlock()
 	// Another process may have installed it while we waited for the lock.
 	if c.check(ctx, dir) == nil {
 		return bin, nil
@@ -234,8 +255,17 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 	if err := os.WriteFile(filepath.Join(tmp, "package.json"), pkgJSON, 0o644); err != nil { //nolint:gosec // G306: public metadata, as npm writes it
 		return "", fmt.Errorf("write package.json: %w", err)
 	}
-	out, err := in.npmCmd(ctx, npm, tmp, args...)
+	limit := orDefault(in.installTimeout, installTimeout)
+	in.tell(fmt.Sprintf("installing %s (npm %s) into %s: up to %v, usually a minute or two", c.title(), c.spec(), dir, limit))
+	start := time.Now()
+	ictx, cancel := context.WithTimeoutCause(ctx, limit, errDeadline)
+	out, err := in.npmCmd(ictx, npm, tmp, args...)
+	cancel()
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(context.Cause(ictx), errDeadline) {
+			return "", fmt.Errorf("npm %s %s: %w: no result within %v (the install's limit); its output so far: %s",
+				args[0], c.spec(), errDeadline, limit, firstLines(out, 10))
+		}
 		if ctx.Err() == nil && isNetworkError(out) {
 			err := fmt.Errorf("npm install %s: %w: %s", c.spec(), ErrRegistryUnreachable, networkReason(out))
 			if merr := writeMarker(in.cache, in.clock(), err.Error()); merr != nil {
@@ -260,6 +290,7 @@ func (in installer) install(ctx context.Context, c client) (string, error) {
 	if err := c.check(ctx, dir); err != nil {
 		return "", fmt.Errorf("check installed %s: %w", c.spec(), err)
 	}
+	in.tell(fmt.Sprintf("installed %s in %v: %s", c.title(), time.Since(start).Round(time.Second), bin))
 	return bin, nil
 }
 

@@ -133,7 +133,12 @@ func (s *clientSet) ensure(t testing.TB, c client, in installer, lookupEnv func(
 		t.Fatalf("clienttest: %v", err)
 	}
 	key := in.cache + "\x00" + c.name
-	s.mu.Lock()
+	if !s.mu.TryLock() {
+		// Another test of this process is getting a client; its waits
+		// and its install have their own deadlines.
+		in.tell(fmt.Sprintf("%s waits for another test of this process that is getting a client", t.Name()))
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	if bin, ok := s.installed[key]; ok {
 		return bin
@@ -180,6 +185,8 @@ func unavailableMessage(c client, cache string, err error) string {
 		fix = "make the npm registry reachable (`npm config get registry`; npm_config_registry overrides it), then run scripts/install-clients.sh"
 	case errors.Is(err, errNoNPM):
 		fix = "install Node.js 20 with npm, then run scripts/install-clients.sh"
+	case errors.Is(err, errDeadline):
+		fix = "see what it waited for above; run scripts/install-clients.sh alone to watch npm, then run the tests again"
 	default:
 		fix = "run scripts/install-clients.sh to see npm's whole output"
 	}

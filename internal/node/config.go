@@ -100,6 +100,11 @@ type Config struct {
 	// failing. (Optional; default retry.DefaultFailureRetries, 1;
 	// retry.NoFailureRetries for none; at most the turn budget's retries)
 	FailureRetries int
+	// UsageLimitHold is how long an account at its usage limit takes no
+	// new conversation when the backend's usage-limit error gives no reset
+	// time (--usage-limit-hold, CLODEX_USAGE_LIMIT_HOLD). (Optional;
+	// default 5m; accounts.MinUsageLimitHold..accounts.MaxUsageLimitHold)
+	UsageLimitHold time.Duration
 
 	// ControlPlane is the fleet's control plane: host:port (a name may
 	// resolve to several replicas), a comma-separated list of replicas, or
@@ -254,6 +259,9 @@ func (c Config) Validate() error {
 	if c.FailureRetries < retry.NoFailureRetries || c.FailureRetries > pacing.MaxMaxRetries {
 		errs = append(errs, fmt.Errorf("--failure-retries %d is out of range; allowed: 0..%d (FailureRetries: %d for none)",
 			c.FailureRetries, pacing.MaxMaxRetries, retry.NoFailureRetries))
+	}
+	if h := c.UsageLimitHold; h != 0 && (h < accounts.MinUsageLimitHold || h > accounts.MaxUsageLimitHold) {
+		errs = append(errs, fmt.Errorf("--usage-limit-hold %v is out of range; allowed %s (default 5m)", h, accounts.UsageLimitHoldRange))
 	}
 	if c.fleet() {
 		if _, err := control.ParseControlPlanes(c.ControlPlane); err != nil {

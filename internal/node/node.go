@@ -132,7 +132,8 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	} else {
 		logger.Info("credentials from the control plane's credential broker", "addr", cfg.ControlPlane)
 	}
-	router, err := accounts.NewRouter(accounts.Config{Source: src, Accounts: keys, Reporter: n.ctl, Standing: n.ctl, Logger: logger, Registerer: reg})
+	router, err := accounts.NewRouter(accounts.Config{Source: src, Accounts: keys, Reporter: n.ctl, Standing: n.ctl, Logger: logger, Registerer: reg,
+		UsageLimitHold: cfg.UsageLimitHold})
 	if err != nil {
 		return nil, err
 	}

@@ -3,16 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	crand "crypto/rand" // the demo's bearer tokens must not be guessable by another user of the machine
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +28,6 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/clodex/clodex/bench/fleet/cluster"
-	"github.com/clodex/clodex/internal/atomicfile"
 )
 
 // Span names of the trace the demo shows: the data plane's turn and
@@ -40,6 +38,8 @@ const (
 	attemptSpan = "Gateway.Attempt"
 	admitSpan   = "clodex.controlplane.v1.AdmissionService/Admit"
 
+	// controlPlaneService prefixes the replicas' service names
+	// (clodex-controlplane-1 and -2).
 	controlPlaneService = "clodex-controlplane"
 	// placeholderMarker is in the page Jaeger serves when it was built
 	// without its UI assets.
@@ -53,6 +53,7 @@ var jaegerTmpl = template.Must(template.New("jaeger").Parse(jaegerConfig))
 
 type options struct {
 	bin, jaeger, ui, dir string
+	redis                string // the redis-server executable
 	uiAddr               string
 	fanOut               int
 }
@@ -66,6 +67,9 @@ func (o options) validate() error {
 	}
 	if fi, err := os.Stat(o.jaeger); err != nil || fi.IsDir() {
 		errs = append(errs, fmt.Errorf("--jaeger %s is not a file; build it with scripts/build-jaeger.sh", o.jaeger))
+	}
+	if _, err := exec.LookPath(o.redis); err != nil {
+		errs = append(errs, fmt.Errorf("--redis-server %s: %w; install Redis (apt-get install redis-server): the control-plane replicas share it", o.redis, err))
 	}
 	if o.ui != "" {
 		if _, err := os.Stat(filepath.Join(o.ui, "index.html")); err != nil {
@@ -134,13 +138,15 @@ type demo struct {
 	UIURL         string
 	UIPlaceholder bool
 	simURL        string
-	cpAdmin       string
+	// firstRequests counts, per data plane service, the requests of the
+	// set-up's first turn (fleet.go).
+	firstRequests map[string]int
 
 	Turns     []cluster.TurnResult
 	Sim       simStats
 	Decisions map[string]float64
 	// Trace is the trace shown; TracesByService counts the fan-out's
-	// traces per data plane service name.
+	// traces per data plane service name, once every span arrived.
 	Trace           *jaegerTrace
 	TraceURL        string
 	TracesByService map[string]int
@@ -159,10 +165,11 @@ func freeAddr() (string, error) {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), nil
 }
 
-// start brings the system up, runs the fan-out and finds the trace. On
-// error it stops what it started.
+// start brings the team set-up up (fleet.go), runs the fan-out, waits for
+// every span in Jaeger and finds the trace. On error it stops what it
+// started.
 func start(ctx context.Context, o options, progress io.Writer) (_ *demo, err error) {
-	d := &demo{o: o, UIURL: "http://" + o.uiAddr, Decisions: map[string]float64{}, TracesByService: map[string]int{}}
+	d := &demo{o: o, UIURL: "http://" + o.uiAddr, Decisions: map[string]float64{}, TracesByService: map[string]int{}, firstRequests: map[string]int{}}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -171,12 +178,12 @@ func start(ctx context.Context, o options, progress io.Writer) (_ *demo, err err
 	}()
 	say := func(format string, args ...any) { fmt.Fprintf(progress, "==> "+format+"\n", args...) }
 	addrs := map[string]string{}
-	for _, k := range []string{"otlp", "query-grpc", "health", "sim", "cp", "cp-admin", "dp1", "dp2", "dp1-admin", "dp2-admin"} {
+	for _, k := range []string{"otlp", "query-grpc", "health", "sim", "redis", "cp1", "cp2", "cp1-admin", "cp2-admin", "dp1", "dp2", "dp1-admin", "dp2-admin"} {
 		if addrs[k], err = freeAddr(); err != nil {
 			return nil, err
 		}
 	}
-	d.simURL, d.cpAdmin = "http://"+addrs["sim"], addrs["cp-admin"]
+	d.simURL = "http://" + addrs["sim"]
 
 	// Jaeger.
 	var cfg bytes.Buffer
@@ -207,56 +214,14 @@ func start(ctx context.Context, o options, progress io.Writer) (_ *demo, err err
 		d.UIPlaceholder = true
 	}
 
-	// The emulator, the control plane, two data planes.
+	// The team set-up: clodex-sim, Redis, two replicas with the broker, the
+	// account imported, scoped agents, two data planes.
 	otel := func(name string) []string {
 		return []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + addrs["otlp"], "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "OTEL_SERVICE_NAME=" + name}
 	}
-	bin := func(name string) string { return filepath.Join(o.bin, name) }
-	say("clodex-sim on %s", addrs["sim"])
-	sp, err := d.run("clodex-sim", bin("clodex-sim"), nil, "--listen", addrs["sim"],
-		"--accept-token", cluster.Token+"="+cluster.Account, "--log-level", "warn")
+	fl, err := d.startFleet(ctx, addrs, otel, say)
 	if err != nil {
 		return nil, err
-	}
-	if err := waitHTTP(ctx, sp, d.simURL+"/sim/stats"); err != nil {
-		return nil, err
-	}
-	admin, agent := filepath.Join(o.dir, "admin.token"), filepath.Join(o.dir, "agent.token")
-	for path, tok := range map[string]string{admin: "demo-admin-" + crand.Text(), agent: "demo-agent-" + crand.Text()} {
-		if err := atomicfile.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
-			return nil, err
-		}
-	}
-	say("clodex-controlplane on %s", addrs["cp"])
-	cp, err := d.run("clodex-controlplane", bin("clodex-controlplane"), otel(controlPlaneService),
-		"--listen", addrs["cp"], "--admin-listen", addrs["cp-admin"], "--data-dir", filepath.Join(o.dir, "controlplane"),
-		"--admin-token-file", admin, "--agent-token-file", agent)
-	if err != nil {
-		return nil, err
-	}
-	if err := waitHTTP(ctx, cp, "http://"+addrs["cp-admin"]+"/metrics"); err != nil {
-		return nil, err
-	}
-	auth := filepath.Join(o.dir, "auth.json")
-	if err := atomicfile.WriteFile(auth, cluster.AuthJSON(cluster.Token, cluster.Account), 0o600); err != nil {
-		return nil, err
-	}
-	var dataPlanes []string
-	for i, k := range []string{"dp1", "dp2"} {
-		name := fmt.Sprintf("clodex-dataplane-%d", i+1)
-		say("%s on %s", name, addrs[k])
-		p, err := d.run(name, bin("clodex-dataplane"), otel(name),
-			"--listen", addrs[k], "--admin-listen", addrs[k+"-admin"],
-			"--control-plane", addrs["cp"], "--agent-token-file", agent,
-			"--upstream-url", "ws://"+addrs["sim"]+"/backend-api/codex/responses",
-			"--codex-auth", auth, "--refresh", "never")
-		if err != nil {
-			return nil, err
-		}
-		if err := waitHTTP(ctx, p, "http://"+addrs[k]+"/healthz"); err != nil {
-			return nil, err
-		}
-		dataPlanes = append(dataPlanes, "http://"+addrs[k])
 	}
 
 	// The fan-out: new conversations at once on both data planes.
@@ -265,7 +230,7 @@ func start(ctx context.Context, o options, progress io.Writer) (_ *demo, err err
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
-	for i, base := range dataPlanes {
+	for i, base := range fl.dataPlanes {
 		for range o.fanOut {
 			wg.Go(func() {
 				r := cluster.RunTurn(ctx, http.DefaultClient, base, cluster.Retry{MaxRetries: 6}, rand.Float64)
@@ -280,34 +245,62 @@ func start(ctx context.Context, o options, progress io.Writer) (_ *demo, err err
 	if b, err := get(ctx, d.simURL+"/sim/stats"); err == nil {
 		_ = json.Unmarshal(b, &d.Sim)
 	}
-	if b, err := get(ctx, "http://"+d.cpAdmin+"/metrics"); err == nil {
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		if fams, err := parser.TextToMetricFamilies(bytes.NewReader(b)); err == nil {
-			if f := fams["clodex_controlplane_admissions_total"]; f != nil {
-				for _, m := range f.GetMetric() {
-					for _, l := range m.GetLabel() {
-						if l.GetName() == "decision" {
-							d.Decisions[l.GetValue()] = m.GetCounter().GetValue()
-						}
-					}
+	for _, a := range fl.cpAdmins {
+		d.addDecisions(ctx, "http://"+a+"/metrics")
+	}
+
+	// Every request of the fan-out is one trace; the exporters flush in
+	// batches, so wait until Jaeger holds all of them, whole, before
+	// counting.
+	requests := maps.Clone(d.firstRequests)
+	for _, r := range d.Turns {
+		requests[fmt.Sprintf("clodex-dataplane-%d", r.DataPlane)] += r.Attempts
+	}
+	say("waiting for every span of the %d requests in Jaeger", d.requests()+sum(d.firstRequests))
+	if err := d.waitTraces(ctx, requests); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// requests is the number of HTTP requests the fan-out sent.
+func (d *demo) requests() int {
+	n := 0
+	for _, r := range d.Turns {
+		n += r.Attempts
+	}
+	return n
+}
+
+// addDecisions adds a control-plane replica's admission decisions from
+// its /metrics at u.
+func (d *demo) addDecisions(ctx context.Context, u string) {
+	b, err := get(ctx, u)
+	if err != nil {
+		return
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		return
+	}
+	if f := fams["clodex_controlplane_admissions_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "decision" {
+					d.Decisions[l.GetValue()] += m.GetCounter().GetValue()
 				}
 			}
 		}
 	}
-
-	// The trace: the exporters flush in batches; poll until one trace
-	// holds turn -> attempt -> Admit on both planes.
-	say("waiting for the traces in Jaeger")
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if err := d.findTrace(ctx); err == nil {
-			break
-		} else if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, fmt.Errorf("no trace with %s -> %s -> Admit across both planes in Jaeger: %w", turnSpan, attemptSpan, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	return d, nil
 }
 
 func get(ctx context.Context, u string) ([]byte, error) {
@@ -350,116 +343,34 @@ func waitHTTP(ctx context.Context, p *proc, u string) error {
 	}
 }
 
+// waitTCP waits until addr accepts a connection, p exits, or 60 s pass.
+func waitTCP(ctx context.Context, p *proc, addr string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var dl net.Dialer
+		if c, err := dl.DialContext(ctx, "tcp", addr); err == nil {
+			_ = c.Close()
+			return nil
+		}
+		select {
+		case <-p.done:
+			b, _ := os.ReadFile(p.log)
+			return fmt.Errorf("%s exited before it listened on %s:\n%s", p.name, addr, lastLines(string(b), 20))
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s does not listen on %s", p.name, addr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// jaegerTrace is a trace as Jaeger's query API returns it.
-type jaegerTrace struct {
-	TraceID string `json:"traceID"`
-	Spans   []struct {
-		SpanID        string `json:"spanID"`
-		OperationName string `json:"operationName"`
-		ProcessID     string `json:"processID"`
-		StartTime     int64  `json:"startTime"`
-		Duration      int64  `json:"duration"`
-		References    []struct {
-			RefType string `json:"refType"`
-			SpanID  string `json:"spanID"`
-		} `json:"references"`
-	} `json:"spans"`
-	Processes map[string]struct {
-		ServiceName string `json:"serviceName"`
-	} `json:"processes"`
-}
-
-// chain is the trace's turn -> attempt -> Admit (data plane) -> Admit
-// (control plane), as span indexes, or nil when the trace lacks it.
-func (tr *jaegerTrace) chain() []int {
-	parent := map[string]string{}
-	index := map[string]int{}
-	for i, s := range tr.Spans {
-		index[s.SpanID] = i
-		for _, r := range s.References {
-			if r.RefType == "CHILD_OF" {
-				parent[s.SpanID] = r.SpanID
-			}
-		}
-	}
-	service := func(i int) string { return tr.Processes[tr.Spans[i].ProcessID].ServiceName }
-	for i, s := range tr.Spans {
-		if s.OperationName != admitSpan || service(i) != controlPlaneService {
-			continue
-		}
-		// Walk up: the client Admit, then the attempt, then the turn, all
-		// in one data plane.
-		var path []int
-		for id := s.SpanID; id != ""; id = parent[id] {
-			j, ok := index[id]
-			if !ok {
-				break
-			}
-			path = append(path, j)
-		}
-		want := []string{admitSpan, admitSpan, attemptSpan, turnSpan}
-		var got []int
-		for _, j := range path {
-			if len(got) < len(want) && tr.Spans[j].OperationName == want[len(got)] {
-				got = append(got, j)
-			}
-		}
-		if len(got) == len(want) && strings.HasPrefix(service(got[1]), "clodex-dataplane") &&
-			service(got[1]) == service(got[2]) && service(got[2]) == service(got[3]) {
-			slices.Reverse(got)
-			return got
-		}
-	}
-	return nil
-}
-
-// findTrace reads each data plane's traces and keeps the first complete
-// chain.
-func (d *demo) findTrace(ctx context.Context) error {
-	var lastErr error
-	found := 0
-	for _, svc := range []string{"clodex-dataplane-1", "clodex-dataplane-2"} {
-		q := url.Values{"service": {svc}, "operation": {turnSpan}, "limit": {"200"}, "lookback": {"1h"}}
-		b, err := get(ctx, d.UIURL+"/api/traces?"+q.Encode())
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		var resp struct {
-			Data []jaegerTrace `json:"data"`
-		}
-		if err := json.Unmarshal(b, &resp); err != nil {
-			lastErr = fmt.Errorf("decode Jaeger traces: %w", err)
-			continue
-		}
-		d.TracesByService[svc] = len(resp.Data)
-		for i := range resp.Data {
-			if resp.Data[i].chain() != nil {
-				found++
-				if d.Trace == nil {
-					d.Trace = &resp.Data[i]
-					d.TraceURL = d.UIURL + "/trace/" + resp.Data[i].TraceID
-				}
-				break
-			}
-		}
-	}
-	if found < 2 {
-		if lastErr == nil {
-			lastErr = fmt.Errorf("traces so far per data plane: %v", d.TracesByService)
-		}
-		d.Trace, d.TraceURL = nil, ""
-		return lastErr
-	}
-	return nil
 }
 
 func (d *demo) failed() bool {
@@ -480,7 +391,7 @@ func (d *demo) printSummary(w io.Writer) {
 			failed++
 		}
 	}
-	fmt.Fprintf(w, "\nSummary\n  turns: %d, failed: %d\n", len(d.Turns), failed)
+	fmt.Fprintf(w, "\nSummary\n  turns: %d (%d requests), failed: %d\n", len(d.Turns), d.requests(), failed)
 	for _, dp := range []int{1, 2} {
 		l := per[dp]
 		sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
@@ -488,9 +399,14 @@ func (d *demo) printSummary(w io.Writer) {
 			fmt.Fprintf(w, "  clodex-dataplane-%d: %d turns, median %v, slowest %v\n", dp, len(l), l[len(l)/2].Round(time.Millisecond), l[len(l)-1].Round(time.Millisecond))
 		}
 	}
-	fmt.Fprintf(w, "  control plane admissions: admit %.0f, wait %.0f, refuse %.0f\n", d.Decisions["admit"], d.Decisions["wait"], d.Decisions["refuse"])
+	fmt.Fprintf(w, "  control-plane admissions (both replicas): admit %.0f, wait %.0f, refuse %.0f\n", d.Decisions["admit"], d.Decisions["wait"], d.Decisions["refuse"])
 	fmt.Fprintf(w, "  clodex-sim: %d upgrades, %d upstream 403s\n", d.Sim.Upgrades, d.Sim.Upgrade403s)
-	fmt.Fprintf(w, "  traces in Jaeger: %v\n", d.TracesByService)
+	var traces []string
+	for _, svc := range slices.Sorted(maps.Keys(d.TracesByService)) {
+		traces = append(traces, fmt.Sprintf("%s %d", svc, d.TracesByService[svc]))
+	}
+	fmt.Fprintf(w, "  traces in Jaeger, once every span arrived: %s (one per request: the fan-out's %d and the first turns' %d)\n",
+		strings.Join(traces, ", "), d.requests(), sum(d.firstRequests))
 	if d.Trace != nil {
 		fmt.Fprintf(w, "\nOne turn across both planes:\n")
 		for depth, i := range d.Trace.chain() {

@@ -40,7 +40,7 @@ func TestTracePageInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := options{bin: bin, jaeger: jaeger, ui: ui, dir: t.TempDir(), uiAddr: "127.0.0.1:" + itoa(port), fanOut: 4}
+	o := options{bin: bin, jaeger: jaeger, ui: ui, dir: t.TempDir(), redis: "redis-server", uiAddr: "127.0.0.1:" + itoa(port), fanOut: 4}
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}

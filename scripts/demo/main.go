@@ -1,7 +1,13 @@
-// Command demo is make demo: Jaeger, clodex-sim, the control plane and two
-// data planes on loopback, a scripted fan-out of new conversations through
-// both data planes, then a summary and the URL of one trace that shows a
-// turn, its attempt and the Admit call continued inside the control plane.
+// Command demo is make demo: the recommended team set-up of
+// docs/operations.md §1.1 on loopback — Redis, two control-plane replicas
+// over it running the credential broker, the account signed in once
+// (clodexctl account import), a scoped agent token per data plane
+// (clodexctl agent create) and two data planes without an auth.json, in
+// front of clodex-sim — traced into Jaeger; a scripted fan-out of new
+// conversations through both data planes; then, once Jaeger holds every
+// span of every request, a summary and the URL of one trace that shows a
+// turn, its attempt and the Admit call continued inside a control-plane
+// replica.
 //
 //	go run ./scripts/demo --bin bin --jaeger ~/.cache/clodex/jaeger/jaeger-v1.76.0 [--ui DIR] [--exit]
 //
@@ -11,9 +17,11 @@
 // built Jaeger UI (its index.html and static/) instead; without it the
 // demo says so and the trace is still there through Jaeger's API.
 //
-// The data planes are told apart in the trace by OTEL_SERVICE_NAME
-// (clodex-dataplane-1 and clodex-dataplane-2). Everything runs until
-// Ctrl-C, then stops in order; --exit stops right after the summary.
+// The processes are told apart in the trace by OTEL_SERVICE_NAME
+// (clodex-controlplane-1 and -2, clodex-dataplane-1 and -2). Everything
+// runs until Ctrl-C, then stops in order; --exit stops right after the
+// summary. The folder with every process's log, the tokens and Redis's
+// data is kept either way, and named.
 package main
 
 import (
@@ -36,6 +44,7 @@ func main() {
 	flag.StringVar(&o.ui, "ui", os.Getenv("CLODEX_JAEGER_UI"), "a built Jaeger UI to serve (index.html and static/); default: Jaeger's own page")
 	flag.StringVar(&o.uiAddr, "ui-listen", "127.0.0.1:16686", "address of Jaeger's UI and query API")
 	flag.IntVar(&o.fanOut, "fan-out", 8, "new conversations at once per data plane (1..50)")
+	flag.StringVar(&o.redis, "redis-server", "redis-server", "the redis-server executable the replicas share")
 	exit := flag.Bool("exit", false, "stop after the summary instead of waiting for Ctrl-C")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -61,10 +70,12 @@ func main() {
 	if !*exit {
 		fmt.Println("\nEverything keeps running; Ctrl-C stops it. Logs:", dir)
 		<-ctx.Done()
+		fmt.Println("\nStopping.")
 	}
 	d.close()
+	// The logs stay: they are what one reads after a run.
+	fmt.Printf("Stopped. The logs, tokens and Redis data are kept in %s (remove it when done).\n", dir)
 	if d.failed() {
 		os.Exit(1)
 	}
-	_ = os.RemoveAll(dir)
 }
