@@ -59,6 +59,12 @@ func (e *AgentRefusedError) AgentRefused() string {
 // control plane refuses the credential.
 const refusedBackoff = 5 * time.Second
 
+// confirmRefusal is when the first agent stream asks again after the
+// control plane refused a token it does not know (not one an operator
+// revoked): longer than a control plane's fleet tick (1 s), within which
+// every replica has read a credential created on another.
+const confirmRefusal = 1500 * time.Millisecond
+
 // refusal returns the *AgentRefusedError err stands for: an
 // Unauthenticated answer of the control plane. ok is false for any other
 // error.
@@ -137,6 +143,16 @@ func (c *Client) settle(err error) {
 		c.firstErr = err
 		close(c.first)
 	})
+}
+
+// settled reports whether Accepted has its answer.
+func (c *Client) settled() bool {
+	select {
+	case <-c.first:
+		return true
+	default:
+		return false
+	}
 }
 
 // Accepted waits for the control plane's first answer to the agent

@@ -107,3 +107,34 @@ func TestRevocationRefusesTheClient(t *testing.T) {
 		t.Errorf("Admit after the credential was created again = %v, want admitted", err)
 	}
 }
+
+// A token created moments after its data plane first presented it (on
+// another replica, before this one read it) is accepted, not refused: the
+// first refusal of a token the control plane does not know is asked once
+// more before the start is told. A revoked one is not asked again.
+func TestTokenCreatedMomentsLaterIsAccepted(t *testing.T) {
+	srv := controlplanetest.Start(t, &controlplanetest.Options{Broker: true})
+	key := account.Key("acct-a")
+	admin := adminClient(srv)
+	startIdP(t).login(t, admin, "acct-a")
+	scoped := tok(t, "scoped-token-of-dp-2")
+	sum := sha256.Sum256([]byte(scoped.Reveal()))
+	rec := newRecorder()
+	c := run(t, control.Config{Target: srv.Addr, Token: scoped, AgentID: "dp-2-host", Accounts: []string{key}, Broker: true, Logger: rec.logger()}, rec)
+	eventually(t, "the first agent stream sent", func() bool { return rec.connected() >= 1 })
+	time.Sleep(100 * time.Millisecond) // its refusal arrives
+	if _, err := admin.CreateAgentCredential(t.Context(), &controlplanev1.CreateAgentCredentialRequest{Name: "dp-2", Accounts: []string{key}, TokenSha256: sum[:]}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	if err := c.Accepted(ctx); err != nil {
+		t.Fatalf("Accepted = %v, want the token created after its first stream accepted", err)
+	}
+	if n := rec.connected(); n < 2 {
+		t.Errorf("agent streams sent = %d, want the refused one and the one accepted", n)
+	}
+	if err := c.Refused(); err != nil {
+		t.Errorf("Refused() = %v, want nil", err)
+	}
+}

@@ -25,6 +25,7 @@ type agentStream = grpc.BidiStreamingClient[controlplanev1.ConnectRequest, contr
 // backoff; the last session says goodbye. It is owned by Run.
 func (c *Client) streamLoop(ctx context.Context) {
 	var backoff time.Duration
+	confirmed := false // the first refusal of a token not known to be revoked was asked again
 	for {
 		start := time.Now()
 		established, err := c.session(ctx)
@@ -37,7 +38,13 @@ func (c *Client) streamLoop(ctx context.Context) {
 			c.observed(ctx, err)
 		}
 		backoff = nextBackoff(backoff, established, time.Since(start))
-		if e, refused := c.refuse(ctx, err); refused {
+		if e, ok := c.refusal(err); ok && !e.Revoked && !confirmed && !c.settled() {
+			// A token created moments ago on another replica reaches this
+			// one within its fleet tick: ask once more before the start is
+			// told the token is refused.
+			confirmed = true
+			backoff = confirmRefusal
+		} else if e, refused := c.refuse(ctx, err); refused {
 			c.settle(e)
 			backoff = refusedBackoff
 		} else if !established {
