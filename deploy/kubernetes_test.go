@@ -283,8 +283,13 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 	if listen, _ := flagValue(d.Command, "listen"); !ds.HostNetwork || !strings.HasPrefix(listen, "127.0.0.1:") {
 		t.Errorf("data plane: hostNetwork %v, --listen %q; want the node's loopback only", ds.HostNetwork, listen)
 	}
-	if p := d.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Path != "/healthz" {
-		t.Errorf("data plane readiness probe = %+v, want GET http://127.0.0.1:17645/healthz", p)
+	// Ready once it can serve a turn (/readyz: its token accepted and,
+	// with the broker, an access token held); alive while it answers.
+	if p := d.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Path != "/readyz" {
+		t.Errorf("data plane readiness probe = %+v, want GET http://127.0.0.1:17645/readyz", p)
+	}
+	if p := d.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Path != "/healthz" {
+		t.Errorf("data plane liveness probe = %+v, want GET http://127.0.0.1:17645/healthz", p)
 	}
 
 	// Every Secret a workload names exists in the rendered overlay.

@@ -145,6 +145,26 @@ func (c *Client) settle(err error) {
 	})
 }
 
+// Ready reports whether this data plane can serve a turn now: nil, or
+// why not: the control plane refuses its agent credential, or (with
+// Config.Broker) it holds no access token from the broker yet.
+func (c *Client) Ready() error {
+	if err := c.Refused(); err != nil {
+		return err
+	}
+	if !c.broker {
+		return nil
+	}
+	c.tokensMu.Lock()
+	defer c.tokensMu.Unlock()
+	for _, e := range c.tokens {
+		if e.dead == nil && e.cred.AccessToken != "" {
+			return nil
+		}
+	}
+	return fmt.Errorf("no ChatGPT access token from the credential broker of the control plane at %s yet", c.target)
+}
+
 // settled reports whether Accepted has its answer.
 func (c *Client) settled() bool {
 	select {

@@ -67,6 +67,9 @@ func TestTokensRejected(t *testing.T) {
 	cp := controlplanetest.Start(t, &controlplanetest.Options{Broker: true, TokenEndpoint: i.endpoint})
 	issued := i.login(t, adminClient(cp), "acct-a")
 	src := brokered(t, cp)
+	if err := src.Ready(); err == nil || !strings.Contains(err.Error(), "no ChatGPT access token") {
+		t.Errorf("Ready() before any token = %v, want not ready: no access token yet", err)
+	}
 	learned, err := src.Accounts(t.Context())
 	if err != nil || !slices.Equal(learned, []string{account.Key("acct-a")}) {
 		t.Fatalf("Accounts = %v, %v; want the broker's one account", learned, err)
@@ -74,6 +77,9 @@ func TestTokensRejected(t *testing.T) {
 	c, err := src.Credential(t.Context(), learned[0])
 	if err != nil || c.AccessToken.Reveal() != issued || c.AccountID != "acct-a" || c.Expiry.IsZero() {
 		t.Fatalf("Credential = %+v, %v; want the imported token for acct-a with its expiry", c, err)
+	}
+	if err := src.Ready(); err != nil {
+		t.Errorf("Ready() with a token held = %v, want nil", err)
 	}
 	var first codexauth.Credential
 	for n := range 3 {

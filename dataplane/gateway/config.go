@@ -79,6 +79,12 @@ type Config struct {
 	// Upstream names the upstream in Health and in messages: the backend's
 	// host, upstream.Key of its URL (Optional; default "the upstream").
 	Upstream string
+	// Ready says whether the data plane can serve a turn now: nil, or why
+	// not (its agent credential refused; with the credential broker, no
+	// access token held yet). GET /readyz answers 503 with the reason
+	// until it is nil, for probes and start-up scripts; /healthz stays the
+	// liveness check (Optional; default always ready).
+	Ready func() error
 	// ListenAddr is the address the Handler is served on (Optional;
 	// default DefaultListenAddr). It selects the listener security mode: a
 	// loopback host (127.0.0.0/8, ::1, localhost) accepts any key and checks

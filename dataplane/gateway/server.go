@@ -32,6 +32,7 @@ import (
 
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/translate"
+	"github.com/clodex/clodex/internal/jsonstr"
 	"github.com/clodex/clodex/internal/hostcheck"
 )
 
@@ -116,6 +117,16 @@ func New(cfg Config) (*Server, error) {
 	s.mux.Handle("GET /healthz", routed(func(w *record, _ *http.Request) {
 		// The service name tells a client probing the port (for example
 		// `clodex-dataplane claude`) that it is a clodex data plane.
+		writeJSON(w, http.StatusOK, []byte(`{"ok":true,"service":"clodex-dataplane"}`))
+	}))
+	s.mux.Handle("GET /readyz", routed(func(w *record, _ *http.Request) {
+		if cfg.Ready != nil {
+			if err := cfg.Ready(); err != nil {
+				b := jsonstr.Append([]byte(`{"ok":false,"service":"clodex-dataplane","reason":`), err.Error())
+				writeJSON(w, http.StatusServiceUnavailable, append(b, '}'))
+				return
+			}
+		}
 		writeJSON(w, http.StatusOK, []byte(`{"ok":true,"service":"clodex-dataplane"}`))
 	}))
 	s.mux.Handle("/", s.authed(func(w *record, r *http.Request) {
@@ -240,7 +251,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 // route checks the listener's rules (Host and Origin), answers HEAD on any
 // path (Claude Code's preconnect) and hands the request to its route; the
-// routes but /healthz need the key on a non-loopback listener.
+// routes but /healthz and /readyz need the key on a non-loopback listener.
 func (s *Server) route(w *record, r *http.Request) {
 	if !s.checkListener(w, r) {
 		return

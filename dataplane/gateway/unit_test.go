@@ -7,11 +7,13 @@ import (
 	"compress/zlib"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,6 +66,7 @@ func TestListenerSecurityNetwork(t *testing.T) {
 		{"no key for count_tokens", "POST", "/v1/messages/count_tokens", nil, 401},
 		{"any host with key", "POST", "/v1/messages", map[string]string{"X-Api-Key": "team-key-123", "Host": "dataplane.internal:17645"}, 200},
 		{"healthz needs no key", "GET", "/healthz", nil, 200},
+		{"readyz needs no key", "GET", "/readyz", nil, 200},
 		{"HEAD needs no key", "HEAD", "/", nil, 200},
 	}
 	for _, tt := range tests {
@@ -272,5 +275,40 @@ func TestBudgetsAreConsulted(t *testing.T) {
 				t.Errorf("the sim failed %d responses, want %d attempts", n, tt.wantAttempts)
 			}
 		})
+	}
+}
+
+// /readyz answers 503 with the reason while Config.Ready says the data
+// plane cannot serve a turn, and 200 once it can; /healthz answers 200
+// throughout (liveness, not readiness).
+func TestReadyz(t *testing.T) {
+	var notReady atomic.Pointer[string]
+	reason := "no ChatGPT access token from the credential broker yet"
+	notReady.Store(&reason)
+	e := newUnitEnv(t, unitOptions{mutate: func(c *Config) {
+		c.Ready = func() error {
+			if r := notReady.Load(); r != nil {
+				return errors.New(*r)
+			}
+			return nil
+		}
+	}})
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := e.client.Get(e.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(ReadAll(t, resp))
+	}
+	if code, body := get("/readyz"); code != 503 || body != `{"ok":false,"service":"clodex-dataplane","reason":"no ChatGPT access token from the credential broker yet"}` {
+		t.Errorf("/readyz while not ready = %d %s, want 503 with the reason", code, body)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("/healthz while not ready = %d, want 200 (alive)", code)
+	}
+	notReady.Store(nil)
+	if code, body := get("/readyz"); code != 200 || body != `{"ok":true,"service":"clodex-dataplane"}` {
+		t.Errorf("/readyz once ready = %d %s, want 200", code, body)
 	}
 }

@@ -169,6 +169,7 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 		return nil, err
 	}
 	gc.Router, gc.Pool, gc.Budgets, gc.Health, gc.Registry, gc.TracerProvider = router, n.pool, budgets, health, reg, tp
+	gc.Ready = n.ctl.Ready
 	gc.Logger = logger.With("component", "dataplane/gateway")
 	if n.gw, err = gateway.New(gc); err != nil {
 		return nil, err
