@@ -32,8 +32,8 @@ import (
 
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/translate"
-	"github.com/clodex/clodex/internal/jsonstr"
 	"github.com/clodex/clodex/internal/hostcheck"
+	"github.com/clodex/clodex/internal/jsonstr"
 )
 
 // Log keys shared by the gateway's log lines.
