@@ -73,7 +73,7 @@ demo-test: build ## the demo's browser test: headless Chromium on the trace page
 run: ## run clodex: the data plane, in front of the emulator when ~/.codex/auth.json is missing
 	./scripts/run.sh
 
-claude: build ## run your Claude Code on clodex (the running data plane, or one started for the session); ARGS="..." go to claude
+claude: build ## run your Claude Code on clodex (the running data plane, or one started for the session); ARGS="..." go to claude; CLODEX_MEMBER_KEY_FILE=FILE uses a team's data plane (CLODEX_LISTEN) with your member key
 	./bin/clodex-dataplane claude $(ARGS)
 
 console-shots: ## screenshots of the web console (headless Chromium) into ./console-shots, or DIR=...

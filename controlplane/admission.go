@@ -38,11 +38,29 @@ func (a *admissionService) Admit(ctx context.Context, req *controlplanev1.AdmitR
 	if err := s.checkScope(ctx, "Admit", key); err != nil {
 		return nil, err
 	}
+	member := req.GetMember()
+	if member != "" {
+		if err := store.ValidateMemberName(member); err != nil {
+			return nil, s.toStatus(ctx, "Admit", invalidf("member: %v", err))
+		}
+	}
 	if err := s.checkServed(ctx, controlplanev1.AdmissionService_Admit_FullMethodName, key, req.GetAgentId()); err != nil {
 		return nil, err
 	}
-	adm, err := s.opts.Admissions.Admit(ctx, key, s.now())
+	now := s.now()
+	md, capped, err := s.memberCap(ctx, member, now)
 	if err != nil {
+		return nil, s.toStatus(ctx, "Admit", err)
+	}
+	if capped && md.Kind == pacing.KindRefuse {
+		// The member's cap is spent: the account's bucket is not asked.
+		s.metrics.memberRefusals.Inc()
+		return &controlplanev1.AdmitResponse{Decision: controlplanev1.Decision_DECISION_REFUSE, MemberLimited: true,
+			RetryAfterMs: md.RetryAfter.Milliseconds(), RequiredWaitMs: md.RequiredWait.Milliseconds()}, nil
+	}
+	adm, err := s.opts.Admissions.Admit(ctx, key, now)
+	if err != nil {
+		s.refundMember(ctx, member, md, capped, now)
 		return nil, s.toStatus(ctx, "Admit", err)
 	}
 	s.metrics.observe(key, adm.Decision)
@@ -54,6 +72,15 @@ func (a *admissionService) Admit(ctx context.Context, req *controlplanev1.AdmitR
 		PolicyVersion: adm.PolicyVersion,
 		Debited:       d.Debited,
 		Relaxed:       d.Relaxed,
+	}
+	switch {
+	case !capped:
+	case d.Kind == pacing.KindRefuse:
+		s.refundMember(ctx, member, md, capped, now)
+	case md.Kind == pacing.KindWait && md.Wait > d.Wait:
+		// Admitted by both, the member's slot later than the account's.
+		d.Kind, d.Wait, d.RequiredWait = pacing.KindWait, md.Wait, max(d.RequiredWait, md.RequiredWait)
+		resp.MemberLimited = true
 	}
 	switch d.Kind {
 	case pacing.KindAdmit:
@@ -191,4 +218,16 @@ func (s *Server) noteRelaxed(ctx context.Context, key string) {
 	n := acct.Policy.RelaxedNotice()
 	n.Key += ":" + key
 	s.notices.Emit(n, func(msg string) { s.log.WarnContext(ctx, msg, "account", key, "notice", pacing.KeyCeilingRelaxed) })
+}
+
+// refundMember gives the member's token back when the account did not
+// admit what it was taken for. A failure costs the member one token until
+// its bucket refills: it is logged, not answered.
+func (s *Server) refundMember(ctx context.Context, member string, md pacing.Decision, capped bool, now time.Time) {
+	if !capped || !md.Debited {
+		return
+	}
+	if err := s.opts.MemberBuckets.RefundMember(ctx, member, md.ID, now); err != nil {
+		s.log.WarnContext(ctx, "refund a member's token", "member", member, "err", err)
+	}
 }

@@ -55,7 +55,8 @@ func (a *adminService) Backup(_ *controlplanev1.BackupRequest, stream grpc.Serve
 	}
 	sum := &controlplanev1.BackupSummary{
 		CreatedUnixMs: snap.Created.UnixMilli(), Kind: snap.Kind, Replica: snap.Replica, Policies: int32(len(snap.Policies)),
-		Logins: int32(len(snap.Logins)), AgentCredentials: int32(len(snap.AgentCreds)), Sealed: s.opts.BackupSealer != nil,
+		Logins: int32(len(snap.Logins)), AgentCredentials: int32(len(snap.AgentCreds)), Members: int32(len(snap.Members)),
+		Sealed: s.opts.BackupSealer != nil,
 	}
 	for i := 0; i == 0 || i < len(data); i += backupChunk {
 		resp := &controlplanev1.BackupResponse{Data: data[i:min(i+backupChunk, len(data))]}
@@ -67,13 +68,13 @@ func (a *adminService) Backup(_ *controlplanev1.BackupRequest, stream grpc.Serve
 		}
 	}
 	s.log.InfoContext(ctx, "backup taken", "policies", len(snap.Policies), "sign_ins", len(snap.Logins),
-		"agent_credentials", len(snap.AgentCreds), "bytes", len(data), "sealed", s.opts.BackupSealer != nil)
+		"agent_credentials", len(snap.AgentCreds), "members", len(snap.Members), "bytes", len(data), "sealed", s.opts.BackupSealer != nil)
 	return nil
 }
 
 // Restore reads a backup file in chunks and puts it back into the store,
-// then reloads the agent credentials and pushes every policy to the
-// agents.
+// then reloads the agent credentials and the members and pushes every
+// policy (and a changed member list) to the agents.
 func (a *adminService) Restore(stream grpc.ClientStreamingServer[controlplanev1.RestoreRequest, controlplanev1.RestoreResponse]) error {
 	s := a.s
 	ctx := stream.Context()
@@ -112,6 +113,9 @@ func (a *adminService) Restore(stream grpc.ClientStreamingServer[controlplanev1.
 	if err := s.reloadScopes(ctx); err != nil {
 		s.log.WarnContext(ctx, "reload agent credentials", "err", err)
 	}
+	if err := s.reloadMembers(ctx); err != nil {
+		s.log.WarnContext(ctx, "reload members", "err", err)
+	}
 	s.agents.pushAll()
 	s.log.WarnContext(ctx, "backup restored", "written", snap.Created.UTC(), "by", snap.Replica, "force", force, "result", res.String())
 	count := func(c store.RestoreCount) *controlplanev1.RestoreCounts {
@@ -119,6 +123,6 @@ func (a *adminService) Restore(stream grpc.ClientStreamingServer[controlplanev1.
 	}
 	return stream.SendAndClose(&controlplanev1.RestoreResponse{
 		Policies: count(res.Policies), Logins: count(res.Logins), AgentCredentials: count(res.AgentCreds),
-		CreatedUnixMs: snap.Created.UnixMilli(),
+		Members: count(res.Members), CreatedUnixMs: snap.Created.UnixMilli(),
 	})
 }

@@ -62,6 +62,7 @@ type agentConn struct {
 	scope             *scopedCred // the scoped credential it connected with; nil for the fleet's tokens
 	stream            string      // a nonce of this stream (store.AgentStream)
 	capability        int
+	takesMembers      bool // it gets the member pushes (Server.takesMembers)
 	connected         time.Time
 	wake              chan struct{} // size 1: there is something to send
 
@@ -69,6 +70,7 @@ type agentConn struct {
 	accounts []string        // sorted, distinct
 	lastSeen time.Time       // last hello or heartbeat
 	dirty    map[string]bool // accounts whose policy must be (re)pushed
+	members  bool            // the member list must be (re)pushed
 	closed   string          // the close reason; "" while open
 	closeErr error           // the status the stream ends with once closed; nil: Unavailable with the reason
 }
@@ -288,6 +290,29 @@ func (d *directory) closeAll(reason string) {
 		}
 		c.signal()
 	}
+}
+
+// pushMembers marks the member list dirty on every open agent that takes
+// it (agentConn.takesMembers).
+func (d *directory) pushMembers() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.agents {
+		if c.closed == "" && c.takesMembers {
+			c.members = true
+			c.signal()
+		}
+	}
+}
+
+// takeMembers reports whether c's member list must be pushed, and clears
+// it.
+func (d *directory) takeMembers(c *agentConn) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m := c.members
+	c.members = false
+	return m
 }
 
 // push marks key dirty on every agent serving it.

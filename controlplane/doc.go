@@ -20,7 +20,8 @@
 // made of PolicyReader and PolicyWriter (admin.go), AdaptiveRates
 // (reports.go) and StoreInfo; and, optional, AgentCounter and AgentRoster
 // (directory.go), QuotaStore (reports.go), PolicyWatcher, AgentCredStore
-// (scope.go), AgentCredWatcher (revoke.go) and DurableStore (backup.go).
+// (scope.go), AgentCredWatcher (revoke.go), MemberStore and MemberBuckets
+// (members.go) and DurableStore (backup.go).
 // store.Memory (one process) and
 // redisstore.Store (replicas sharing one Redis) implement them; the data
 // directory's store.LoginFile keeps the agent credentials without Redis.
@@ -31,7 +32,10 @@
 //     BenchService's no-op floor with Options.EnableBench.
 //   - admin.go: AdminService's policy and listing RPCs; scope.go its
 //     scoped agent credentials, revoke.go their revocation (the streams
-//     of a removed credential closed on every replica);
+//     of a removed credential closed on every replica); members.go the
+//     team's members (CreateMember, ListMembers, RemoveMember), pushed to
+//     every agent that takes them, and a member's cap, which Admit takes
+//     before the account's bucket;
 //     credentials.go CredentialService and the login RPCs, served by
 //     Options.Broker; backup.go Backup and Restore, a backup file of the
 //     store's durable state in chunks, served by Options.Durable and
@@ -57,7 +61,7 @@
 // limits. The behaviour is specified in docs/pacing.md §7 (admission),
 // §8.1 (hand-overs), §9 (adaptive mode) and §10 (the agent stream), and
 // in docs/operations.md §3 (replicas), §8 (backups and what survives
-// what), §10 (health), §11 (authentication and limits) and §13
-// (metrics). A record the store cannot decode is FailedPrecondition
+// what), §10 (health), §11 (authentication and limits), §13 (metrics) and
+// §15 (members), and docs/credentials.md §10 (members, pins and caps). A record the store cannot decode is FailedPrecondition
 // naming it (errors.go), never Internal.
 package controlplane

@@ -6,8 +6,8 @@ import (
 )
 
 // fleetLoop applies adaptive raises and expires silent agents every
-// Options.FleetTick, and reloads the scoped agent credentials at once when
-// another replica changed them, until ctx ends, then closes stopped. Its
+// Options.FleetTick, and reloads the scoped agent credentials and the
+// members at once when another replica changed them, until ctx ends, then closes stopped. Its
 // owner is Serve.
 func (s *Server) fleetLoop(ctx context.Context, stopped chan<- struct{}) {
 	defer close(stopped)
@@ -48,15 +48,22 @@ func (s *Server) fleetTick(ctx context.Context) {
 	}
 }
 
-// reloadCreds reloads the scoped agent credentials (reloadScopes), bounded
-// by scopeReloadTimeout; a failure keeps the ones loaded before.
+// reloadCreds reloads the scoped agent credentials (reloadScopes) and the
+// members (reloadMembers), each bounded by scopeReloadTimeout; a failure
+// keeps the ones loaded before.
 func (s *Server) reloadCreds(ctx context.Context) {
-	if s.opts.AgentCreds == nil {
-		return
+	if s.opts.AgentCreds != nil {
+		rctx, cancel := context.WithTimeout(ctx, scopeReloadTimeout)
+		if err := s.reloadScopes(rctx); err != nil {
+			s.log.DebugContext(ctx, "reload agent credentials", "err", err)
+		}
+		cancel()
 	}
-	rctx, cancel := context.WithTimeout(ctx, scopeReloadTimeout)
-	defer cancel()
-	if err := s.reloadScopes(rctx); err != nil {
-		s.log.DebugContext(ctx, "reload agent credentials", "err", err)
+	if s.opts.Members != nil {
+		rctx, cancel := context.WithTimeout(ctx, scopeReloadTimeout)
+		if err := s.reloadMembers(rctx); err != nil {
+			s.log.DebugContext(ctx, "reload members", "err", err)
+		}
+		cancel()
 	}
 }

@@ -44,7 +44,10 @@ func TestMessageSizeLimit(t *testing.T) {
 	maxReport := &controlplanev1.ReportGrantsRequest{ReportId: strings.Repeat("r", 128), AgentId: strings.Repeat("i", 128), Grants: grants}
 	maxCred := &controlplanev1.CreateAgentCredentialRequest{Name: strings.Repeat("n", 64), Accounts: keys, TokenSha256: make([]byte, 32)}
 	maxCred.TokenSha256[0] = 1
-	maxAdmit := &controlplanev1.AdmitRequest{Account: longKey(1), AgentId: strings.Repeat("i", 128)}
+	maxAdmit := &controlplanev1.AdmitRequest{Account: longKey(1), AgentId: strings.Repeat("i", 128), Member: strings.Repeat("m", 64)}
+	maxMember := &controlplanev1.CreateMemberRequest{Name: strings.Repeat("n", 64), Accounts: keys[:100], Pin: keys[99],
+		RatePerMinute: 600, KeySha256: make([]byte, 32)}
+	maxMember.KeySha256[0] = 1
 	for _, tt := range []struct {
 		name  string
 		msg   proto.Message
@@ -54,6 +57,7 @@ func TestMessageSizeLimit(t *testing.T) {
 		{"ReportGrants of 200 accounts with 128-byte keys", maxReport, controlplane.MaxRecvMsgSize},
 		{"CreateAgentCredential of 1000 accounts", maxCred, controlplane.MaxRecvMsgSize},
 		{"Admit with a 128-byte key and agent id", maxAdmit, 1024},
+		{"CreateMember of 100 accounts", maxMember, 4096},
 	} {
 		t.Logf("%s: %d bytes (limit %d)", tt.name, proto.Size(tt.msg), tt.limit)
 		if n := proto.Size(tt.msg); n > tt.limit {
@@ -69,6 +73,9 @@ func TestMessageSizeLimit(t *testing.T) {
 	}
 	if _, err := controlplanev1.NewAdminServiceClient(admin).CreateAgentCredential(t.Context(), maxCred); err != nil {
 		t.Errorf("CreateAgentCredential of 1000 accounts = %v, want it created", err)
+	}
+	if _, err := controlplanev1.NewAdminServiceClient(admin).CreateMember(t.Context(), maxMember); err != nil {
+		t.Errorf("CreateMember of 100 accounts = %v, want it created", err)
 	}
 	admission := controlplanev1.NewAdmissionServiceClient(srv.Dial(srv.AgentToken, nil))
 	// The agent credential already serves 1000 accounts: the answer is

@@ -25,6 +25,8 @@ type metrics struct {
 	upstream403 prometheus.Counter
 	// handover counts tokens debited for grants data planes handed over.
 	handover prometheus.Counter
+	// memberRefusals counts admissions a member's cap refused.
+	memberRefusals prometheus.Counter
 	// quotaUsed and quotaResets are the latest plan usage reported per
 	// account and window (at most MaxTrackedAccounts accounts).
 	quotaUsed, quotaResets *prometheus.GaugeVec
@@ -76,6 +78,10 @@ func newMetrics(policies PolicyReader, info StoreInfo, now func() time.Time, age
 		Name: "clodex_controlplane_handover_debits_total",
 		Help: "Tokens debited for grants data planes made locally during an outage and handed over (ReportGrants).",
 	})
+	m.memberRefusals = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "clodex_controlplane_member_cap_refusals_total",
+		Help: "Admissions refused because the member's cap (clodexctl member create --rate) was spent; the account's bucket was not asked.",
+	})
 	degraded := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "clodex_controlplane_store_degraded",
 		Help: "1 while the store cannot be reached and this replica admits from its local share, else 0.",
@@ -103,7 +109,7 @@ func newMetrics(policies PolicyReader, info StoreInfo, now func() time.Time, age
 		Name: "clodex_controlplane_account_quota_resets_at_seconds",
 		Help: "When each account's plan usage window resets, Unix seconds (0: unknown); only the first 100 accounts reported.",
 	}, []string{"account", "window"})
-	m.all = []prometheus.Collector{m.quotaUsed, m.quotaResets, admissions, m.wait, cancels, m.accounts, m.upstream403, m.handover, degraded, liveAgents}
+	m.all = []prometheus.Collector{m.quotaUsed, m.quotaResets, admissions, m.wait, cancels, m.accounts, m.upstream403, m.handover, m.memberRefusals, degraded, liveAgents}
 	return m
 }
 

@@ -41,6 +41,8 @@ const (
 	recvSmall = 1 << 10
 	// recvReflection fits a reflection request (symbol and file names).
 	recvReflection = 4 << 10
+	// recvMember fits a CreateMember of 100 accounts (about 2.5 KB).
+	recvMember = 4 << 10
 	// MaxRecvMsgSize is the largest request message the server reads:
 	// the largest per-method limit (an agent hello or heartbeat naming
 	// 1000 accounts, about 24 KB; a ReportGrants of 200 accounts with
@@ -66,8 +68,9 @@ var recvLimits = func() map[protoreflect.FullName]int {
 		&controlplanev1.ListQuotasRequest{}, &controlplanev1.ListLoginsRequest{}, &controlplanev1.GetLoginRequest{},
 		&controlplanev1.RemoveLoginRequest{}, &controlplanev1.ListAgentCredentialsRequest{},
 		&controlplanev1.RemoveAgentCredentialRequest{}, &controlplanev1.CreateConsoleLinkRequest{},
-		&controlplanev1.BackupRequest{},
+		&controlplanev1.BackupRequest{}, &controlplanev1.ListMembersRequest{}, &controlplanev1.RemoveMemberRequest{},
 		&healthpb.HealthCheckRequest{}, &healthpb.HealthListRequest{})
+	set(recvMember, &controlplanev1.CreateMemberRequest{})
 	set(recvReflection, &reflectionv1.ServerReflectionRequest{})
 	// The deprecated v1alpha reflection service reflection.Register still
 	// serves, by name: its package is deprecated.

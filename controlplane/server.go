@@ -139,11 +139,21 @@ type Options struct {
 	// (Optional; default none)
 	AgentCreds AgentCredStore
 	// AgentCredChanges, when set, tells the server that another replica
-	// sharing the store changed the scoped agent credentials, which it
-	// reloads at once (a removal closes the credential's streams here
-	// too). *redisstore.Store implements it. (Optional; default none:
-	// reloaded every FleetTick)
+	// sharing the store changed the scoped agent credentials or the
+	// members, which it reloads at once (a removal closes the credential's
+	// streams here too; the members go to every agent). *redisstore.Store
+	// implements it. (Optional; default none: reloaded every FleetTick)
 	AgentCredChanges AgentCredWatcher
+	// Members, when set, keeps the team's members (clodexctl member
+	// create): their key digests, accounts, pins and caps, pushed to every
+	// agent of CAPABILITY_VERSION_MEMBERS. *store.LoginFile and
+	// *redisstore.Store implement it. (Optional; default none: the member
+	// RPCs answer FailedPrecondition and no agent gets a push)
+	Members MemberStore
+	// MemberBuckets, when set, holds each member's cap, taken before the
+	// account's bucket. *store.Memory and *redisstore.Store implement it.
+	// (Optional; default none: members have no cap)
+	MemberBuckets MemberBuckets
 	// Durable, when set, takes snapshots of the store's durable state and
 	// restores them (AdminService.Backup and Restore). *redisstore.Store
 	// and store.DirState implement it. (Optional; default none: those
@@ -194,6 +204,7 @@ type Server struct {
 	notices       pacing.Notices   // one-time operator notices, keyed per account
 	agents        *directory       // the agent directory
 	scopes        *scopeSet        // scoped agent credentials (Options.AgentCreds)
+	members       *memberSet       // the team's members (Options.Members)
 	credsDirty    chan struct{}    // size 1: another replica changed the scoped credentials
 	streams       sync.WaitGroup   // agent streams' receive loops
 
@@ -255,6 +266,7 @@ func New(opts Options) (*Server, error) {
 	scopes := &scopeSet{store: opts.AgentCreds}
 	s := &Server{
 		scopes:     scopes,
+		members:    &memberSet{store: opts.Members},
 		credsDirty: make(chan struct{}, 1),
 		opts:       opts,
 		log:        opts.Logger.With("component", "controlplane"),
@@ -355,6 +367,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.log.InfoContext(ctx, "serving", "addr", lis.Addr().String(), "tls", s.opts.TLS != nil)
 	if err := s.reloadScopes(ctx); err != nil {
 		s.log.WarnContext(ctx, "scoped agent credentials not loaded yet; retrying every fleet tick", "err", err)
+	}
+	if err := s.reloadMembers(ctx); err != nil {
+		s.log.WarnContext(ctx, "members not loaded yet; retrying every fleet tick", "err", err)
 	}
 	fleetCtx, stopFleet := context.WithCancel(ctx)
 	fleetStopped := make(chan struct{})

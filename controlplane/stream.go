@@ -19,7 +19,7 @@ import (
 // CapabilityVersion is the highest protocol version this control plane
 // implements. The numbers and their history are
 // controlplanev1.CapabilityVersion (proto/clodex/controlplane/v1/agent.proto).
-const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_BROKER)
+const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_MEMBERS)
 
 const (
 	// maxAgentIDLen bounds agent ids.
@@ -126,6 +126,7 @@ func (a *agentService) Connect(stream agentStream) error {
 		id: hello.GetAgentId(), host: hello.GetHost(), version: hello.GetVersion(), credential: cred, scope: scopeFrom(ctx),
 		stream: rand.Text(), capability: capability, connected: now, wake: make(chan struct{}, 1),
 		accounts: accts, lastSeen: now, dirty: map[string]bool{},
+		takesMembers: s.takesMembers(capability), members: s.takesMembers(capability),
 	}
 	if reason := s.agents.join(ctx, c); reason != "" {
 		_ = stream.Send(&controlplanev1.ConnectResponse{Msg: &controlplanev1.ConnectResponse_Close{Close: &controlplanev1.AgentClose{Reason: reason}}})
@@ -166,7 +167,8 @@ func (a *agentService) Connect(stream agentStream) error {
 	}
 }
 
-// flush sends c's pending pushes, or its close.
+// flush sends c's pending pushes (the member list first: a data plane
+// serving member keys waits for it), or its close.
 func (a *agentService) flush(ctx context.Context, stream agentStream, c *agentConn) error {
 	s := a.s
 	keys, live, closed, end := s.agents.take(ctx, c)
@@ -174,6 +176,13 @@ func (a *agentService) flush(ctx context.Context, stream agentStream, c *agentCo
 		_ = stream.Send(&controlplanev1.ConnectResponse{Msg: &controlplanev1.ConnectResponse_Close{Close: &controlplanev1.AgentClose{Reason: closed}}})
 		s.log.InfoContext(ctx, "closing agent stream", "agent_id", c.id, "reason", closed)
 		return end
+	}
+	if s.agents.takeMembers(c) {
+		if push := s.members.current(); push != nil {
+			if err := stream.Send(&controlplanev1.ConnectResponse{Msg: &controlplanev1.ConnectResponse_Members{Members: push}}); err != nil {
+				return err
+			}
+		}
 	}
 	for i, k := range keys {
 		push, err := s.policyPush(ctx, k, live[i])

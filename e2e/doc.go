@@ -38,6 +38,9 @@
 //     Claude Code (a tool loop, then the session resumed); opencode's
 //     usage-limit case ends with the message. Each prints what its user
 //     sees as JSON lines, which the cases assert;
+//   - member_test.go: Claude Code through a member key, against a data
+//     plane serving member keys and a control plane holding the member
+//     (and refused, once, with a key no member holds);
 //   - failure_test.go, with Claude Code's default retries: a persistent
 //     upstream failure shown within four minutes, and a backend stopped
 //     for 20 s in the middle of a tool round trip that the turn rides out

@@ -183,6 +183,8 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		ConsoleLinks:  consoleLinks,
 		Broker:        brk,
 		AgentCreds:    logins,
+		Members:       logins,
+		MemberBuckets: st.memberBuckets,
 		Durable:       st.durable,
 		BackupSealer:  sealer,
 		Admissions:    st.admissions,
@@ -306,8 +308,10 @@ type servedStore struct {
 	agents     controlplane.AgentCounter
 	roster     controlplane.AgentRoster // nil: one control plane lists its own agents
 	quotas     controlplane.QuotaStore
-	changes    func() uint64              // counts durable changes, for backups
-	watch      controlplane.PolicyWatcher // nil: no other replica changes policies
+	// memberBuckets holds the members' caps.
+	memberBuckets controlplane.MemberBuckets
+	changes       func() uint64              // counts durable changes, for backups
+	watch         controlplane.PolicyWatcher // nil: no other replica changes policies
 	// credChanges tells of the agent credentials other replicas change;
 	// nil: no other replica does.
 	credChanges controlplane.AgentCredWatcher
@@ -371,7 +375,7 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheu
 		if err != nil {
 			return nil, err
 		}
-		return &servedStore{admissions: m, policies: m, agents: m, quotas: m, memory: m, now: time.Now, run: m.Run, close: func() {}}, nil
+		return &servedStore{admissions: m, policies: m, agents: m, quotas: m, memberBuckets: m, memory: m, now: time.Now, run: m.Run, close: func() {}}, nil
 	}
 	r, err := redisstore.Open(ctx, redisstore.Options{
 		URL: cfg.Redis, Prefix: cfg.RedisPrefix, Defaults: &cfg.Defaults, Timeout: cfg.RedisTimeout,
@@ -381,18 +385,19 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheu
 		return nil, err
 	}
 	return &servedStore{
-		admissions: r, policies: r, agents: r, roster: r, quotas: r, watch: r, credChanges: r,
+		admissions: r, policies: r, agents: r, roster: r, quotas: r, memberBuckets: r, watch: r, credChanges: r,
 		now: r.Now, logins: r, durable: r, backupState: r.BackupState, changes: r.Changes, changed: r.Changed(),
 		run: r.Run, close: func() { _ = r.Close() },
 	}, nil
 }
 
-// loginStore keeps the broker's logins, the key canary and the scoped
-// agent credentials.
+// loginStore keeps the broker's logins, the key canary, the scoped agent
+// credentials and the members.
 type loginStore interface {
 	broker.Logins
 	broker.CanaryStore
 	controlplane.AgentCredStore
+	controlplane.MemberStore
 }
 
 // openLogins opens where the logins and scoped agent credentials live:

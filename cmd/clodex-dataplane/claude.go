@@ -18,12 +18,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/clodex/clodex/internal/bearer"
 	"github.com/clodex/clodex/internal/node"
 )
 
 // The claude subcommand:
 //
-//	clodex-dataplane claude [ARGS...]
+//	clodex-dataplane claude [--member-key-file FILE] [ARGS...]
 //
 // runs the user's Claude Code (`claude` on PATH) on clodex. It uses the
 // data plane that answers on the local address (CLODEX_LISTEN, default
@@ -49,6 +50,13 @@ import (
 // Claude Code's settings (~/.claude.json, ~/.claude/): a first start shows
 // Claude Code's own local onboarding (text style, security notes, folder
 // trust) and Claude Code records the answers itself.
+//
+// With a member key (--member-key-file FILE before ARGS, or
+// CLODEX_MEMBER_KEY_FILE) the session is a team member's: Claude Code
+// sends that key, to the team's data plane (started with --member-keys)
+// at CLODEX_LISTEN, which may then be any host:port; the session checks
+// the key there first and starts no data plane of its own (one started
+// here would serve no member keys).
 
 const (
 	// claudeCodeVersion is the Claude Code release clodex is tested with;
@@ -59,6 +67,8 @@ const (
 	claudeToken = "clodex-local"
 	// envListen overrides the data plane's address, as for `make run`.
 	envListen = "CLODEX_LISTEN"
+	// envMemberKeyFile is the file of a member key, as --member-key-file.
+	envMemberKeyFile = "CLODEX_MEMBER_KEY_FILE"
 	// envStateHome locates the session's logs.
 	envStateHome = "XDG_STATE_HOME"
 	// envPath is searched for claude and clodex-sim.
@@ -123,29 +133,49 @@ func runClaude(ctx context.Context, args []string, cio claudeIO) (int, error) {
 	if v := getenv(envListen); v != "" {
 		addr = v
 	}
-	if !loopbackHostPort(addr) {
-		return 1, fmt.Errorf("%s=%q: the session's data plane must listen on a loopback host:port, e.g. 127.0.0.1:17645", envListen, addr)
+	keyFile, args := memberKeyFile(args, getenv(envMemberKeyFile))
+	key := claudeToken
+	if keyFile != "" {
+		tok, warning, err := bearer.ReadFile(keyFile)
+		if err != nil {
+			return 1, fmt.Errorf("read the member key: %w", err)
+		}
+		if warning != "" {
+			fmt.Fprintln(cio.stderr, "clodex: warning: member key file:", warning)
+		}
+		key = tok.Reveal()
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil || (keyFile == "" && !loopbackHostPort(addr)) {
+		return 1, fmt.Errorf("%s=%q: the session's data plane must listen on a loopback host:port, e.g. 127.0.0.1:17645 (any host:port with a member key)", envListen, addr)
 	}
 	bin, ok := findExecutable("claude", getenv(envPath))
 	if !ok {
 		return 1, fmt.Errorf("claude (Claude Code) is not on PATH; install the version clodex is tested with: npm install -g @anthropic-ai/claude-code@%s", claudeCodeVersion)
 	}
-
-	// Until Claude Code runs, SIGINT or SIGTERM abandons the set-up.
-	setupCtx, cancelSetup := context.WithCancel(ctx)
-	defer cancelSetup()
-	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
-	go watchSetup(cio.signals, cancelSetup, stopWatch, watchDone)
-	s, err := startSession(setupCtx, addr, cio)
-	close(stopWatch)
-	<-watchDone
-	if err != nil {
-		return 1, err
+	s := &session{} // a member's session uses the team's data plane: it starts nothing
+	if keyFile != "" {
+		if err := checkMemberKey(ctx, addr, key); err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(cio.stderr, "clodex: using the team's data plane on %s with your member key\n", addr)
+	} else {
+		// Until Claude Code runs, SIGINT or SIGTERM abandons the set-up.
+		setupCtx, cancelSetup := context.WithCancel(ctx)
+		defer cancelSetup()
+		stopWatch, watchDone := make(chan struct{}), make(chan struct{})
+		go watchSetup(cio.signals, cancelSetup, stopWatch, watchDone)
+		var err error
+		s, err = startSession(setupCtx, addr, cio)
+		close(stopWatch)
+		<-watchDone
+		if err != nil {
+			return 1, err
+		}
 	}
 	defer s.close(cio.stderr)
 
 	cmd := exec.Command(bin, args...) //nolint:gosec // G702: runs the claude on the user's PATH with the user's own arguments; launching it is what this command is for
-	cmd.Env = claudeEnviron(cio.environ, "http://"+addr)
+	cmd.Env = claudeEnviron(cio.environ, "http://"+addr, key)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = cio.stdin, cio.stdout, cio.stderr
 	if err := cmd.Start(); err != nil {
 		return 1, fmt.Errorf("start %s: %w", bin, err)
@@ -199,8 +229,8 @@ func superviseClaude(cmd *exec.Cmd, sigs <-chan os.Signal) (int, error) {
 }
 
 // claudeEnviron is environ with the session's changes (see the top of
-// this file).
-func claudeEnviron(environ []string, baseURL string) []string {
+// this file); key is what Claude Code sends as ANTHROPIC_AUTH_TOKEN.
+func claudeEnviron(environ []string, baseURL, key string) []string {
 	env := make([]string, 0, len(environ)+4)
 	nonessential := false
 	for _, kv := range environ {
@@ -222,7 +252,7 @@ func claudeEnviron(environ []string, baseURL string) []string {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "ANTHROPIC_BASE_URL="+baseURL, "ANTHROPIC_AUTH_TOKEN="+claudeToken)
+	env = append(env, "ANTHROPIC_BASE_URL="+baseURL, "ANTHROPIC_AUTH_TOKEN="+key)
 	if !nonessential {
 		env = append(env, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1")
 	}
@@ -509,4 +539,52 @@ func openLog(path string) (*os.File, error) {
 		return nil, fmt.Errorf("open the session log: %w", err)
 	}
 	return f, nil
+}
+
+// memberKeyFile returns the member key file of a session and Claude
+// Code's arguments: --member-key-file FILE (or =FILE) as the first
+// argument, else env (CLODEX_MEMBER_KEY_FILE); "" for none.
+func memberKeyFile(args []string, env string) (string, []string) {
+	if len(args) > 0 {
+		if f, ok := strings.CutPrefix(args[0], "--member-key-file="); ok {
+			return f, args[1:]
+		}
+		if args[0] == "--member-key-file" && len(args) > 1 {
+			return args[1], args[2:]
+		}
+	}
+	return strings.TrimSpace(env), args
+}
+
+// checkMemberKey asks the data plane at addr whether it serves key (GET
+// /v1/models, which runs no turn): nil when it does, else what is wrong
+// and what to do. The key never appears in the error.
+func checkMemberKey(ctx context.Context, addr, key string) error {
+	if err := probeDataPlane(ctx, addr); err != nil {
+		if errors.Is(err, errNotListening) {
+			return fmt.Errorf("no clodex data plane answers on %s: a member key is for the team's data plane (started with --member-keys); set %s to its host:port", addr, envListen)
+		}
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/models", nil)
+	if err != nil {
+		return fmt.Errorf("check the member key on %s: %w", addr, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	tr := &http.Transport{Proxy: nil, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return fmt.Errorf("check the member key on %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	var e struct{ Error struct{ Message string } }
+	_ = json.Unmarshal(body, &e)
+	return fmt.Errorf("the data plane on %s refuses the member key (%d: %s)", addr, resp.StatusCode, e.Error.Message)
 }

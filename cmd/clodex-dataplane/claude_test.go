@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clodex/clodex/controlplane/controlplanetest"
 	"github.com/clodex/clodex/internal/clienttest"
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
 // fakeClaude stands in for Claude Code where a test checks what the
@@ -70,7 +73,7 @@ func TestClaudeEnviron(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		if got := claudeEnviron(tt.environ, "http://127.0.0.1:9"); !slices.Equal(got, tt.want) {
+		if got := claudeEnviron(tt.environ, "http://127.0.0.1:9", claudeToken); !slices.Equal(got, tt.want) {
 			t.Errorf("%s: claudeEnviron(%q) = %q, want %q", tt.name, tt.environ, got, tt.want)
 		}
 	}
@@ -369,9 +372,83 @@ func TestClaudeSession(t *testing.T) {
 		c.useFakeClaude()
 		c.env["CLODEX_LISTEN"] = "0.0.0.0:17645"
 		code, err := c.run(t.Context())
-		want := `CLODEX_LISTEN="0.0.0.0:17645": the session's data plane must listen on a loopback host:port, e.g. 127.0.0.1:17645`
+		want := `CLODEX_LISTEN="0.0.0.0:17645": the session's data plane must listen on a loopback host:port, e.g. 127.0.0.1:17645 (any host:port with a member key)`
 		if code != 1 || err == nil || err.Error() != want {
 			t.Errorf("session = %d, %v; want 1, %q", code, err, want)
+		}
+	})
+
+	// A member's session: the key (CLODEX_MEMBER_KEY_FILE, or
+	// --member-key-file before Claude Code's arguments) is checked on the
+	// team's data plane and sent as ANTHROPIC_AUTH_TOKEN; nothing is
+	// started. A key the data plane refuses, or no data plane, stops the
+	// session before Claude Code, saying why.
+	t.Run("a member key", func(t *testing.T) {
+		s := startSim(t)
+		cp := controlplanetest.Start(t, nil)
+		r := startRun(t, map[string]string{"CLODEX_MEMBER_KEYS": "1"}, append(s.args(), "--control-plane", cp.Addr, "--agent-token-file", cp.AgentTokenFile)...)
+		key := "clx_the-key-of-alice"
+		sum := sha256.Sum256([]byte(key))
+		admin := controlplanev1.NewAdminServiceClient(cp.Dial(cp.AdminToken, nil))
+		if _, err := admin.CreateMember(t.Context(), &controlplanev1.CreateMemberRequest{Name: "alice", KeySha256: sum[:]}); err != nil {
+			t.Fatal(err)
+		}
+		keyFile := filepath.Join(t.TempDir(), "alice.key")
+		if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		addr := strings.TrimPrefix(r.base, "http://")
+		for _, how := range []string{"env", "flag"} {
+			c := newClaudeCase(t, bins)
+			c.useFakeClaude()
+			c.env["CLODEX_LISTEN"], c.env["FAKE_CLAUDE_MODE"] = addr, ""
+			args := []string{"-p", "hi"}
+			if how == "env" {
+				c.env["CLODEX_MEMBER_KEY_FILE"] = keyFile
+			} else {
+				args = append([]string{"--member-key-file", keyFile}, args...)
+			}
+			for i := 0; modelsWith(t, r.base, key) != http.StatusOK; i++ { // the member list reaches the data plane on its agent stream
+				if i == 1000 {
+					t.Fatal("the data plane never served alice's key")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			code, err := c.run(t.Context(), args...)
+			if err != nil || code != 0 {
+				t.Fatalf("%s: session = %d, %v; want 0\nstderr:\n%s", how, code, err, c.stderr.String())
+			}
+			if env := c.fakeEnv(); env["ANTHROPIC_AUTH_TOKEN"] != key || env["ANTHROPIC_BASE_URL"] != r.base {
+				t.Errorf("%s: claude got ANTHROPIC_AUTH_TOKEN %q, ANTHROPIC_BASE_URL %q; want the member key and %s", how, env["ANTHROPIC_AUTH_TOKEN"], env["ANTHROPIC_BASE_URL"], r.base)
+			}
+			b, _ := os.ReadFile(c.out + ".args")
+			if got := strings.Split(strings.TrimSpace(string(b)), "\n"); !slices.Equal(got, []string{"-p", "hi"}) {
+				t.Errorf("%s: claude got arguments %q, want -p hi", how, got)
+			}
+			if want := "clodex: using the team's data plane on " + addr + " with your member key\n"; c.stderr.String() != want {
+				t.Errorf("%s: stderr = %q, want %q", how, c.stderr.String(), want)
+			}
+		}
+
+		wrong := filepath.Join(t.TempDir(), "wrong.key")
+		if err := os.WriteFile(wrong, []byte("clx_not-a-member\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c := newClaudeCase(t, bins)
+		c.useFakeClaude()
+		c.env["CLODEX_LISTEN"], c.env["CLODEX_MEMBER_KEY_FILE"] = addr, wrong
+		code, err := c.run(t.Context())
+		if code != 1 || err == nil || !strings.Contains(err.Error(), "the data plane on "+addr+" refuses the member key (401: invalid member key") ||
+			strings.Contains(err.Error(), "not-a-member") {
+			t.Errorf("a key the data plane refuses: %d, %v; want 1 saying so, without the key", code, err)
+		}
+		c.env["CLODEX_LISTEN"] = freeAddr(t)
+		code, err = c.run(t.Context())
+		if code != 1 || err == nil || !strings.Contains(err.Error(), "no clodex data plane answers on "+c.env["CLODEX_LISTEN"]+": a member key is for the team's data plane") {
+			t.Errorf("a member key and no data plane: %d, %v; want 1 saying so", code, err)
+		}
+		if _, err := os.Stat(c.out + ".args"); !errors.Is(err, os.ErrNotExist) || listening(t, c.env["CLODEX_LISTEN"]) {
+			t.Errorf("claude ran (stat %v) or a data plane was started; want neither", err)
 		}
 	})
 

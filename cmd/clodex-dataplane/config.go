@@ -29,6 +29,7 @@ const (
 	envAgentToken     = node.EnvAgentToken        // the fleet's agent token, when no file is given
 	envAgentTokenFile = "CLODEX_AGENT_TOKEN_FILE" // default of --agent-token-file
 	envUsageLimitHold = "CLODEX_USAGE_LIMIT_HOLD" // default of --usage-limit-hold
+	envMemberKeys     = "CLODEX_MEMBER_KEYS"      // default of --member-keys: true or false
 )
 
 // osLookupEnv is the process environment; run hands it to loadConfig.
@@ -64,7 +65,9 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 	fs.StringVar(&c.AdminListen, "admin-listen", "", "`address` for /metrics, /debug/ and, with --pprof, /debug/pprof (default off; non-loopback needs --metrics-token-file)")
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", "", "`file` holding the bearer token every --admin-listen request must carry (required off loopback; mode 0600)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on --admin-listen")
-	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "`file` whose first line is the API key clients must send (required off loopback)")
+	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "`file` whose first line is the API key clients must send (required off loopback, unless --member-keys)")
+	memberKeys, memberKeysErr := boolEnv(envMemberKeys, getenv(envMemberKeys))
+	fs.BoolVar(&c.MemberKeys, "member-keys", memberKeys, "serve only the keys of the team's members (clodexctl member create), on any listener; needs --control-plane (env "+envMemberKeys+")")
 	origins := fs.String("allowed-origins", "", "comma-separated browser `origins` allowed to call the API, e.g. http://localhost:3000")
 	fs.StringVar(&c.ModelAliases, "model-aliases", "", "model aliases `pattern=model,...` tried before the defaults (pattern may end in *)")
 	fs.BoolVar(&c.ModelPassthrough, "model-passthrough", false, "send model names no alias matches to the backend unchanged (default: answer 400 listing the accepted names)")
@@ -113,6 +116,9 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 	}
 	if c.UsageLimitHold == 0 { // node.Config reads 0 as the default; Validate checks the rest
 		errs = append(errs, fmt.Errorf("--usage-limit-hold %v is out of range; allowed %s", c.UsageLimitHold, accounts.UsageLimitHoldRange))
+	}
+	if memberKeysErr != nil {
+		errs = append(errs, memberKeysErr)
 	}
 	switch n := *failureRetries; {
 	case n == 0:
@@ -190,4 +196,17 @@ func (f *codexAuthFlag) Set(v string) error {
 	}
 	f.c.ExtraCodexAuth = append(f.c.ExtraCodexAuth, v)
 	return nil
+}
+
+// boolEnv reads the boolean environment value v of variable name: "" is
+// false; true, 1, yes,
+// on and false, 0, no, off (any case) are accepted.
+func boolEnv(name, v string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "false", "0", "no", "off":
+		return false, nil
+	case "true", "1", "yes", "on":
+		return true, nil
+	}
+	return false, fmt.Errorf("%s=%q is invalid; want true or false", name, v)
 }

@@ -5,7 +5,7 @@
 //
 //	clodex-dataplane [--listen ADDR] [--upstream-url URL] [--codex-auth FILE]
 //	    [--token-endpoint URL] [--refresh auto|never] [--admin-listen ADDR]
-//	    [--api-key-file FILE] [--allowed-origins LIST] [--model-aliases SPEC]
+//	    [--api-key-file FILE | --member-keys] [--allowed-origins LIST] [--model-aliases SPEC]
 //	    [--model-passthrough] [--failure-retries 1]
 //	    [--control-plane ADDR --agent-token-file FILE [--tls-ca FILE]
 //	     [--tls-cert FILE --tls-key FILE]] [--data-dir DIR]
@@ -23,7 +23,9 @@
 // may list several replicas (a:17700,b:17700) or name one DNS name with
 // several records (dns:///cp.example:17700 or plain host:port); RPCs are
 // balanced over the replicas whose store is healthy and fail over to
-// another on error.
+// another on error. With --member-keys (CLODEX_MEMBER_KEYS=true) it
+// serves only the keys of the team's members, which the control plane
+// pushes, on any listener.
 //
 // Environment (documented defaults): CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN
 // (60; 0 disables pacing), CLODEX_UPSTREAM_IDLE_TIMEOUT_MS (120000),

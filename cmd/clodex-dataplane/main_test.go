@@ -48,7 +48,7 @@ func TestBadFlags(t *testing.T) {
 		{"every bad value at once", []string{"--listen", "nocolon", "--upstream-url", "ftp://x", "--log-level", "loud", "--admin-listen", "bad", "--refresh", "sometimes"}, nil,
 			[]string{"--listen \"nocolon\"", "--upstream-url \"ftp://x\"", "--log-level \"loud\" is invalid; choices are debug, info, warn, error",
 				"--admin-listen \"bad\"", "--refresh \"sometimes\" is invalid; choices are auto, never"}},
-		{"network listener without key", []string{"--listen", "0.0.0.0:17645"}, nil, []string{"--api-key-file is required"}},
+		{"network listener without key", []string{"--listen", "0.0.0.0:17645"}, nil, []string{"--api-key-file or --member-keys is required"}},
 		{"bad token endpoint", []string{"--token-endpoint", "nope"}, nil, []string{"--token-endpoint \"nope\""}},
 		{"bad shutdown grace", []string{"--shutdown-grace", "-1s"}, nil, []string{"--shutdown-grace -1s must be positive"}},
 		{"fleet without token", []string{"--control-plane", "cp:17700"}, nil,
@@ -72,6 +72,14 @@ func TestBadFlags(t *testing.T) {
 			[]string{`CLODEX_USAGE_LIMIT_HOLD="soon" is not a duration; want e.g. 5m or 90s, allowed 10s..24h`}},
 		{"usage-limit hold from the environment out of range", nil, map[string]string{"CLODEX_USAGE_LIMIT_HOLD": "48h"},
 			[]string{"CLODEX_USAGE_LIMIT_HOLD=48h is out of range; allowed 10s..24h"}},
+		{"member keys without a fleet", []string{"--member-keys"}, nil,
+			[]string{"--member-keys needs --control-plane ADDR: the members and their keys live on the fleet's control plane"}},
+		{"member keys from the environment without a fleet", nil, map[string]string{"CLODEX_MEMBER_KEYS": "true"},
+			[]string{"--member-keys needs --control-plane ADDR"}},
+		{"member keys with an API key", []string{"--member-keys", "--api-key-file", "k", "--control-plane", "cp:1", "--agent-token-file", "f"}, nil,
+			[]string{"--member-keys and --api-key-file exclude each other"}},
+		{"bad member keys variable", nil, map[string]string{"CLODEX_MEMBER_KEYS": "maybe"},
+			[]string{`CLODEX_MEMBER_KEYS="maybe" is invalid; want true or false`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -309,7 +317,8 @@ func startRun(t *testing.T, env map[string]string, args ...string) *running {
 		t.Fatalf("run exited early: %v\nstderr:\n%s", err, r.stderr)
 	}
 	base, _, ok := strings.Cut(strings.TrimPrefix(line, "export ANTHROPIC_BASE_URL="), "  #")
-	if !strings.HasPrefix(line, "export ANTHROPIC_BASE_URL=http://127.0.0.1:") || !ok || !strings.Contains(line, "any ANTHROPIC_API_KEY works on loopback") {
+	if !strings.HasPrefix(line, "export ANTHROPIC_BASE_URL=http://127.0.0.1:") || !ok ||
+		!strings.Contains(line, "any ANTHROPIC_API_KEY works on loopback") && !strings.Contains(line, "set ANTHROPIC_API_KEY to your member key") {
 		t.Fatalf("first stdout line = %q, want the export line for Claude Code", line)
 	}
 	r.base = base

@@ -55,8 +55,8 @@ func agentCredViewOf(c *controlplanev1.AgentCredential) agentCredView {
 
 // register adds the agent command's own flags to fs.
 func (a *agentArgs) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.accounts, "accounts", "", "agent create: the `ACCOUNTS` the agent may use, comma-separated ChatGPT account ids or keys")
-	fs.StringVar(&a.out, "out", "", "agent create: write the new agent token to this `file` (mode 0600; it must not exist)")
+	fs.StringVar(&a.accounts, "accounts", "", "agent create, member create: the `ACCOUNTS` the agent (member) may use, comma-separated ChatGPT account ids or keys")
+	fs.StringVar(&a.out, "out", "", "agent create, member create: write the new agent token (member key) to this `file` (mode 0600; it must not exist)")
 }
 
 func runAgentCmd(ctx context.Context, e *env, args []string) error {

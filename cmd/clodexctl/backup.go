@@ -35,6 +35,7 @@ type backupView struct {
 	Policies         int32  `json:"policies"`
 	Logins           int32  `json:"sign_ins"`
 	AgentCredentials int32  `json:"agent_credentials"`
+	Members          int32  `json:"members"`
 	Sealed           bool   `json:"sealed"`
 }
 
@@ -94,7 +95,8 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	v := backupView{File: a.out, Bytes: buf.Len(), Created: rfc3339(sum.GetCreatedUnixMs()), Kind: sum.GetKind(), Replica: sum.GetReplica(),
-		Policies: sum.GetPolicies(), Logins: sum.GetLogins(), AgentCredentials: sum.GetAgentCredentials(), Sealed: sum.GetSealed()}
+		Policies: sum.GetPolicies(), Logins: sum.GetLogins(), AgentCredentials: sum.GetAgentCredentials(),
+		Members: sum.GetMembers(), Sealed: sum.GetSealed()}
 	if e.g.output == "json" {
 		return writeJSON(e.stdout, v)
 	}
@@ -102,7 +104,7 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 	if !v.Sealed {
 		sealed = "not sealed (the control plane has no credential key; it holds no sign-ins)"
 	}
-	fmt.Fprintf(e.stdout, "wrote %s (%d bytes, %s): %d policies, %d sign-ins, %d agent credentials, taken %s from the %s store\n",
-		v.File, v.Bytes, sealed, v.Policies, v.Logins, v.AgentCredentials, v.Created, v.Kind)
+	fmt.Fprintf(e.stdout, "wrote %s (%d bytes, %s): %d policies, %d sign-ins, %d agent credentials, %d members, taken %s from the %s store\n",
+		v.File, v.Bytes, sealed, v.Policies, v.Logins, v.AgentCredentials, v.Members, v.Created, v.Kind)
 	return nil
 }

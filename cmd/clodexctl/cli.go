@@ -47,7 +47,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{setRateCmd, setBudgetCmd, setAdaptiveCmd, getCmd, accountsCmd, quotaCmd, accountCmd, agentsCmd, agentCmd, topCmd, healthCmd, backupCmd, restoreCmd, consoleCmd}
+	commands = []*command{setRateCmd, setBudgetCmd, setAdaptiveCmd, getCmd, accountsCmd, quotaCmd, accountCmd, agentsCmd, agentCmd, memberCmd, topCmd, healthCmd, backupCmd, restoreCmd, consoleCmd}
 }
 
 func commandNames() string {
@@ -158,11 +158,12 @@ func (e *env) printUsage(w io.Writer) {
 	fs := e.flagSet("clodexctl")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
-	fmt.Fprintln(w, "\nFlags of account and agent (after the command):")
+	fmt.Fprintln(w, "\nFlags of account, agent and member (after the command):")
 	cfs := flag.NewFlagSet("commands", flag.ContinueOnError)
 	cfs.SetOutput(w)
 	(&accountArgs{}).register(cfs)
 	(&agentArgs{}).register(cfs)
+	(&memberArgs{}).registerOwn(cfs)
 	cfs.PrintDefaults()
 }
 

@@ -118,16 +118,28 @@ func TestBackupAndRestoreOnTheDataDir(t *testing.T) {
 	if _, _, err := ctl(t, srv, "set-rate", acct1, "120"); err != nil {
 		t.Fatal(err)
 	}
+	if _, _, err := ctl(t, srv, "member", "create", "alice", "--rate", "3", "--out", filepath.Join(t.TempDir(), "alice.key")); err != nil {
+		t.Fatal(err)
+	}
 	file := filepath.Join(t.TempDir(), "dir.cbk")
 	out, _, err := ctl(t, srv, "backup", "--out", file, "-o", "json")
-	if err != nil || !strings.Contains(out, `"kind": "memory"`) || !strings.Contains(out, `"policies": 1`) || !strings.Contains(out, `"sealed": false`) {
+	if err != nil || !strings.Contains(out, `"kind": "memory"`) || !strings.Contains(out, `"policies": 1`) || !strings.Contains(out, `"members": 1`) ||
+		!strings.Contains(out, `"sealed": false`) {
 		t.Fatalf("backup = %q, %v", out, err)
+	}
+	// A member removed since the backup comes back with it.
+	if _, _, err := ctl(t, srv, "member", "remove", "alice"); err != nil {
+		t.Fatal(err)
 	}
 	if _, _, err := ctl(t, srv, "set-rate", acct1, "30"); err != nil {
 		t.Fatal(err)
 	}
-	if out, _, err := ctl(t, srv, "restore", file); err != nil || !strings.Contains(out, "policies 0 restored, 1 kept") {
-		t.Errorf("restore = %q, %v; want the newer policy kept", out, err)
+	if out, _, err := ctl(t, srv, "restore", file); err != nil || !strings.Contains(out, "policies 0 restored, 1 kept") ||
+		!strings.Contains(out, "members 1 restored, 0 kept") {
+		t.Errorf("restore = %q, %v; want the newer policy kept and the member back", out, err)
+	}
+	if out, _, _ := ctl(t, srv, "member", "list"); !strings.Contains(out, "alice") || !strings.Contains(out, "3/min") {
+		t.Errorf("member list after the restore = %q; want alice at 3/min", out)
 	}
 	if out, _, err := ctl(t, srv, "restore", file, "--force"); err != nil || !strings.Contains(out, "policies 1 restored") {
 		t.Errorf("restore --force = %q, %v", out, err)

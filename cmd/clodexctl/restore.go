@@ -40,6 +40,7 @@ type restoreView struct {
 	Policies         restoreCounts `json:"policies"`
 	Logins           restoreCounts `json:"sign_ins"`
 	AgentCredentials restoreCounts `json:"agent_credentials"`
+	Members          restoreCounts `json:"members"`
 }
 
 type restoreCounts struct {
@@ -102,13 +103,14 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 		return c.rpcError(err, "", "")
 	}
 	v := restoreView{File: file, Created: rfc3339(resp.GetCreatedUnixMs()), Force: a.force, Policies: countsOf(resp.GetPolicies()),
-		Logins: countsOf(resp.GetLogins()), AgentCredentials: countsOf(resp.GetAgentCredentials())}
+		Logins: countsOf(resp.GetLogins()), AgentCredentials: countsOf(resp.GetAgentCredentials()), Members: countsOf(resp.GetMembers())}
 	if e.g.output == "json" {
 		return writeJSON(e.stdout, v)
 	}
-	fmt.Fprintf(e.stdout, "restored %s (taken %s): policies %d restored, %d kept; sign-ins %d restored, %d kept; agent credentials %d restored, %d kept\n",
-		v.File, v.Created, v.Policies.Restored, v.Policies.Kept, v.Logins.Restored, v.Logins.Kept, v.AgentCredentials.Restored, v.AgentCredentials.Kept)
-	if k := v.Policies.Kept + v.Logins.Kept + v.AgentCredentials.Kept; k > 0 && !a.force {
+	fmt.Fprintf(e.stdout, "restored %s (taken %s): policies %d restored, %d kept; sign-ins %d restored, %d kept; agent credentials %d restored, %d kept; members %d restored, %d kept\n",
+		v.File, v.Created, v.Policies.Restored, v.Policies.Kept, v.Logins.Restored, v.Logins.Kept, v.AgentCredentials.Restored, v.AgentCredentials.Kept,
+		v.Members.Restored, v.Members.Kept)
+	if k := v.Policies.Kept + v.Logins.Kept + v.AgentCredentials.Kept + v.Members.Kept; k > 0 && !a.force {
 		fmt.Fprintln(e.stdout, "kept records are held by the store in the same or a newer version; --force restores them too")
 	}
 	return nil

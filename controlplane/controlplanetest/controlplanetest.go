@@ -181,6 +181,7 @@ func (s *Server) start(addr string) {
 	var logins interface {
 		broker.Logins
 		controlplane.AgentCredStore
+		controlplane.MemberStore
 	}
 	var roster controlplane.AgentRoster    // Redis only
 	var changes controlplane.PolicyWatcher // Redis only
@@ -230,6 +231,8 @@ func (s *Server) start(addr string) {
 	srv, err := controlplane.New(controlplane.Options{
 		Broker:        brk,
 		AgentCreds:    logins,
+		Members:       logins,
+		MemberBuckets: st,
 		Durable:       durable,
 		BackupSealer:  sealer,
 		Admissions:    st,
@@ -300,6 +303,7 @@ type servedStore interface {
 	controlplane.PolicyStore
 	controlplane.AgentCounter
 	controlplane.QuotaStore
+	controlplane.MemberBuckets
 	Run(ctx context.Context) error
 }
 

@@ -13,16 +13,18 @@ import (
 
 // What the control plane's server reads of the memory store.
 var (
-	_ controlplane.Admitter     = (*store.Memory)(nil)
-	_ controlplane.PolicyStore  = (*store.Memory)(nil)
-	_ controlplane.AgentCounter = (*store.Memory)(nil)
-	_ controlplane.QuotaStore   = (*store.Memory)(nil)
+	_ controlplane.Admitter      = (*store.Memory)(nil)
+	_ controlplane.PolicyStore   = (*store.Memory)(nil)
+	_ controlplane.AgentCounter  = (*store.Memory)(nil)
+	_ controlplane.QuotaStore    = (*store.Memory)(nil)
+	_ controlplane.MemberBuckets = (*store.Memory)(nil)
 )
 
 // What the credential broker and the server need of the logins file.
 var (
 	_ broker.Logins               = (*store.LoginFile)(nil)
 	_ controlplane.AgentCredStore = (*store.LoginFile)(nil)
+	_ controlplane.MemberStore    = (*store.LoginFile)(nil)
 )
 
 // The memory store serves every handle of one process: a peer is the

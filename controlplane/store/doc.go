@@ -5,7 +5,7 @@
 //	go m.Run(ctx)                                     // forgets idle accounts
 //	a, err := m.Admit(ctx, key, now)                  // one bucket decision (and Cancel, HandOver)
 //	acct, err := m.UpdatePolicy(ctx, key, now, update) // SetAdaptive, Report403, Adapt: policy and adaptive state
-//	l, err := store.OpenLogins(dataDir)               // the broker's logins and the scoped agent credentials
+//	l, err := store.OpenLogins(dataDir)               // the broker's logins, the scoped agent credentials, the members
 //	snap, err := store.DirState{Policies: m, Logins: l}.Snapshot(ctx) // the durable state; Restore puts one back
 //	b, err := store.OpenBackupDir(store.BackupOptions{Dir: dir, Sealer: key.BackupSealer()})
 //	go b.Run(ctx, src, changes, changed)              // a sealed backup after every durable change, rotated
@@ -18,7 +18,10 @@
 // values; quota.go, plan usage ([Quota], [QuotaWindow]; Quota.Merge is
 // how every store applies a report); file.go, policy.json (atomic writes,
 // mode 0600); logins.go and agentcreds.go, the [LoginFile] with lock files
-// as leases ([Login], [Lease], [NewLease], [AgentCred]); lastgood.go, the
+// as leases ([Login], [Lease], [NewLease], [AgentCred]); member.go, the
+// team's members in the same file ([Member], [ValidateMemberName]);
+// memberbuckets.go, each member's cap ([MemberPolicy], AdmitMember,
+// RefundMember); lastgood.go, the
 // last good copy (FILE.bak) each data-dir file keeps and takes back when
 // the file does not decode ([Recovery]); snapshot.go, the durable state
 // as a [Snapshot] and its backup file ([EncodeBackup], [DecodeBackup],

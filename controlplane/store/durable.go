@@ -9,8 +9,8 @@ import (
 )
 
 // DirState is the durable state of one control plane on its data dir:
-// the policies of the memory store (policy.json) and the sign-ins and
-// agent credentials of the logins file (logins.json). It takes snapshots
+// the policies of the memory store (policy.json) and the sign-ins, agent
+// credentials and members of the logins file (logins.json). It takes snapshots
 // and restores them, as the Redis store does for replicas.
 type DirState struct {
 	Policies *Memory
@@ -29,7 +29,7 @@ func (d DirState) Snapshot(ctx context.Context) (Snapshot, error) {
 		if err != nil {
 			return Snapshot{}, fmt.Errorf("snapshot: %w", err)
 		}
-		s.Logins, s.AgentCreds = doc.Logins, doc.AgentCreds
+		s.Logins, s.AgentCreds, s.Members = doc.Logins, doc.AgentCreds, doc.Members
 		if s.KeyCanary, err = d.Logins.KeyCanary(ctx); err != nil {
 			return Snapshot{}, fmt.Errorf("snapshot: %w", err)
 		}
@@ -56,12 +56,16 @@ func (d DirState) Restore(ctx context.Context, s Snapshot, opts RestoreOptions) 
 		return res, err
 	}
 	if d.Logins == nil {
-		if len(s.Logins) > 0 || len(s.AgentCreds) > 0 {
-			return res, fmt.Errorf("restore: the backup holds %d sign-ins and %d agent credentials and this control plane keeps none", len(s.Logins), len(s.AgentCreds))
+		if len(s.Logins) > 0 || len(s.AgentCreds) > 0 || len(s.Members) > 0 {
+			return res, fmt.Errorf("restore: the backup holds %d sign-ins, %d agent credentials and %d members and this control plane keeps none",
+				len(s.Logins), len(s.AgentCreds), len(s.Members))
 		}
 		return res, nil
 	}
 	if res.Logins, res.AgentCreds, err = d.Logins.restore(ctx, s, opts); err != nil {
+		return res, err
+	}
+	if res.Members, err = d.Logins.restoreMembers(ctx, s, opts); err != nil {
 		return res, err
 	}
 	if s.KeyCanary != nil {
@@ -186,4 +190,30 @@ func (f *LoginFile) restore(ctx context.Context, s Snapshot, opts RestoreOptions
 		return logins, creds, fmt.Errorf("restore agent credentials: %w", err)
 	}
 	return logins, creds, nil
+}
+
+// restoreMembers writes s's members (see DirState.Restore): each unless
+// the file holds a member of that name, every one with opts.Force.
+func (f *LoginFile) restoreMembers(ctx context.Context, s Snapshot, opts RestoreOptions) (RestoreCount, error) {
+	var c RestoreCount
+	err := f.update(ctx, func(d *loginsDoc) error {
+		if d.Members == nil {
+			d.Members = map[string]Member{}
+		}
+		for _, n := range slices.Sorted(maps.Keys(s.Members)) {
+			if _, ok := d.Members[n]; ok && !opts.Force {
+				c.Kept++
+				continue
+			}
+			m := s.Members[n]
+			m.Version = 0
+			d.Members[n] = m
+			c.Restored++
+		}
+		return nil
+	})
+	if err != nil {
+		return RestoreCount{}, fmt.Errorf("restore members: %w", err)
+	}
+	return c, nil
 }

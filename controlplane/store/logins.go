@@ -102,13 +102,15 @@ type loginsDoc struct {
 	Format     int                  `json:"format"`
 	Logins     map[string]Login     `json:"logins"`
 	AgentCreds map[string]AgentCred `json:"agent_credentials,omitempty"`
+	Members    map[string]Member    `json:"members,omitempty"`
 }
 
 // LoginFile keeps logins in DIR/logins.json, written atomically with mode
 // 0600 under DIR/logins.json.lock; leases are lock files
 // DIR/leases/KEY.lock. It is safe for concurrent use, and for several
 // processes sharing the directory. It is the credential broker's
-// broker.Logins and the server's controlplane.AgentCredStore.
+// broker.Logins and the server's controlplane.AgentCredStore and
+// controlplane.MemberStore.
 type LoginFile struct {
 	dir    string
 	log    *slog.Logger
@@ -153,15 +155,16 @@ func OpenLoginFile(opts LoginOptions) (*LoginFile, error) {
 		f.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	d, err := f.read()
-	if (err != nil || (len(d.Logins) == 0 && len(d.AgentCreds) == 0)) && opts.Backup != nil {
+	if (err != nil || (len(d.Logins) == 0 && len(d.AgentCreds) == 0 && len(d.Members) == 0)) && opts.Backup != nil {
 		snap, path, skipped, berr := opts.Backup()
 		for _, sk := range skipped {
 			f.log.Error("a backup does not open; skipped", "backup", sk)
 		}
-		if berr == nil && (len(snap.Logins) > 0 || len(snap.AgentCreds) > 0) {
-			d = loginsDoc{Format: loginsFormat, Logins: map[string]Login{}, AgentCreds: map[string]AgentCred{}}
+		if berr == nil && (len(snap.Logins) > 0 || len(snap.AgentCreds) > 0 || len(snap.Members) > 0) {
+			d = loginsDoc{Format: loginsFormat, Logins: map[string]Login{}, AgentCreds: map[string]AgentCred{}, Members: map[string]Member{}}
 			maps.Copy(d.Logins, snap.Logins)
 			maps.Copy(d.AgentCreds, snap.AgentCreds)
+			maps.Copy(d.Members, snap.Members)
 			if werr := f.write(d); werr != nil {
 				return nil, fmt.Errorf("open logins: restore from backup %s: %w", path, werr)
 			}
@@ -170,9 +173,10 @@ func OpenLoginFile(opts LoginOptions) (*LoginFile, error) {
 				why = "unreadable (" + err.Error() + ")"
 			}
 			f.recovered = recovery{at: time.Now(), loss: f.path() + " was " + why,
-				restored: fmt.Sprintf("%d sign-ins and %d agent credentials from backup %s", len(d.Logins), len(d.AgentCreds), path)}
-			f.log.Warn("the logins file was "+why+": restored the sign-ins and agent credentials from the newest backup",
-				"file", f.path(), "backup", path, "written", snap.Created.UTC(), "sign_ins", len(d.Logins), "agent_credentials", len(d.AgentCreds))
+				restored: fmt.Sprintf("%d sign-ins, %d agent credentials and %d members from backup %s", len(d.Logins), len(d.AgentCreds), len(d.Members), path)}
+			f.log.Warn("the logins file was "+why+": restored the sign-ins, agent credentials and members from the newest backup",
+				"file", f.path(), "backup", path, "written", snap.Created.UTC(), "sign_ins", len(d.Logins), "agent_credentials", len(d.AgentCreds),
+				"members", len(d.Members))
 			err = nil
 		}
 	}

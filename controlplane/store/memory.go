@@ -109,6 +109,7 @@ type Memory struct {
 	handovers reports
 	agents    agentDir
 	quotas    quotas
+	members   memberBuckets // each member's cap (memberbuckets.go)
 
 	// recovered says how Open found policy.json when it was not as last
 	// written (for Info); zero otherwise.
@@ -570,6 +571,7 @@ func (m *Memory) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			m.Sweep(m.now(), m.sweepIdle)
+			m.members.sweep(m.now(), m.sweepIdle)
 		}
 	}
 }

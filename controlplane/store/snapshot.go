@@ -36,8 +36,10 @@ type Snapshot struct {
 	Logins map[string]Login `json:"logins"`
 	// AgentCreds are the scoped agent credentials (digests), by name.
 	AgentCreds map[string]AgentCred `json:"agent_credentials"`
-	// Removed are the removals a restore must not undo: "login:KEY" or
-	// "cred:NAME" to the version of the record removed.
+	// Members are the team's members (key digests), by name.
+	Members map[string]Member `json:"members,omitempty"`
+	// Removed are the removals a restore must not undo: "login:KEY",
+	// "cred:NAME" or "member:NAME" to the version of the record removed.
 	Removed map[string]int64 `json:"removed,omitempty"`
 	// KeyCanary is the credential key's sealed canary (the broker's), so
 	// a store restored from the snapshot still refuses another key.
@@ -103,13 +105,14 @@ type RestoreCount struct {
 
 // RestoreResult is what a restore did.
 type RestoreResult struct {
-	Policies, Logins, AgentCreds RestoreCount
+	Policies, Logins, AgentCreds, Members RestoreCount
 }
 
 // String says what a restore did, for logs.
 func (r RestoreResult) String() string {
-	return fmt.Sprintf("policies %d, sign-ins %d, agent credentials %d written back (%d, %d and %d kept: the store's were as new or newer)",
-		r.Policies.Restored, r.Logins.Restored, r.AgentCreds.Restored, r.Policies.Kept, r.Logins.Kept, r.AgentCreds.Kept)
+	return fmt.Sprintf("policies %d, sign-ins %d, agent credentials %d, members %d written back (%d, %d, %d and %d kept: the store's were as new or newer)",
+		r.Policies.Restored, r.Logins.Restored, r.AgentCreds.Restored, r.Members.Restored,
+		r.Policies.Kept, r.Logins.Kept, r.AgentCreds.Kept, r.Members.Kept)
 }
 
 // Sealer seals backups at rest (the credential broker's key: AES-256-GCM
@@ -206,6 +209,12 @@ func (s Snapshot) normalized() Snapshot {
 		creds[n] = c
 	}
 	s.AgentCreds = creds
+	members := make(map[string]Member, len(s.Members))
+	for n, m := range s.Members {
+		m.Name = n
+		members[n] = m
+	}
+	s.Members = members
 	s.Removed = maps.Clone(s.Removed)
 	if s.Removed == nil {
 		s.Removed = map[string]int64{}
@@ -234,6 +243,12 @@ func (s Snapshot) validate() error {
 		c := s.AgentCreds[n]
 		if n == "" || len(c.Digest) != 32 || len(c.Accounts) == 0 {
 			errs = append(errs, fmt.Errorf("agent credential %q: want a name, a 32-byte digest and accounts", n))
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(s.Members)) {
+		m := s.Members[n]
+		if err := m.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("member %q: %w", n, err))
 		}
 	}
 	return errors.Join(errs...)

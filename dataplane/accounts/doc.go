@@ -30,10 +30,16 @@
 //     newer token another program wrote or redeeming the refresh token; in
 //     [RefreshNever] mode by re-reading the file); write.go writes the
 //     rotated tokens back, keeping every other member.
+//   - member.go: the team's members as the control plane pushes them
+//     ([Members], [Member], [MemberKey]), a turn's member and the account
+//     its request asks for in its context ([WithMember], [WithAccount]);
+//     pins.go, how they narrow the router's choice ([*NotAllowedError],
+//     [*ChosenLimitedError]).
 //   - errors.go: [ErrLoginRequired] and [*LoginRequiredError] (a dead
 //     sign-in, with the client's words), [*UnavailableError] (a credential
 //     that may be had soon); the broker's source returns them too.
 //
 // The behaviour is specified in docs/credentials.md: the file, the account
-// id, refresh and write-back (§1 to §7) and several accounts (§9).
+// id, refresh and write-back (§1 to §7), several accounts (§9) and
+// members, pins and caps (§10).
 package accounts

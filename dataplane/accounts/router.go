@@ -196,7 +196,11 @@ func NewRouter(cfg Config) (*Router, error) {
 
 // Route returns the key of the account a turn of the conversation items
 // runs on, in part's model, effort and prompt cache key (part.Account is
-// ignored). With one account it is that one. With several, a
+// ignored). The turn's member (MemberFrom) and the account its request
+// asks for (AccountFrom) narrow the choice first (pins.go): a request's
+// account or the member's pin is the turn's unless it is at its usage
+// limit (*ChosenLimitedError), and an account the turn may not use is a
+// *NotAllowedError. With one account it is that one. With several, a
 // conversation whose idle head lives on an account keeps it unless the
 // account is at its usage limit; a new conversation, or one whose account
 // is limited, goes to the account with the most headroom in its tightest
@@ -220,6 +224,14 @@ func (r *Router) Route(ctx context.Context, heads Heads, part pool.Partition, it
 		if keys, err = r.src.Accounts(ctx); err != nil {
 			return "", err
 		}
+	}
+	// The turn's member and request narrow the choice (pins.go).
+	keys, forced, pinned, err := narrow(ctx, keys)
+	if err != nil {
+		return "", err
+	}
+	if forced != "" {
+		return r.routeForced(ctx, heads, part, items, keys, forced, pinned)
 	}
 	switch len(keys) {
 	case 0:

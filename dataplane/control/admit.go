@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/clodex/clodex/dataplane/accounts"
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/pacing"
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
@@ -73,12 +74,13 @@ func (c *Client) Admit(ctx context.Context, accountKey string) error {
 	if !account.IsKey(accountKey) {
 		return fmt.Errorf("admit: %w", ErrInvalidKey)
 	}
+	m := accounts.MemberFrom(ctx) // the turn's member: its cap comes first
 	ask, probe, err := c.route()
 	if err != nil {
 		return fmt.Errorf("admit: %w", err)
 	}
 	if !ask {
-		return c.local(ctx, accountKey, true)
+		return c.local(ctx, accountKey, m, true)
 	}
 	// A probe hands the outage's grants over before it asks, so the
 	// account's bucket counts them before this host admits centrally.
@@ -93,12 +95,12 @@ func (c *Client) Admit(ctx context.Context, accountKey string) error {
 				return fmt.Errorf("admit: %w", e)
 			}
 			c.failed(ctx, accountKey, err, probe)
-			return c.local(ctx, accountKey, true)
+			return c.local(ctx, accountKey, m, true)
 		}
 	}
-	resp, err := c.ask(ctx, accountKey)
+	resp, err := c.ask(ctx, accountKey, m)
 	if err == nil {
-		return c.central(ctx, accountKey, resp, probe)
+		return c.central(ctx, accountKey, m, resp, probe)
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		c.endProbe(probe)
@@ -109,7 +111,7 @@ func (c *Client) Admit(ctx context.Context, accountKey string) error {
 		return fmt.Errorf("admit: %w", e)
 	}
 	c.failed(ctx, accountKey, err, probe)
-	return c.local(ctx, accountKey, unreachable(err))
+	return c.local(ctx, accountKey, m, unreachable(err))
 }
 
 // route reports whether this Admit asks the control plane and whether it
@@ -142,12 +144,17 @@ func (c *Client) endProbe(probe bool) {
 	c.mu.Unlock()
 }
 
-// ask sends one Admit RPC bounded by the timeout. An answer with an unknown
-// decision is returned as an Unknown status error.
-func (c *Client) ask(ctx context.Context, key string) (*controlplanev1.AdmitResponse, error) {
+// ask sends one Admit RPC bounded by the timeout, naming the turn's
+// member (m, nil for none). An answer with an unknown decision is returned
+// as an Unknown status error.
+func (c *Client) ask(ctx context.Context, key string, m *accounts.Member) (*controlplanev1.AdmitResponse, error) {
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	resp, err := c.admission.Admit(rctx, &controlplanev1.AdmitRequest{Account: key, AgentId: c.id})
+	req := &controlplanev1.AdmitRequest{Account: key, AgentId: c.id}
+	if m != nil {
+		req.Member = m.Name
+	}
+	resp, err := c.admission.Admit(rctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +166,7 @@ func (c *Client) ask(ctx context.Context, key string) (*controlplanev1.AdmitResp
 }
 
 // central acts on a control-plane answer.
-func (c *Client) central(ctx context.Context, key string, resp *controlplanev1.AdmitResponse, probe bool) error {
+func (c *Client) central(ctx context.Context, key string, m *accounts.Member, resp *controlplanev1.AdmitResponse, probe bool) error {
 	c.mu.Lock()
 	back := false
 	if probe {
@@ -207,10 +214,14 @@ func (c *Client) central(ctx context.Context, key string, resp *controlplanev1.A
 		// the caller retry in a hot loop, so floor it here too.
 		retryAfter := max(time.Duration(resp.GetRetryAfterMs())*time.Millisecond, time.Second)
 		annotate(ctx, ModeCentral, pacing.KindRefuse, 0, retryAfter)
-		return &RefusedError{
+		e := &RefusedError{
 			RetryAfter:   retryAfter,
 			RequiredWait: time.Duration(resp.GetRequiredWaitMs()) * time.Millisecond,
 		}
+		if resp.GetMemberLimited() && m != nil {
+			e.Member, e.MemberRate = m.Name, m.RatePerMinute
+		}
+		return e
 	}
 	annotate(ctx, ModeCentral, pacing.KindAdmit, 0, 0)
 	return nil
@@ -261,16 +272,34 @@ func share(p pacing.Policy, live int) pacing.Policy {
 	return p
 }
 
-// local decides with the account's local bucket. When outage is set (the
-// control plane is unreachable, not merely refusing this data plane) a
-// debited grant is tallied for the hand-over.
-func (c *Client) local(ctx context.Context, key string, outage bool) error {
+// local decides with the account's local bucket, after the member's (m,
+// nil for none) when it has a cap. When outage is set (the control plane
+// is unreachable, not merely refusing this data plane) a debited grant is
+// tallied for the hand-over.
+func (c *Client) local(ctx context.Context, key string, m *accounts.Member, outage bool) error {
 	live := c.LiveAgents(key)
 	now := c.now()
 	c.mu.Lock()
+	var md pacing.Decision // the member's
+	var mb *pacing.Bucket
+	if m != nil && m.RatePerMinute > 0 {
+		mb = c.memberBucketLocked(m, now)
+		if md = mb.Take(now); md.Kind == pacing.KindRefuse {
+			c.stats.Local.Refusals++
+			c.mu.Unlock()
+			annotate(ctx, ModeLocal, md.Kind, 0, md.RetryAfter)
+			return &RefusedError{RetryAfter: md.RetryAfter, RequiredWait: md.RequiredWait, Local: true, Member: m.Name, MemberRate: m.RatePerMinute}
+		}
+	}
 	lb := c.bucketLocked(key, live, now)
 	d := lb.bucket.Take(now)
 	pol := lb.share
+	switch {
+	case d.Kind == pacing.KindRefuse && md.Debited:
+		mb.RefundReservation(now, md.ID) // the account refused: the member keeps its token
+	case d.Kind != pacing.KindRefuse && md.Kind == pacing.KindWait && md.Wait > d.Wait:
+		d.Kind, d.Wait = pacing.KindWait, md.Wait // the member's slot comes later
+	}
 	if outage && d.Debited {
 		c.tallyLocked(key, now)
 	}
@@ -291,11 +320,14 @@ func (c *Client) local(ctx context.Context, key string, outage bool) error {
 			now := c.now()
 			c.mu.Lock()
 			c.stats.Cancels++
-			if lb.bucket.RefundReservation(now, d.ID) {
+			if d.Debited && lb.bucket.RefundReservation(now, d.ID) {
 				c.stats.Refunds++
 				if outage {
 					c.untallyLocked(key)
 				}
+			}
+			if md.Debited {
+				mb.RefundReservation(now, md.ID)
 			}
 			c.mu.Unlock()
 			return ctxErr(ctx, err)
@@ -310,6 +342,23 @@ func (c *Client) local(ctx context.Context, key string, outage bool) error {
 		c.notices.Emit(pol.RelaxedNotice(), c.notify)
 	}
 	return nil
+}
+
+// memberBucketLocked returns the member's local bucket at its cap (rate
+// and burst the member's rate, the fallback's budget). A new one starts
+// full: the member's cap bounds what one person opens, and the account's
+// local bucket, which starts empty, still bounds the account.
+func (c *Client) memberBucketLocked(m *accounts.Member, now time.Time) *pacing.Bucket {
+	want := pacing.Policy{RatePerMinute: m.RatePerMinute, Burst: max(m.RatePerMinute, 1), Budget: c.fallback.Budget}
+	b := c.memberBuckets[m.Name]
+	switch {
+	case b == nil:
+		b = pacing.NewBucket(want, now)
+		c.memberBuckets[m.Name] = b
+	case b.Policy() != want:
+		b.SetPolicy(now, want)
+	}
+	return b
 }
 
 // bucketLocked returns the account's local bucket, set to its current

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/clodex/clodex/dataplane/accounts"
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/internal/account"
 	"github.com/clodex/clodex/internal/bearer"
@@ -37,7 +38,7 @@ import (
 // agent stream, admission and the broker's tokens); it is sent in every
 // hello. The numbers and their history are controlplanev1.CapabilityVersion
 // (proto/clodex/controlplane/v1/agent.proto).
-const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_BROKER)
+const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_MEMBERS)
 
 const (
 	// DefaultTimeout bounds each Admit, Cancel and ReportGrants RPC.
@@ -115,6 +116,11 @@ type Config struct {
 	// them fresh). (Optional; default off: the tokens are in auth.json
 	// files, read elsewhere)
 	Broker bool
+	// Members, when set, receives the member list the control plane
+	// pushes (capability 6), which a data plane serving member keys checks
+	// every key against. (Optional; default none: pushes are ignored)
+	Members *accounts.Members
+
 	// Accounts are the account keys this data plane serves, named in the
 	// hello and every heartbeat: the keys of its auth.json files or, with
 	// Broker, the accounts to take tokens of (empty: the broker's answer
@@ -191,6 +197,7 @@ type Client struct {
 	timeout    time.Duration
 	fallback   pacing.Policy
 	budgets    *retry.Budgets
+	members    *accounts.Members // Config.Members; nil: none
 	broker     bool
 	fixed      []string // Config.Accounts, sorted and distinct; nil when none
 	now        func() time.Time
@@ -214,17 +221,20 @@ type Client struct {
 	firstOnce sync.Once
 	firstErr  error // Accepted's answer; written once, before first is closed
 
-	mu        sync.Mutex // guards the following fields (admission and reachability)
-	closed    bool
-	reach     reach                    // reachable.go
-	policies  map[string]pacing.Policy // pushed on the agent stream
-	paused    map[string]time.Time     // pauses pushed on the agent stream
-	buckets   map[string]*localBucket  // this outage's buckets; emptied by each fallback
-	tally     map[string]*grantTally   // local grants not yet in a report (the hand-over)
-	pending   []*pendingReport         // reports not yet confirmed, oldest first
-	reportSeq uint64
-	reporting bool // a hand-over is in flight
-	stats     Stats
+	mu       sync.Mutex // guards the following fields (admission and reachability)
+	closed   bool
+	reach    reach                    // reachable.go
+	policies map[string]pacing.Policy // pushed on the agent stream
+	paused   map[string]time.Time     // pauses pushed on the agent stream
+	buckets  map[string]*localBucket  // this outage's buckets; emptied by each fallback
+	// memberBuckets are the members' local caps, by name; emptied by each
+	// fallback.
+	memberBuckets map[string]*pacing.Bucket
+	tally         map[string]*grantTally // local grants not yet in a report (the hand-over)
+	pending       []*pendingReport       // reports not yet confirmed, oldest first
+	reportSeq     uint64
+	reporting     bool // a hand-over is in flight
+	stats         Stats
 
 	streamMu sync.Mutex // guards the following fields (the agent stream)
 	reports  map[string]report
@@ -250,36 +260,38 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("new control-plane client: %w", err)
 	}
 	c := &Client{
-		conn:         conn,
-		admission:    controlplanev1.NewAdmissionServiceClient(conn),
-		agents:       controlplanev1.NewAgentServiceClient(conn),
-		credential:   controlplanev1.NewCredentialServiceClient(conn),
-		target:       cfg.Target,
-		id:           cfg.AgentID,
-		host:         cfg.Host,
-		version:      cfg.Version,
-		heartbeat:    orDefault(cfg.Heartbeat, DefaultHeartbeat),
-		timeout:      orDefault(cfg.Timeout, DefaultTimeout),
-		fallback:     cfg.Fallback,
-		budgets:      cfg.Budgets,
-		broker:       cfg.Broker,
-		now:          cfg.Clock,
-		sleep:        cfg.Sleep,
-		notify:       cfg.Notify,
-		rand:         cfg.Rand,
-		reportPrefix: reportPrefix(cfg.AgentID),
-		rejectedLog:  rate.Sometimes{First: 3, Interval: time.Minute},
-		reported:     make(chan struct{}, 1),
-		answered:     make(chan struct{}, 1),
-		first:        make(chan struct{}),
-		policies:     make(map[string]pacing.Policy),
-		paused:       make(map[string]time.Time),
-		buckets:      make(map[string]*localBucket),
-		tally:        make(map[string]*grantTally),
-		reports:      make(map[string]report),
-		limits:       make(map[string]*controlplanev1.RateLimits),
-		live:         make(map[string]*liveCount),
-		tokens:       make(map[string]entry),
+		conn:          conn,
+		admission:     controlplanev1.NewAdmissionServiceClient(conn),
+		agents:        controlplanev1.NewAgentServiceClient(conn),
+		credential:    controlplanev1.NewCredentialServiceClient(conn),
+		target:        cfg.Target,
+		id:            cfg.AgentID,
+		host:          cfg.Host,
+		version:       cfg.Version,
+		heartbeat:     orDefault(cfg.Heartbeat, DefaultHeartbeat),
+		timeout:       orDefault(cfg.Timeout, DefaultTimeout),
+		fallback:      cfg.Fallback,
+		budgets:       cfg.Budgets,
+		members:       cfg.Members,
+		broker:        cfg.Broker,
+		now:           cfg.Clock,
+		sleep:         cfg.Sleep,
+		notify:        cfg.Notify,
+		rand:          cfg.Rand,
+		reportPrefix:  reportPrefix(cfg.AgentID),
+		rejectedLog:   rate.Sometimes{First: 3, Interval: time.Minute},
+		reported:      make(chan struct{}, 1),
+		answered:      make(chan struct{}, 1),
+		first:         make(chan struct{}),
+		policies:      make(map[string]pacing.Policy),
+		paused:        make(map[string]time.Time),
+		buckets:       make(map[string]*localBucket),
+		memberBuckets: make(map[string]*pacing.Bucket),
+		tally:         make(map[string]*grantTally),
+		reports:       make(map[string]report),
+		limits:        make(map[string]*controlplanev1.RateLimits),
+		live:          make(map[string]*liveCount),
+		tokens:        make(map[string]entry),
 	}
 	if len(cfg.Accounts) > 0 {
 		c.fixed = slices.Compact(slices.Sorted(slices.Values(cfg.Accounts)))

@@ -44,7 +44,10 @@
 //     ReportGrants.
 //   - stream.go: the AgentService.Connect stream (hello, heartbeats,
 //     policy pushes with their live counts, goodbye); reports.go: the
-//     queued 403 and plan-usage reports it carries.
+//     queued 403 and plan-usage reports it carries; members.go: the
+//     member pushes it carries, into Config.Members. Admit names the
+//     turn's member (accounts.MemberFrom): its cap comes before the
+//     account's, centrally and in the local fallback.
 //   - tokens.go: [Client.Accounts], [Client.Credential] and
 //     [Client.Rejected] from the broker's CredentialService, kept fresh
 //     by Run. Their errors are package accounts' ([*accounts.UnavailableError],

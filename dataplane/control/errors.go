@@ -33,6 +33,11 @@ type RefusedError struct {
 	// paused the account after an upstream 403 (pushed on the agent
 	// stream) while the request waited; RetryAfter is the pause's end.
 	Paused bool
+	// Member names the member whose own cap refused (its bucket, before
+	// the account's), at MemberRate new sockets a minute; "" when the
+	// account's bucket refused.
+	Member     string
+	MemberRate int
 }
 
 // Error returns "admission refused: retry after 4s" (or "admission refused
@@ -40,6 +45,10 @@ type RefusedError struct {
 func (e *RefusedError) Error() string {
 	where := ""
 	switch {
+	case e.Member != "" && e.Local:
+		where = " locally by the member's cap"
+	case e.Member != "":
+		where = " by the member's cap"
 	case e.Local:
 		where = " locally"
 	case e.Paused:
@@ -54,3 +63,7 @@ func (e *RefusedError) Retryable() bool { return true }
 
 // PacerRefusal returns the wait the refusal asks for, RetryAfter.
 func (e *RefusedError) PacerRefusal() time.Duration { return e.RetryAfter }
+
+// MemberCap returns the member whose cap refused and its rate ("" and 0
+// when the account's bucket refused).
+func (e *RefusedError) MemberCap() (member string, rate int) { return e.Member, e.MemberRate }

@@ -153,6 +153,7 @@ func (c *Client) fallBackLocked(now time.Time) bool {
 	c.reach.backoff = 0
 	c.reach.schedule(now, c.rand())
 	clear(c.buckets)
+	clear(c.memberBuckets)
 	return true
 }
 

@@ -225,6 +225,8 @@ func (c *Client) recvLoop(ctx context.Context, stream agentStream, done chan<- e
 		switch m := msg.GetMsg().(type) {
 		case *controlplanev1.ConnectResponse_Policy:
 			c.applyPolicy(ctx, m.Policy)
+		case *controlplanev1.ConnectResponse_Members:
+			c.applyMembers(ctx, m.Members)
 		case *controlplanev1.ConnectResponse_Close:
 			c.streamMu.Lock()
 			c.reason = m.Close.GetReason()

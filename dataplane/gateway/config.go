@@ -92,8 +92,13 @@ type Config struct {
 	// requires APIKey.
 	ListenAddr string
 	// APIKey is the key clients must present on a non-loopback listener
-	// (Required there; ignored on loopback).
+	// (Required there unless Members is set; ignored on loopback).
 	APIKey string
+	// Members, when set, is the member list every request's key is checked
+	// against, on any listener (a data plane started with --member-keys):
+	// only a member's key is served, and the member is the turn's
+	// (memberOf). (Optional; default none)
+	Members MemberKeys
 	// AllowedOrigins lists Origin header values that may call the API, e.g.
 	// "http://localhost:3000" (Optional; default none: any Origin is
 	// refused).
@@ -144,7 +149,7 @@ func (c *Config) validate() error {
 	if c.ListenAddr == "" {
 		c.ListenAddr = DefaultListenAddr
 	}
-	if !IsLoopbackAddr(c.ListenAddr) && strings.TrimSpace(c.APIKey) == "" {
+	if !IsLoopbackAddr(c.ListenAddr) && strings.TrimSpace(c.APIKey) == "" && c.Members == nil {
 		errs = append(errs, fmt.Errorf("field APIKey is required when listening on %s, which is not a loopback address (use 127.0.0.1 or [::1] to run without a key)", c.ListenAddr))
 	}
 	c.APIKey = strings.TrimSpace(c.APIKey)

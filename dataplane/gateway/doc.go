@@ -15,10 +15,14 @@
 // The parts, by file:
 //
 //   - server.go: [Server], the http.ServeMux method routes, the
-//     listener's rules (a loopback Host, no Origin unless allow-listed, the
-//     API key off loopback), the body (Content-Type, Content-Encoding, the
+//     listener's rules (a loopback Host, no Origin unless allow-listed), the body (Content-Type, Content-Encoding, the
 //     size and arrival-rate limits), [Server.Listener] (the header limit's
 //     431) and the request log line.
+//   - member.go: who calls: a member key checked against the list the
+//     control plane pushed ([MemberKeys], Config.Members; the member is
+//     the turn's, memberOf), else the API key off loopback; every refused
+//     key answered 401 with x-should-retry: false; the account a request
+//     asks for (X-Clodex-Account), for the router.
 //   - turn.go: one turn of POST /v1/messages: translate the body
 //     (dataplane/translate), canonicalise its items, ask the [Router] for
 //     the account, then run attempts with retry.Do inside the account's

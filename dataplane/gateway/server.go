@@ -7,7 +7,6 @@ import (
 	"compress/zlib"
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -47,6 +46,7 @@ const (
 	keyErr       = "err"
 	keyOutcome   = "outcome"
 	keyAttempts  = "attempts"
+	keyMember    = "member"
 )
 
 // Server is the data plane's Anthropic API. Create it with New.
@@ -189,6 +189,7 @@ type record struct {
 	status   int
 	err      error  // the error behind a failure status, logged once
 	model    string // requested model, when known
+	member   string // the member whose key authenticated the request, when known
 	failed   bool   // a turn that ended in an error the client saw (a status or an SSE error event)
 	attempts int    // upstream attempts of a failed turn
 }
@@ -240,6 +241,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if rec.model != "" {
 		attrs = append(attrs, slog.String(keyModel, rec.model))
 	}
+	if rec.member != "" {
+		attrs = append(attrs, slog.String(keyMember, rec.member))
+	}
 	if rec.err != nil {
 		attrs = append(attrs, slog.String(keyErr, rec.err.Error()))
 	}
@@ -288,10 +292,16 @@ func routed(h func(w *record, r *http.Request)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h(w.(*record), r) })
 }
 
-// authed is routed behind the key check of a non-loopback listener.
+// authed is routed behind the key check (member.go): a member key with
+// Config.Members, else the API key of a non-loopback listener.
 func (s *Server) authed(h func(w *record, r *http.Request)) http.Handler {
 	return routed(func(w *record, r *http.Request) {
-		if s.loopback || s.checkKey(w, r) {
+		switch {
+		case s.cfg.Members != nil:
+			if r, ok := s.checkMember(w, r); ok {
+				h(w, r)
+			}
+		case s.loopback || s.checkKey(w, r):
 			h(w, r)
 		}
 	})
@@ -338,24 +348,6 @@ func loopbackHost(hostport string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
-}
-
-// checkKey requires the configured key on a non-loopback listener.
-func (s *Server) checkKey(w *record, r *http.Request) bool {
-	key := strings.TrimSpace(r.Header.Get("X-Api-Key"))
-	if key == "" {
-		if auth := r.Header.Get("Authorization"); len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
-			key = strings.TrimSpace(auth[7:])
-		}
-	}
-	got := sha256.Sum256([]byte(key))
-	if key == "" || subtle.ConstantTimeCompare(got[:], s.keyHash[:]) != 1 {
-		w.err = errors.New("missing or wrong API key")
-		writeError(w, http.StatusUnauthorized, "authentication_error",
-			"invalid x-api-key: this listener requires the configured API key in x-api-key or Authorization: Bearer")
-		return false
-	}
-	return true
 }
 
 // httpError is a local failure answered with an Anthropic error body.

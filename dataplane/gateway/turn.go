@@ -55,7 +55,7 @@ func (s *Server) serveMessages(w *record, r *http.Request) {
 		return
 	}
 
-	ctx, cancel := context.WithCancelCause(r.Context())
+	ctx, cancel := context.WithCancelCause(withRequestedAccount(r.Context(), r))
 	defer cancel(nil)
 	h, ok := s.track(cancel)
 	if !ok {

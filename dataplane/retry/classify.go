@@ -66,6 +66,21 @@ type (
 	// credential (revoked, or a token it does not know), with the client's
 	// words: the cause and the fix (control.AgentRefusedError).
 	agentRefused interface{ AgentRefused() string }
+	// memberCap is a pacer refusal that is the member's own cap, not the
+	// account's bucket: the member and its rate (control.RefusedError).
+	memberCap interface {
+		MemberCap() (member string, rate int)
+	}
+	// notAllowed is a turn whose member or request names an account it
+	// may not run on here, with the client's words
+	// (accounts.NotAllowedError).
+	notAllowed interface{ NotAllowed() string }
+	// chosenLimited is the account chosen for a turn (its member's pin, or
+	// the account its request asks for) at its usage limit, with the
+	// client's words and the reset (accounts.ChosenLimitedError).
+	chosenLimited interface {
+		Limited() (message string, resetsAt time.Time, resetsIn time.Duration)
+	}
 )
 
 // CredentialError is a new socket whose credential could not be had (the
@@ -83,7 +98,8 @@ const loginRequiredMessage = "The ChatGPT sign-in can no longer be refreshed; ru
 // client to a Failure, whose Err is what the client is told should the turn end with it (an
 // *UpstreamError wrapping the cause). In order:
 //
-//   - the pacer's refusal: Refused with its hint, answered 429 rate_limit_error;
+//   - the pacer's refusal: Refused with its hint, answered 429 rate_limit_error (naming the
+//     member's cap when that refused);
 //   - an upstream known to be unreachable whose next probe is not due (*DownError): Fatal, no
 //     dial was made; answered as the last attempt found it, saying for how long;
 //   - a classified upstream failure (*UpstreamError: a failed response, an upgrade refused with
@@ -96,7 +112,8 @@ const loginRequiredMessage = "The ChatGPT sign-in can no longer be refreshed; ru
 //     credential refresh and its one re-run belong to the caller;
 //   - a credential that could not be had (CredentialError, or a sign-in that must be renewed,
 //     one not to be had yet, every account at its usage limit, an agent credential the
-//     control plane refuses): Fatal, CredentialFailure's answer;
+//     control plane refuses, an account the turn may not run on here, the account chosen
+//     for the turn at its usage limit): Fatal, CredentialFailure's answer;
 //   - an upgrade refused with an HTTP status as the upgrade table says (a 5xx reads "Upstream
 //     HOST: …"); a dial that opened no socket: Backoff, "The upstream HOST cannot be reached:
 //     CAUSE";
@@ -128,9 +145,16 @@ func Classify(err error, f Facts) *Failure {
 	case errors.As(err, &ref):
 		hint := ref.PacerRefusal()
 		secs := int((hint + time.Second - 1) / time.Second)
+		msg := fmt.Sprintf("The fleet's pacing of new upstream connections refused this request; retry after %ds", secs)
+		var mc memberCap
+		if errors.As(err, &mc) {
+			if member, rate := mc.MemberCap(); member != "" {
+				msg = fmt.Sprintf("Member %s's cap of %d new upstream connections a minute (clodexctl member create --rate) refused this request; retry after %ds",
+					member, rate, secs)
+			}
+		}
 		return &Failure{Class: Refused, Hint: hint, Kind: KindPacer, Status: http.StatusTooManyRequests, Err: &UpstreamError{
-			Status: http.StatusTooManyRequests, Type: "rate_limit_error", RetryAfter: hint, Cause: err,
-			Message: fmt.Sprintf("The fleet's pacing of new upstream connections refused this request; retry after %ds", secs)}}
+			Status: http.StatusTooManyRequests, Type: "rate_limit_error", RetryAfter: hint, Cause: err, Message: msg}}
 	case errors.As(err, &down):
 		// Not tried: the upstream is known unreachable and its next probe
 		// is not due. Say what the last attempt found, and for how long.
@@ -145,7 +169,8 @@ func Classify(err error, f Facts) *Failure {
 		fl := classifyUpstream(ue, err)
 		fl.KeepSocket = f.ResponseEnded && fl.Class != Replace && KeepsSocket(ue)
 		return fl
-	case errors.As(err, &ce), errors.As(err, &lr), errors.As(err, &un), errors.As(err, &all), errors.As(err, new(agentRefused)):
+	case errors.As(err, &ce), errors.As(err, &lr), errors.As(err, &un), errors.As(err, &all), errors.As(err, new(agentRefused)),
+		errors.As(err, new(notAllowed)), errors.As(err, new(chosenLimited)):
 		return &Failure{Class: Fatal, Kind: KindCredential, Err: CredentialFailure(err, "")}
 	case errors.As(err, &unreach):
 		e := unreachableAnswer(err, f)
@@ -239,7 +264,10 @@ func unreachableAnswer(cause error, f Facts) *UpstreamError {
 // CredentialFailure is what the client is told when a turn's credential
 // cannot be had: a data plane whose agent credential the control plane
 // refuses (revoked, or never valid) is 403 permission_error in the
-// refusal's words, never worth a retry; a sign-in someone must renew is
+// refusal's words, never worth a retry, and so is an account the turn may
+// not run on here (its member's or its request's); the account chosen for
+// the turn (a pin, X-Clodex-Account) at its usage limit is 429 naming it
+// and its reset, as one usage limit; a sign-in someone must renew is
 // 401 authentication_error
 // in the sign-in's own words (a fleet's operator must log the account in;
 // standalone, run codex login), never worth a retry; a credential not to
@@ -252,9 +280,17 @@ func CredentialFailure(err error, otherwise string) *UpstreamError {
 	var un unavailable
 	var all allLimited
 	var ar agentRefused
+	var na notAllowed
+	var cl chosenLimited
 	switch {
 	case errors.As(err, &ar):
 		return &UpstreamError{Status: http.StatusForbidden, Type: "permission_error", Message: ar.AgentRefused(), Permanent: true, Cause: err}
+	case errors.As(err, &na):
+		return &UpstreamError{Status: http.StatusForbidden, Type: "permission_error", Message: na.NotAllowed(), Permanent: true, Cause: err}
+	case errors.As(err, &cl):
+		msg, at, in := cl.Limited()
+		return &UpstreamError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: CodeUsageLimitReached, Cause: err,
+			Message: msg, UsageLimit: true, ResetsIn: max(in, time.Second), ResetsAt: at}
 	case errors.As(err, &lr):
 		msg := lr.LoginRequired()
 		if msg == "" {

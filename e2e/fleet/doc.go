@@ -10,7 +10,10 @@
 // of 20 upgrades per 60 s cost at most 3 upstream 403s and no failed turn;
 // (TestRevocation) that a data plane whose scoped agent credential is
 // removed through another replica answers its next turn 403 with
-// x-should-retry: false and serves no more; and (TestDurability) that
+// x-should-retry: false and serves no more, and that on the same fleet a
+// data plane started with --member-keys serves a member's key through a
+// FLUSHALL until the member is removed through the other replica; and
+// (TestDurability) that
 // under load a FLUSHALL, a Redis killed and restarted with its AOF or
 // restarted empty, garbage in every kind of record and every replica
 // restarted against an empty Redis fail no turn and lose nothing durable,

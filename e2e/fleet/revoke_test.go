@@ -25,7 +25,10 @@ import (
 // saying the credential was revoked and what to do (it held a broker
 // token and sockets it could have used); the control plane lists it no
 // more; the other data plane serves on. The delay from the removal to
-// the first such answer is printed.
+// the first such answer is printed. Then members (members.go) on the same
+// fleet: a data plane started with --member-keys serves a key from
+// `clodexctl member create`, through a FLUSHALL, until `clodexctl member
+// remove` through the other replica.
 func TestRevocation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the real binaries; skipped with -short")
@@ -131,6 +134,8 @@ func TestRevocation(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	h.mustTurn(ctx, 0)
+
+	h.members(ctx, dir)
 }
 
 // post sends one new conversation to data plane i, without retries, and

@@ -82,8 +82,13 @@ type Config struct {
 	// off)
 	Pprof bool
 	// APIKeyFile holds the key clients must send on a non-loopback
-	// listener, first line. (Optional on loopback)
+	// listener, first line. (Optional on loopback; not with MemberKeys)
 	APIKeyFile string
+	// MemberKeys serves only the keys of the team's members, on any
+	// listener: the member list comes from the control plane
+	// (ControlPlane, required), and each turn is its member's (their
+	// accounts, pin and cap). (Optional; default off)
+	MemberKeys bool
 	// AllowedOrigins are browser origins allowed to call the API.
 	// (Optional; default none)
 	AllowedOrigins []string
@@ -250,8 +255,14 @@ func (c Config) Validate() error {
 	if _, err := accounts.ParseRefreshMode(c.Refresh); err != nil {
 		errs = append(errs, fmt.Errorf("--refresh %q is invalid; choices are auto, never", c.Refresh))
 	}
-	if !isLoopbackListen(c.Listen) && c.APIKeyFile == "" {
-		errs = append(errs, fmt.Errorf("--listen %s is not a loopback address: --api-key-file is required (or listen on 127.0.0.1)", c.Listen))
+	if !isLoopbackListen(c.Listen) && c.APIKeyFile == "" && !c.MemberKeys {
+		errs = append(errs, fmt.Errorf("--listen %s is not a loopback address: --api-key-file or --member-keys is required (or listen on 127.0.0.1)", c.Listen))
+	}
+	if c.MemberKeys && !c.fleet() {
+		errs = append(errs, errors.New("--member-keys needs --control-plane ADDR: the members and their keys live on the fleet's control plane (clodexctl member create)"))
+	}
+	if c.MemberKeys && c.APIKeyFile != "" {
+		errs = append(errs, errors.New("--member-keys and --api-key-file exclude each other: with --member-keys every client sends its own member key"))
 	}
 	if _, err := translate.ParseModelAliases(c.ModelAliases); err != nil {
 		errs = append(errs, fmt.Errorf("--model-aliases: %w", err))

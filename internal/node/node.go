@@ -106,6 +106,11 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	budgets := retry.NewBudgets(cfg.Policy.Budget)
 	cc := control.Config{AgentID: agentID, Host: host, Version: cfg.Version, Fallback: cfg.Policy, Budgets: budgets,
 		TracerProvider: tp, Broker: cfg.brokered(), Accounts: keys, Notify: n.notify, Logger: logger}
+	var members *accounts.Members // --member-keys: the list the control plane pushes, every key checked against it
+	if cfg.MemberKeys {
+		members = accounts.NewMembers()
+		cc.Members = members
+	}
 	if cfg.fleet() {
 		err = remoteControl(&cfg, n.notify, &cc)
 		logger.Info("control plane", "addr", cfg.ControlPlane, "tls", cc.TLS != nil)
@@ -171,6 +176,9 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	gc.Router, gc.Pool, gc.Budgets, gc.Health, gc.Registry, gc.TracerProvider = router, n.pool, budgets, health, reg, tp
 	gc.Ready = n.ctl.Ready
 	gc.Logger = logger.With("component", "dataplane/gateway")
+	if members != nil { // a nil *accounts.Members would make a non-nil interface
+		gc.Members = members
+	}
 	if n.gw, err = gateway.New(gc); err != nil {
 		return nil, err
 	}
@@ -179,12 +187,16 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	}
 
 	addr := n.Addr()
-	if gateway.IsLoopbackAddr(cfg.Listen) {
+	switch {
+	case cfg.MemberKeys:
+		fmt.Fprintf(stdout, "export ANTHROPIC_BASE_URL=http://%s  # clodex-dataplane ready; set ANTHROPIC_API_KEY to your member key (clodexctl member create NAME --out FILE)\n", addr)
+	case gateway.IsLoopbackAddr(cfg.Listen):
 		fmt.Fprintf(stdout, "export ANTHROPIC_BASE_URL=http://%s  # clodex-dataplane ready; any ANTHROPIC_API_KEY works on loopback\n", addr)
-	} else {
+	default:
 		fmt.Fprintf(stdout, "export ANTHROPIC_BASE_URL=http://%s  # clodex-dataplane ready; set ANTHROPIC_API_KEY to the key in --api-key-file\n", addr)
 	}
-	logger.Info("serving", "addr", addr, "upstream", cfg.UpstreamURL, "agent_id", agentID, "accounts", keys, "refresh", cfg.Refresh)
+	logger.Info("serving", "addr", addr, "upstream", cfg.UpstreamURL, "agent_id", agentID, "accounts", keys, "refresh", cfg.Refresh,
+		"member_keys", cfg.MemberKeys)
 	return n, nil
 }
 

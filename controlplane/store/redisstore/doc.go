@@ -6,15 +6,16 @@
 //	defer st.Close()
 //	a, err := st.Admit(ctx, key, now) // the memory store's API (store.Memory), one Lua script per decision
 //	st.WatchPolicies(push)            // push(key) for each policy change another replica made
-//	st.WatchAgentCreds(reload)        // reload() for each agent credential another replica changed
+//	st.WatchAgentCreds(reload)        // reload() for each agent credential or member another replica changed
 //	err = st.PutAgent(ctx, s, info)   // the fleet's roster (RemoveAgent, Agents)
 //	err = redisstore.Check(ctx, url, timeout) // --check-config: a Redis answers
 //
 // A *Store has the memory store's API (Admit, Cancel, HandOver,
 // UpdatePolicy, SetAdaptive, Report403, Adapt, Account, Accounts, the
-// live-agent directory, PutQuota and Quotas), plus the fleet's roster, the
-// broker's logins and leases and the scoped agent credentials (what
-// broker.Logins and controlplane.AgentCredStore ask of it). Now is the
+// live-agent directory, PutQuota and Quotas, AdmitMember and
+// RefundMember), plus the fleet's roster, the broker's logins and leases,
+// the scoped agent credentials and the members (what broker.Logins,
+// controlplane.AgentCredStore and controlplane.MemberStore ask of it). Now is the
 // clock decisions are made on (Redis's TIME); Info says whether the store
 // is degraded.
 //
@@ -23,7 +24,8 @@
 // policies and adaptive state; run.go, Run, the breaker and this
 // replica's local share while it is open; batch.go, concurrent script
 // calls sent in one pipeline per round trip; agents.go, quota.go,
-// logins.go and agentcreds.go, the rest of the state; epoch.go, the
+// logins.go, agentcreds.go and members.go, the rest of the state;
+// memberbuckets.go, the members' caps; epoch.go, the
 // store's epoch and a replica's first contact (an empty store restored
 // from Options.Backup, or started new, saying which); ledger.go, the
 // durable records this replica holds; heal.go, writing them back when

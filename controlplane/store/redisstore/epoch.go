@@ -129,7 +129,7 @@ func (r *Store) setEpoch(ctx context.Context, e string) (string, error) {
 func (r *Store) hasData(ctx context.Context) (bool, error) {
 	var n int64
 	err := r.call(ctx, "epoch", func(ctx context.Context) error {
-		v, err := r.client.Exists(ctx, r.policiesKey(), r.loginsIndex(), r.agentCredsKey(), r.versionKey()).Result()
+		v, err := r.client.Exists(ctx, r.policiesKey(), r.loginsIndex(), r.agentCredsKey(), r.membersKey(), r.versionKey()).Result()
 		n = v
 		return err
 	})
@@ -231,7 +231,7 @@ func (r *Store) mergeBackup(ctx context.Context, cur string) {
 		r.log.Warn("merging this replica's newest backup into the store failed", "backup", path, "err", err)
 		return
 	}
-	if res.Policies.Restored+res.Logins.Restored+res.AgentCreds.Restored > 0 {
+	if res.Policies.Restored+res.Logins.Restored+res.AgentCreds.Restored+res.Members.Restored > 0 {
 		r.markRestored(fmt.Sprintf("%s from backup %s", res, path))
 		r.log.Warn("this replica's newest backup held records newer than the store's; put them back", "backup", path, "restored", res.String())
 	}
@@ -245,14 +245,17 @@ func (r *Store) newestBackup() (store.Snapshot, string, []string, error) {
 	return r.backups()
 }
 
-// loadDurable reads the sign-ins and agent credentials into the ledger,
-// so a replica holds a copy from its start.
+// loadDurable reads the sign-ins, agent credentials and members into the
+// ledger, so a replica holds a copy from its start.
 func (r *Store) loadDurable(ctx context.Context) {
 	if _, err := r.Logins(ctx); err != nil {
 		r.log.Debug("load sign-ins", "err", err)
 	}
 	if _, err := r.AgentCreds(ctx); err != nil {
 		r.log.Debug("load agent credentials", "err", err)
+	}
+	if _, err := r.Members(ctx); err != nil {
+		r.log.Debug("load members", "err", err)
 	}
 	if _, err := r.KeyCanary(ctx); err != nil {
 		r.log.Debug("load the key canary", "err", err)

@@ -65,7 +65,8 @@ func (r *Store) heal(ctx context.Context, loss string, intact bool) error {
 		r.markLost(loss)
 		r.metrics.losses.Inc()
 		r.log.Error("redis lost data; writing the durable state back from this replica's memory",
-			"loss", loss, "addr", r.addr, "policies", len(r.cache.keys()), "sign_ins", len(logins), "agent_credentials", len(creds))
+			"loss", loss, "addr", r.addr, "policies", len(r.cache.keys()), "sign_ins", len(logins), "agent_credentials", len(creds),
+			"members", len(r.ledger.membersCopy()))
 	}
 	res, err := r.writeBack(ctx, r.quiet)
 	if err != nil {
@@ -122,7 +123,8 @@ func (r *Store) healNow(ctx context.Context) error {
 // writeBack puts this replica's copy of the durable state back: first
 // the mark that holds refresh leases for quiet, the leases it holds and
 // its fencing counters, then the removals, the policies (and the
-// store-wide version past them), the sign-ins and the agent credentials.
+// store-wide version past them), the sign-ins, the agent credentials and
+// the members.
 // Every write is conditional on the store holding no newer version.
 func (r *Store) writeBack(ctx context.Context, quiet time.Duration) (store.RestoreResult, error) {
 	var res store.RestoreResult
@@ -170,6 +172,9 @@ func (r *Store) writeBack(ctx context.Context, quiet time.Duration) (store.Resto
 	if res.AgentCreds, err = r.writeCreds(ctx, slices.Collect(maps.Values(creds))); err != nil {
 		return res, err
 	}
+	if res.Members, err = r.writeMembers(ctx, slices.Collect(maps.Values(r.ledger.membersCopy())), false); err != nil {
+		return res, err
+	}
 	if c := r.ledger.keyCanary(); c != nil {
 		if err := r.putCanary(ctx, c, false); err != nil {
 			return res, err
@@ -198,8 +203,11 @@ func (r *Store) writeRemoved(ctx context.Context, removed map[string]int64) erro
 			continue
 		}
 		c := scriptCall{keys: []string{r.removedKey(), r.loginKey(name), r.loginsIndex()}, args: []any{kind, name, v}}
-		if kind == "cred" {
+		switch kind {
+		case "cred":
 			c.keys = []string{r.removedKey(), r.agentCredsKey(), r.agentCredVersionsKey()}
+		case memberKind:
+			c.keys = []string{r.removedKey(), r.membersKey(), r.memberVersionsKey()}
 		}
 		calls = append(calls, c)
 	}
@@ -209,9 +217,10 @@ func (r *Store) writeRemoved(ctx context.Context, removed map[string]int64) erro
 	return nil
 }
 
-// cutKind splits a removals field "login:KEY" or "cred:NAME".
+// cutKind splits a removals field "login:KEY", "cred:NAME" or
+// "member:NAME".
 func cutKind(f string) (kind, name string, ok bool) {
-	for _, k := range []string{"login", "cred"} {
+	for _, k := range []string{"login", "cred", memberKind} {
 		if len(f) > len(k)+1 && f[:len(k)+1] == k+":" {
 			return k, f[len(k)+1:], true
 		}
@@ -346,6 +355,9 @@ func (r *Store) mergeSnapshot(s store.Snapshot) {
 	for _, c := range s.AgentCreds {
 		r.ledger.putCred(c)
 	}
+	for _, m := range s.Members {
+		r.ledger.putMember(m)
+	}
 	r.ledger.noteRemoved(s.Removed)
 }
 
@@ -364,8 +376,8 @@ func (r *Store) copySnapshot() store.Snapshot {
 	logins, creds, removed, _, _ := r.ledger.copyOf()
 	s := store.Snapshot{
 		Created: r.now().UTC(), Kind: "redis", Replica: r.replica, Epoch: r.knownEpoch(), Version: r.cache.seen(),
-		Policies: map[string]store.PolicyRecord{}, Logins: logins, AgentCreds: creds, Removed: removed,
-		KeyCanary: r.ledger.keyCanary(),
+		Policies: map[string]store.PolicyRecord{}, Logins: logins, AgentCreds: creds, Members: r.ledger.membersCopy(),
+		Removed: removed, KeyCanary: r.ledger.keyCanary(),
 	}
 	for k, rec := range r.cache.all() {
 		s.Policies[k] = store.NewPolicyRecord(rec.policy, rec.adaptive, rec.version)
@@ -424,6 +436,9 @@ func (r *Store) restoreSnapshot(ctx context.Context, s store.Snapshot, opts stor
 	if res.AgentCreds, err = r.writeCreds(ctx, slices.Collect(maps.Values(s.AgentCreds))); err != nil {
 		return res, err
 	}
+	if res.Members, err = r.writeMembers(ctx, slices.Collect(maps.Values(s.Members)), false); err != nil {
+		return res, err
+	}
 	if s.KeyCanary != nil {
 		if err := r.putCanary(ctx, s.KeyCanary, false); err != nil {
 			return res, err
@@ -466,6 +481,12 @@ func (r *Store) forceSnapshot(ctx context.Context, s store.Snapshot) (store.Rest
 			return res, fmt.Errorf("restore agent credential %s: %w", n, err)
 		}
 		res.AgentCreds.Restored++
+	}
+	for _, n := range slices.Sorted(maps.Keys(s.Members)) {
+		if err := r.PutMember(ctx, s.Members[n]); err != nil {
+			return res, fmt.Errorf("restore member %s: %w", n, err)
+		}
+		res.Members.Restored++
 	}
 	return res, nil
 }

@@ -11,8 +11,8 @@ import (
 
 // ledger is this replica's copy of the durable records it last read or
 // wrote besides the policies (which policyCache holds): the broker's
-// sign-ins, the scoped agent credentials, the removals it saw, and the
-// refresh leases it holds. When the store loses data the replica writes
+// sign-ins, the scoped agent credentials, the members, the removals it
+// saw, and the refresh leases it holds. When the store loses data the replica writes
 // it back (heal.go); backups are made from it. Each record keeps its
 // version, so a write-back never replaces a newer one.
 type ledger struct {
@@ -22,7 +22,8 @@ type ledger struct {
 	mu      sync.Mutex // guards the following fields
 	logins  map[string]store.Login
 	creds   map[string]store.AgentCred
-	removed map[string]int64 // "login:KEY" or "cred:NAME" -> the removed version
+	members map[string]store.Member
+	removed map[string]int64 // "login:KEY", "cred:NAME" or "member:NAME" -> the removed version
 	leases  map[string]heldLease
 	fences  map[string]int64 // the highest fencing token this replica took, per account
 	canary  []byte           // the credential key's sealed canary (broker.CheckKey)
@@ -39,6 +40,7 @@ func newLedger() *ledger {
 		changed: make(chan struct{}, 1),
 		logins:  map[string]store.Login{},
 		creds:   map[string]store.AgentCred{},
+		members: map[string]store.Member{},
 		removed: map[string]int64{},
 		leases:  map[string]heldLease{},
 		fences:  map[string]int64{},
@@ -117,6 +119,38 @@ func (l *ledger) dropCred(name string, v int64) {
 	l.note()
 }
 
+// putMember keeps m unless the ledger holds a newer version.
+func (l *ledger) putMember(m store.Member) {
+	l.mu.Lock()
+	cur, ok := l.members[m.Name]
+	keep := !ok || cur.Version < m.Version
+	if keep {
+		m.Unreadable = ""
+		l.members[m.Name] = m
+	}
+	l.mu.Unlock()
+	if keep {
+		l.note()
+	}
+}
+
+// dropMember forgets member name, removed at version v.
+func (l *ledger) dropMember(name string, v int64) {
+	l.mu.Lock()
+	delete(l.members, name)
+	f := "member:" + name
+	l.removed[f] = max(l.removed[f], v)
+	l.mu.Unlock()
+	l.note()
+}
+
+// membersCopy returns a copy of the members the ledger holds.
+func (l *ledger) membersCopy() map[string]store.Member {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.members)
+}
+
 // noteRemoved records removals another replica made (the store's
 // removals hash), forgetting the records they removed.
 func (l *ledger) noteRemoved(removed map[string]int64) {
@@ -135,6 +169,10 @@ func (l *ledger) noteRemoved(removed map[string]int64) {
 		case len(f) > 5 && f[:5] == "cred:":
 			if c, ok := l.creds[f[5:]]; ok && c.Version <= v {
 				delete(l.creds, f[5:])
+			}
+		case len(f) > 7 && f[:7] == "member:":
+			if m, ok := l.members[f[7:]]; ok && m.Version <= v {
+				delete(l.members, f[7:])
 			}
 		}
 	}

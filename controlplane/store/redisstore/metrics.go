@@ -59,9 +59,9 @@ func newRedisMetrics(r *Store) *redisMetrics {
 	})
 	m.restored = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "clodex_controlplane_store_restored_records_total",
-		Help: "Durable records this replica wrote back into Redis (after a loss, from a backup, or a restore), by kind: policy, sign_in, agent_credential.",
+		Help: "Durable records this replica wrote back into Redis (after a loss, from a backup, or a restore), by kind: policy, sign_in, agent_credential, member.",
 	}, []string{"kind"})
-	for _, k := range []string{"policy", "sign_in", "agent_credential"} {
+	for _, k := range []string{"policy", "sign_in", "agent_credential", "member"} {
 		m.restored.WithLabelValues(k)
 	}
 	m.restoreSeconds = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -70,9 +70,9 @@ func newRedisMetrics(r *Store) *redisMetrics {
 	})
 	m.badRecords = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "clodex_controlplane_store_unreadable_records_total",
-		Help: "Records this replica found unreadable in Redis (each counted once until readable again), by kind: policy, sign_in, agent_credential, quota, account_state.",
+		Help: "Records this replica found unreadable in Redis (each counted once until readable again), by kind: policy, sign_in, agent_credential, member, member_state, quota, account_state.",
 	}, []string{"kind"})
-	for _, k := range []string{"policy", "sign_in", "agent_credential", "quota", "account_state"} {
+	for _, k := range []string{"policy", "sign_in", "agent_credential", "member", "member_state", "quota", "account_state"} {
 		m.badRecords.WithLabelValues(k)
 	}
 	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

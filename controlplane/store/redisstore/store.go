@@ -162,7 +162,10 @@ type Store struct {
 
 	breaker breaker
 	local   *fallback
-	cache   policyCache
+	// memberLocal holds the members' local shares (memberbuckets.go); its
+	// grants are never handed over.
+	memberLocal *fallback
+	cache       policyCache
 
 	replicas atomic.Int64 // live replicas, as last read
 
@@ -269,6 +272,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		r.now = r.clock.Now
 	}
 	r.local = newFallback(r.now)
+	r.memberLocal = newFallback(r.now)
 
 	// First contact: credentials and the clock. Unreachable is not fatal.
 	sctx, cancel := context.WithTimeout(ctx, max(r.timeout, time.Second))

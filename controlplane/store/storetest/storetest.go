@@ -12,7 +12,7 @@ import (
 )
 
 // Store is what the suite drives: admissions, policies, adaptive mode,
-// hand-overs, the live-agent directory and plan quotas.
+// hand-overs, the live-agent directory, plan quotas and members' caps.
 type Store interface {
 	Admit(ctx context.Context, key string, now time.Time) (store.Admission, error)
 	Cancel(ctx context.Context, key string, id uint64, now time.Time) (bool, error)
@@ -31,6 +31,9 @@ type Store interface {
 
 	PutQuota(ctx context.Context, q store.Quota) (prev, next store.Quota, err error)
 	Quotas(ctx context.Context, key string) ([]store.Quota, error)
+
+	AdmitMember(ctx context.Context, member string, p pacing.Policy, now time.Time) (pacing.Decision, error)
+	RefundMember(ctx context.Context, member string, id uint64, now time.Time) error
 }
 
 // Kind opens the stores of one implementation.
@@ -66,6 +69,7 @@ func Run(t *testing.T, k Kind) {
 		{"HandOver", handOver},
 		{"LiveAgents", liveAgents},
 		{"Quotas", quotas},
+		{"MemberCap", memberCap},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, k) })

@@ -1,9 +1,10 @@
 -- restore_removed: put one removal back, deleting the record it removed
 -- unless the store holds a newer one.
 -- KEYS[1] the removals hash; for a login KEYS[2] its hash and KEYS[3] the
--- index set, for a credential KEYS[2] the credentials hash and KEYS[3]
--- their versions. ARGV[1] "login" or "cred", ARGV[2] the key or name,
--- ARGV[3] the removed version. Returns 1 when it deleted a record.
+-- index set, for a credential (or member) KEYS[2] the records hash and
+-- KEYS[3] their versions. ARGV[1] "login", "cred" or "member", ARGV[2] the
+-- key or name, ARGV[3] the removed version. Returns 1 when it deleted a
+-- record.
 local v = tonumber(ARGV[3])
 local field = ARGV[1] .. ":" .. ARGV[2]
 local tomb = tonumber(redis.call("HGET", KEYS[1], field) or "0") or 0

@@ -2198,6 +2198,414 @@ func (*RemoveAgentCredentialResponse) Descriptor() ([]byte, []int) {
 	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
+// Member is a member of the team (never its key).
+type Member struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the operator's name for the person: 1..64 letters, digits,
+	// '.', '_' or '-'.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// accounts are the account keys the member may use, sorted; empty:
+	// every account.
+	Accounts []string `protobuf:"bytes,2,rep,name=accounts,proto3" json:"accounts,omitempty"`
+	// pin is the account every turn of the member runs on, or "".
+	Pin string `protobuf:"bytes,3,opt,name=pin,proto3" json:"pin,omitempty"`
+	// rate_per_minute is the member's cap of new upstream sockets a minute
+	// (burst the same) on every account; 0: none.
+	RatePerMinute int32 `protobuf:"varint,4,opt,name=rate_per_minute,json=ratePerMinute,proto3" json:"rate_per_minute,omitempty"`
+	CreatedUnixMs int64 `protobuf:"varint,5,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	// unreadable, when not empty, says that the stored member does not
+	// decode (which record and why); the control plane keeps pushing the
+	// last good copy it loaded.
+	Unreadable    string `protobuf:"bytes,6,opt,name=unreadable,proto3" json:"unreadable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *Member) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Member) GetAccounts() []string {
+	if x != nil {
+		return x.Accounts
+	}
+	return nil
+}
+
+func (x *Member) GetPin() string {
+	if x != nil {
+		return x.Pin
+	}
+	return ""
+}
+
+func (x *Member) GetRatePerMinute() int32 {
+	if x != nil {
+		return x.RatePerMinute
+	}
+	return 0
+}
+
+func (x *Member) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *Member) GetUnreadable() string {
+	if x != nil {
+		return x.Unreadable
+	}
+	return ""
+}
+
+type CreateMemberRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// key_sha256 is the SHA-256 of the member's API key (32 bytes).
+	KeySha256 []byte `protobuf:"bytes,2,opt,name=key_sha256,json=keySha256,proto3" json:"key_sha256,omitempty"`
+	// accounts are account keys (0..100; empty: every account).
+	Accounts []string `protobuf:"bytes,3,rep,name=accounts,proto3" json:"accounts,omitempty"`
+	// pin is an account key, one of accounts when accounts is not empty;
+	// "" for none.
+	Pin string `protobuf:"bytes,4,opt,name=pin,proto3" json:"pin,omitempty"`
+	// rate_per_minute is 0..600 (0: no cap).
+	RatePerMinute int32 `protobuf:"varint,5,opt,name=rate_per_minute,json=ratePerMinute,proto3" json:"rate_per_minute,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateMemberRequest) Reset() {
+	*x = CreateMemberRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateMemberRequest) ProtoMessage() {}
+
+func (x *CreateMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateMemberRequest.ProtoReflect.Descriptor instead.
+func (*CreateMemberRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *CreateMemberRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateMemberRequest) GetKeySha256() []byte {
+	if x != nil {
+		return x.KeySha256
+	}
+	return nil
+}
+
+func (x *CreateMemberRequest) GetAccounts() []string {
+	if x != nil {
+		return x.Accounts
+	}
+	return nil
+}
+
+func (x *CreateMemberRequest) GetPin() string {
+	if x != nil {
+		return x.Pin
+	}
+	return ""
+}
+
+func (x *CreateMemberRequest) GetRatePerMinute() int32 {
+	if x != nil {
+		return x.RatePerMinute
+	}
+	return 0
+}
+
+type CreateMemberResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        *Member                `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateMemberResponse) Reset() {
+	*x = CreateMemberResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateMemberResponse) ProtoMessage() {}
+
+func (x *CreateMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateMemberResponse.ProtoReflect.Descriptor instead.
+func (*CreateMemberResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *CreateMemberResponse) GetMember() *Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+type ListMembersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size is the most members to return: 1..1000; 0 means 100.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous answer's next_page_token; empty for the first
+	// page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMembersRequest) Reset() {
+	*x = ListMembersRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMembersRequest) ProtoMessage() {}
+
+func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
+func (*ListMembersRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListMembersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListMembersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListMembersResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// next_page_token reads the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMembersResponse) Reset() {
+	*x = ListMembersResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMembersResponse) ProtoMessage() {}
+
+func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
+func (*ListMembersResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListMembersResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ListMembersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type RemoveMemberRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberRequest) Reset() {
+	*x = RemoveMemberRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberRequest) ProtoMessage() {}
+
+func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
+func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RemoveMemberRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveMemberResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberResponse) Reset() {
+	*x = RemoveMemberResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberResponse) ProtoMessage() {}
+
+func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
+func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
 type CreateConsoleLinkRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// operator names who signs in, for the console's log of actions
@@ -2209,7 +2617,7 @@ type CreateConsoleLinkRequest struct {
 
 func (x *CreateConsoleLinkRequest) Reset() {
 	*x = CreateConsoleLinkRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2629,7 @@ func (x *CreateConsoleLinkRequest) String() string {
 func (*CreateConsoleLinkRequest) ProtoMessage() {}
 
 func (x *CreateConsoleLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2642,7 @@ func (x *CreateConsoleLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsoleLinkRequest.ProtoReflect.Descriptor instead.
 func (*CreateConsoleLinkRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreateConsoleLinkRequest) GetOperator() string {
@@ -2257,7 +2665,7 @@ type CreateConsoleLinkResponse struct {
 
 func (x *CreateConsoleLinkResponse) Reset() {
 	*x = CreateConsoleLinkResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2269,7 +2677,7 @@ func (x *CreateConsoleLinkResponse) String() string {
 func (*CreateConsoleLinkResponse) ProtoMessage() {}
 
 func (x *CreateConsoleLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2282,7 +2690,7 @@ func (x *CreateConsoleLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsoleLinkResponse.ProtoReflect.Descriptor instead.
 func (*CreateConsoleLinkResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateConsoleLinkResponse) GetUrl() string {
@@ -2307,7 +2715,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2727,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2740,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 type BackupResponse struct {
@@ -2347,7 +2755,7 @@ type BackupResponse struct {
 
 func (x *BackupResponse) Reset() {
 	*x = BackupResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2767,7 @@ func (x *BackupResponse) String() string {
 func (*BackupResponse) ProtoMessage() {}
 
 func (x *BackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2780,7 @@ func (x *BackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupResponse.ProtoReflect.Descriptor instead.
 func (*BackupResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *BackupResponse) GetData() []byte {
@@ -2401,14 +2809,15 @@ type BackupSummary struct {
 	Logins           int32  `protobuf:"varint,5,opt,name=logins,proto3" json:"logins,omitempty"`
 	AgentCredentials int32  `protobuf:"varint,6,opt,name=agent_credentials,json=agentCredentials,proto3" json:"agent_credentials,omitempty"`
 	// sealed is true when the file is sealed with the credential key.
-	Sealed        bool `protobuf:"varint,7,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	Sealed        bool  `protobuf:"varint,7,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	Members       int32 `protobuf:"varint,8,opt,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BackupSummary) Reset() {
 	*x = BackupSummary{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2829,7 @@ func (x *BackupSummary) String() string {
 func (*BackupSummary) ProtoMessage() {}
 
 func (x *BackupSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2842,7 @@ func (x *BackupSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupSummary.ProtoReflect.Descriptor instead.
 func (*BackupSummary) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *BackupSummary) GetCreatedUnixMs() int64 {
@@ -2485,6 +2894,13 @@ func (x *BackupSummary) GetSealed() bool {
 	return false
 }
 
+func (x *BackupSummary) GetMembers() int32 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
 type RestoreRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// data is the next part of the backup file.
@@ -2498,7 +2914,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2926,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2939,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RestoreRequest) GetData() []byte {
@@ -2553,7 +2969,7 @@ type RestoreCounts struct {
 
 func (x *RestoreCounts) Reset() {
 	*x = RestoreCounts{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2981,7 @@ func (x *RestoreCounts) String() string {
 func (*RestoreCounts) ProtoMessage() {}
 
 func (x *RestoreCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2994,7 @@ func (x *RestoreCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreCounts.ProtoReflect.Descriptor instead.
 func (*RestoreCounts) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RestoreCounts) GetRestored() int32 {
@@ -2601,14 +3017,15 @@ type RestoreResponse struct {
 	Logins           *RestoreCounts         `protobuf:"bytes,2,opt,name=logins,proto3" json:"logins,omitempty"`
 	AgentCredentials *RestoreCounts         `protobuf:"bytes,3,opt,name=agent_credentials,json=agentCredentials,proto3" json:"agent_credentials,omitempty"`
 	// created_unix_ms is when the restored backup was written.
-	CreatedUnixMs int64 `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	CreatedUnixMs int64          `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	Members       *RestoreCounts `protobuf:"bytes,5,opt,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +3037,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +3050,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RestoreResponse) GetPolicies() *RestoreCounts {
@@ -2662,6 +3079,13 @@ func (x *RestoreResponse) GetCreatedUnixMs() int64 {
 		return x.CreatedUnixMs
 	}
 	return 0
+}
+
+func (x *RestoreResponse) GetMembers() *RestoreCounts {
+	if x != nil {
+		return x.Members
+	}
+	return nil
 }
 
 var File_clodex_controlplane_v1_admin_proto protoreflect.FileDescriptor
@@ -2833,7 +3257,35 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"2\n" +
 	"\x1cRemoveAgentCredentialRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x1f\n" +
-	"\x1dRemoveAgentCredentialResponse\"6\n" +
+	"\x1dRemoveAgentCredentialResponse\"\xba\x01\n" +
+	"\x06Member\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\baccounts\x18\x02 \x03(\tR\baccounts\x12\x10\n" +
+	"\x03pin\x18\x03 \x01(\tR\x03pin\x12&\n" +
+	"\x0frate_per_minute\x18\x04 \x01(\x05R\rratePerMinute\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x05 \x01(\x03R\rcreatedUnixMs\x12\x1e\n" +
+	"\n" +
+	"unreadable\x18\x06 \x01(\tR\n" +
+	"unreadable\"\x9e\x01\n" +
+	"\x13CreateMemberRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"key_sha256\x18\x02 \x01(\fR\tkeySha256\x12\x1a\n" +
+	"\baccounts\x18\x03 \x03(\tR\baccounts\x12\x10\n" +
+	"\x03pin\x18\x04 \x01(\tR\x03pin\x12&\n" +
+	"\x0frate_per_minute\x18\x05 \x01(\x05R\rratePerMinute\"N\n" +
+	"\x14CreateMemberResponse\x126\n" +
+	"\x06member\x18\x01 \x01(\v2\x1e.clodex.controlplane.v1.MemberR\x06member\"P\n" +
+	"\x12ListMembersRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"w\n" +
+	"\x13ListMembersResponse\x128\n" +
+	"\amembers\x18\x01 \x03(\v2\x1e.clodex.controlplane.v1.MemberR\amembers\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\")\n" +
+	"\x13RemoveMemberRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
+	"\x14RemoveMemberResponse\"6\n" +
 	"\x18CreateConsoleLinkRequest\x12\x1a\n" +
 	"\boperator\x18\x01 \x01(\tR\boperator\"U\n" +
 	"\x19CreateConsoleLinkResponse\x12\x10\n" +
@@ -2842,7 +3294,7 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\rBackupRequest\"e\n" +
 	"\x0eBackupResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12?\n" +
-	"\asummary\x18\x02 \x01(\v2%.clodex.controlplane.v1.BackupSummaryR\asummary\"\xde\x01\n" +
+	"\asummary\x18\x02 \x01(\v2%.clodex.controlplane.v1.BackupSummaryR\asummary\"\xf8\x01\n" +
 	"\rBackupSummary\x12&\n" +
 	"\x0fcreated_unix_ms\x18\x01 \x01(\x03R\rcreatedUnixMs\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
@@ -2850,18 +3302,20 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\bpolicies\x18\x04 \x01(\x05R\bpolicies\x12\x16\n" +
 	"\x06logins\x18\x05 \x01(\x05R\x06logins\x12+\n" +
 	"\x11agent_credentials\x18\x06 \x01(\x05R\x10agentCredentials\x12\x16\n" +
-	"\x06sealed\x18\a \x01(\bR\x06sealed\":\n" +
+	"\x06sealed\x18\a \x01(\bR\x06sealed\x12\x18\n" +
+	"\amembers\x18\b \x01(\x05R\amembers\":\n" +
 	"\x0eRestoreRequest\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"?\n" +
 	"\rRestoreCounts\x12\x1a\n" +
 	"\brestored\x18\x01 \x01(\x05R\brestored\x12\x12\n" +
-	"\x04kept\x18\x02 \x01(\x05R\x04kept\"\x8f\x02\n" +
+	"\x04kept\x18\x02 \x01(\x05R\x04kept\"\xd0\x02\n" +
 	"\x0fRestoreResponse\x12A\n" +
 	"\bpolicies\x18\x01 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\bpolicies\x12=\n" +
 	"\x06logins\x18\x02 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\x06logins\x12R\n" +
 	"\x11agent_credentials\x18\x03 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\x10agentCredentials\x12&\n" +
-	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs2\xa7\x0e\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12?\n" +
+	"\amembers\x18\x05 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\amembers2\xe5\x10\n" +
 	"\fAdminService\x12Z\n" +
 	"\aSetRate\x12&.clodex.controlplane.v1.SetRateRequest\x1a'.clodex.controlplane.v1.SetRateResponse\x12`\n" +
 	"\tSetBudget\x12(.clodex.controlplane.v1.SetBudgetRequest\x1a).clodex.controlplane.v1.SetBudgetResponse\x12c\n" +
@@ -2880,7 +3334,10 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\vRemoveLogin\x12*.clodex.controlplane.v1.RemoveLoginRequest\x1a+.clodex.controlplane.v1.RemoveLoginResponse\x12\x84\x01\n" +
 	"\x15CreateAgentCredential\x124.clodex.controlplane.v1.CreateAgentCredentialRequest\x1a5.clodex.controlplane.v1.CreateAgentCredentialResponse\x12\x81\x01\n" +
 	"\x14ListAgentCredentials\x123.clodex.controlplane.v1.ListAgentCredentialsRequest\x1a4.clodex.controlplane.v1.ListAgentCredentialsResponse\x12\x84\x01\n" +
-	"\x15RemoveAgentCredential\x124.clodex.controlplane.v1.RemoveAgentCredentialRequest\x1a5.clodex.controlplane.v1.RemoveAgentCredentialResponse\x12x\n" +
+	"\x15RemoveAgentCredential\x124.clodex.controlplane.v1.RemoveAgentCredentialRequest\x1a5.clodex.controlplane.v1.RemoveAgentCredentialResponse\x12i\n" +
+	"\fCreateMember\x12+.clodex.controlplane.v1.CreateMemberRequest\x1a,.clodex.controlplane.v1.CreateMemberResponse\x12f\n" +
+	"\vListMembers\x12*.clodex.controlplane.v1.ListMembersRequest\x1a+.clodex.controlplane.v1.ListMembersResponse\x12i\n" +
+	"\fRemoveMember\x12+.clodex.controlplane.v1.RemoveMemberRequest\x1a,.clodex.controlplane.v1.RemoveMemberResponse\x12x\n" +
 	"\x11CreateConsoleLink\x120.clodex.controlplane.v1.CreateConsoleLinkRequest\x1a1.clodex.controlplane.v1.CreateConsoleLinkResponse\x12Y\n" +
 	"\x06Backup\x12%.clodex.controlplane.v1.BackupRequest\x1a&.clodex.controlplane.v1.BackupResponse0\x01\x12\\\n" +
 	"\aRestore\x12&.clodex.controlplane.v1.RestoreRequest\x1a'.clodex.controlplane.v1.RestoreResponse(\x01BMZKgithub.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1;controlplanev1b\x06proto3"
@@ -2897,7 +3354,7 @@ func file_clodex_controlplane_v1_admin_proto_rawDescGZIP() []byte {
 	return file_clodex_controlplane_v1_admin_proto_rawDescData
 }
 
-var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*Account)(nil),                       // 0: clodex.controlplane.v1.Account
 	(*SetRateRequest)(nil),                // 1: clodex.controlplane.v1.SetRateRequest
@@ -2933,15 +3390,22 @@ var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*ListAgentCredentialsResponse)(nil),  // 31: clodex.controlplane.v1.ListAgentCredentialsResponse
 	(*RemoveAgentCredentialRequest)(nil),  // 32: clodex.controlplane.v1.RemoveAgentCredentialRequest
 	(*RemoveAgentCredentialResponse)(nil), // 33: clodex.controlplane.v1.RemoveAgentCredentialResponse
-	(*CreateConsoleLinkRequest)(nil),      // 34: clodex.controlplane.v1.CreateConsoleLinkRequest
-	(*CreateConsoleLinkResponse)(nil),     // 35: clodex.controlplane.v1.CreateConsoleLinkResponse
-	(*BackupRequest)(nil),                 // 36: clodex.controlplane.v1.BackupRequest
-	(*BackupResponse)(nil),                // 37: clodex.controlplane.v1.BackupResponse
-	(*BackupSummary)(nil),                 // 38: clodex.controlplane.v1.BackupSummary
-	(*RestoreRequest)(nil),                // 39: clodex.controlplane.v1.RestoreRequest
-	(*RestoreCounts)(nil),                 // 40: clodex.controlplane.v1.RestoreCounts
-	(*RestoreResponse)(nil),               // 41: clodex.controlplane.v1.RestoreResponse
-	(*QuotaWindow)(nil),                   // 42: clodex.controlplane.v1.QuotaWindow
+	(*Member)(nil),                        // 34: clodex.controlplane.v1.Member
+	(*CreateMemberRequest)(nil),           // 35: clodex.controlplane.v1.CreateMemberRequest
+	(*CreateMemberResponse)(nil),          // 36: clodex.controlplane.v1.CreateMemberResponse
+	(*ListMembersRequest)(nil),            // 37: clodex.controlplane.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),           // 38: clodex.controlplane.v1.ListMembersResponse
+	(*RemoveMemberRequest)(nil),           // 39: clodex.controlplane.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),          // 40: clodex.controlplane.v1.RemoveMemberResponse
+	(*CreateConsoleLinkRequest)(nil),      // 41: clodex.controlplane.v1.CreateConsoleLinkRequest
+	(*CreateConsoleLinkResponse)(nil),     // 42: clodex.controlplane.v1.CreateConsoleLinkResponse
+	(*BackupRequest)(nil),                 // 43: clodex.controlplane.v1.BackupRequest
+	(*BackupResponse)(nil),                // 44: clodex.controlplane.v1.BackupResponse
+	(*BackupSummary)(nil),                 // 45: clodex.controlplane.v1.BackupSummary
+	(*RestoreRequest)(nil),                // 46: clodex.controlplane.v1.RestoreRequest
+	(*RestoreCounts)(nil),                 // 47: clodex.controlplane.v1.RestoreCounts
+	(*RestoreResponse)(nil),               // 48: clodex.controlplane.v1.RestoreResponse
+	(*QuotaWindow)(nil),                   // 49: clodex.controlplane.v1.QuotaWindow
 }
 var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: clodex.controlplane.v1.SetRateResponse.account:type_name -> clodex.controlplane.v1.Account
@@ -2953,55 +3417,64 @@ var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	12, // 6: clodex.controlplane.v1.ListAgentsResponse.agents:type_name -> clodex.controlplane.v1.Agent
 	0,  // 7: clodex.controlplane.v1.SetAdaptiveResponse.account:type_name -> clodex.controlplane.v1.Account
 	17, // 8: clodex.controlplane.v1.ListQuotasResponse.quotas:type_name -> clodex.controlplane.v1.AccountQuota
-	42, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
+	49, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
 	20, // 10: clodex.controlplane.v1.ImportLoginResponse.login:type_name -> clodex.controlplane.v1.Login
 	20, // 11: clodex.controlplane.v1.ListLoginsResponse.logins:type_name -> clodex.controlplane.v1.Login
 	20, // 12: clodex.controlplane.v1.GetLoginResponse.login:type_name -> clodex.controlplane.v1.Login
 	27, // 13: clodex.controlplane.v1.CreateAgentCredentialResponse.credential:type_name -> clodex.controlplane.v1.AgentCredential
 	27, // 14: clodex.controlplane.v1.ListAgentCredentialsResponse.credentials:type_name -> clodex.controlplane.v1.AgentCredential
-	38, // 15: clodex.controlplane.v1.BackupResponse.summary:type_name -> clodex.controlplane.v1.BackupSummary
-	40, // 16: clodex.controlplane.v1.RestoreResponse.policies:type_name -> clodex.controlplane.v1.RestoreCounts
-	40, // 17: clodex.controlplane.v1.RestoreResponse.logins:type_name -> clodex.controlplane.v1.RestoreCounts
-	40, // 18: clodex.controlplane.v1.RestoreResponse.agent_credentials:type_name -> clodex.controlplane.v1.RestoreCounts
-	1,  // 19: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
-	3,  // 20: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
-	5,  // 21: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
-	8,  // 22: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
-	10, // 23: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
-	13, // 24: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
-	15, // 25: clodex.controlplane.v1.AdminService.ListQuotas:input_type -> clodex.controlplane.v1.ListQuotasRequest
-	18, // 26: clodex.controlplane.v1.AdminService.ImportLogin:input_type -> clodex.controlplane.v1.ImportLoginRequest
-	21, // 27: clodex.controlplane.v1.AdminService.ListLogins:input_type -> clodex.controlplane.v1.ListLoginsRequest
-	23, // 28: clodex.controlplane.v1.AdminService.GetLogin:input_type -> clodex.controlplane.v1.GetLoginRequest
-	25, // 29: clodex.controlplane.v1.AdminService.RemoveLogin:input_type -> clodex.controlplane.v1.RemoveLoginRequest
-	28, // 30: clodex.controlplane.v1.AdminService.CreateAgentCredential:input_type -> clodex.controlplane.v1.CreateAgentCredentialRequest
-	30, // 31: clodex.controlplane.v1.AdminService.ListAgentCredentials:input_type -> clodex.controlplane.v1.ListAgentCredentialsRequest
-	32, // 32: clodex.controlplane.v1.AdminService.RemoveAgentCredential:input_type -> clodex.controlplane.v1.RemoveAgentCredentialRequest
-	34, // 33: clodex.controlplane.v1.AdminService.CreateConsoleLink:input_type -> clodex.controlplane.v1.CreateConsoleLinkRequest
-	36, // 34: clodex.controlplane.v1.AdminService.Backup:input_type -> clodex.controlplane.v1.BackupRequest
-	39, // 35: clodex.controlplane.v1.AdminService.Restore:input_type -> clodex.controlplane.v1.RestoreRequest
-	2,  // 36: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
-	4,  // 37: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
-	6,  // 38: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
-	9,  // 39: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
-	11, // 40: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
-	14, // 41: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
-	16, // 42: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
-	19, // 43: clodex.controlplane.v1.AdminService.ImportLogin:output_type -> clodex.controlplane.v1.ImportLoginResponse
-	22, // 44: clodex.controlplane.v1.AdminService.ListLogins:output_type -> clodex.controlplane.v1.ListLoginsResponse
-	24, // 45: clodex.controlplane.v1.AdminService.GetLogin:output_type -> clodex.controlplane.v1.GetLoginResponse
-	26, // 46: clodex.controlplane.v1.AdminService.RemoveLogin:output_type -> clodex.controlplane.v1.RemoveLoginResponse
-	29, // 47: clodex.controlplane.v1.AdminService.CreateAgentCredential:output_type -> clodex.controlplane.v1.CreateAgentCredentialResponse
-	31, // 48: clodex.controlplane.v1.AdminService.ListAgentCredentials:output_type -> clodex.controlplane.v1.ListAgentCredentialsResponse
-	33, // 49: clodex.controlplane.v1.AdminService.RemoveAgentCredential:output_type -> clodex.controlplane.v1.RemoveAgentCredentialResponse
-	35, // 50: clodex.controlplane.v1.AdminService.CreateConsoleLink:output_type -> clodex.controlplane.v1.CreateConsoleLinkResponse
-	37, // 51: clodex.controlplane.v1.AdminService.Backup:output_type -> clodex.controlplane.v1.BackupResponse
-	41, // 52: clodex.controlplane.v1.AdminService.Restore:output_type -> clodex.controlplane.v1.RestoreResponse
-	36, // [36:53] is the sub-list for method output_type
-	19, // [19:36] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	34, // 15: clodex.controlplane.v1.CreateMemberResponse.member:type_name -> clodex.controlplane.v1.Member
+	34, // 16: clodex.controlplane.v1.ListMembersResponse.members:type_name -> clodex.controlplane.v1.Member
+	45, // 17: clodex.controlplane.v1.BackupResponse.summary:type_name -> clodex.controlplane.v1.BackupSummary
+	47, // 18: clodex.controlplane.v1.RestoreResponse.policies:type_name -> clodex.controlplane.v1.RestoreCounts
+	47, // 19: clodex.controlplane.v1.RestoreResponse.logins:type_name -> clodex.controlplane.v1.RestoreCounts
+	47, // 20: clodex.controlplane.v1.RestoreResponse.agent_credentials:type_name -> clodex.controlplane.v1.RestoreCounts
+	47, // 21: clodex.controlplane.v1.RestoreResponse.members:type_name -> clodex.controlplane.v1.RestoreCounts
+	1,  // 22: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
+	3,  // 23: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
+	5,  // 24: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
+	8,  // 25: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
+	10, // 26: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
+	13, // 27: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
+	15, // 28: clodex.controlplane.v1.AdminService.ListQuotas:input_type -> clodex.controlplane.v1.ListQuotasRequest
+	18, // 29: clodex.controlplane.v1.AdminService.ImportLogin:input_type -> clodex.controlplane.v1.ImportLoginRequest
+	21, // 30: clodex.controlplane.v1.AdminService.ListLogins:input_type -> clodex.controlplane.v1.ListLoginsRequest
+	23, // 31: clodex.controlplane.v1.AdminService.GetLogin:input_type -> clodex.controlplane.v1.GetLoginRequest
+	25, // 32: clodex.controlplane.v1.AdminService.RemoveLogin:input_type -> clodex.controlplane.v1.RemoveLoginRequest
+	28, // 33: clodex.controlplane.v1.AdminService.CreateAgentCredential:input_type -> clodex.controlplane.v1.CreateAgentCredentialRequest
+	30, // 34: clodex.controlplane.v1.AdminService.ListAgentCredentials:input_type -> clodex.controlplane.v1.ListAgentCredentialsRequest
+	32, // 35: clodex.controlplane.v1.AdminService.RemoveAgentCredential:input_type -> clodex.controlplane.v1.RemoveAgentCredentialRequest
+	35, // 36: clodex.controlplane.v1.AdminService.CreateMember:input_type -> clodex.controlplane.v1.CreateMemberRequest
+	37, // 37: clodex.controlplane.v1.AdminService.ListMembers:input_type -> clodex.controlplane.v1.ListMembersRequest
+	39, // 38: clodex.controlplane.v1.AdminService.RemoveMember:input_type -> clodex.controlplane.v1.RemoveMemberRequest
+	41, // 39: clodex.controlplane.v1.AdminService.CreateConsoleLink:input_type -> clodex.controlplane.v1.CreateConsoleLinkRequest
+	43, // 40: clodex.controlplane.v1.AdminService.Backup:input_type -> clodex.controlplane.v1.BackupRequest
+	46, // 41: clodex.controlplane.v1.AdminService.Restore:input_type -> clodex.controlplane.v1.RestoreRequest
+	2,  // 42: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
+	4,  // 43: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
+	6,  // 44: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
+	9,  // 45: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
+	11, // 46: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
+	14, // 47: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
+	16, // 48: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
+	19, // 49: clodex.controlplane.v1.AdminService.ImportLogin:output_type -> clodex.controlplane.v1.ImportLoginResponse
+	22, // 50: clodex.controlplane.v1.AdminService.ListLogins:output_type -> clodex.controlplane.v1.ListLoginsResponse
+	24, // 51: clodex.controlplane.v1.AdminService.GetLogin:output_type -> clodex.controlplane.v1.GetLoginResponse
+	26, // 52: clodex.controlplane.v1.AdminService.RemoveLogin:output_type -> clodex.controlplane.v1.RemoveLoginResponse
+	29, // 53: clodex.controlplane.v1.AdminService.CreateAgentCredential:output_type -> clodex.controlplane.v1.CreateAgentCredentialResponse
+	31, // 54: clodex.controlplane.v1.AdminService.ListAgentCredentials:output_type -> clodex.controlplane.v1.ListAgentCredentialsResponse
+	33, // 55: clodex.controlplane.v1.AdminService.RemoveAgentCredential:output_type -> clodex.controlplane.v1.RemoveAgentCredentialResponse
+	36, // 56: clodex.controlplane.v1.AdminService.CreateMember:output_type -> clodex.controlplane.v1.CreateMemberResponse
+	38, // 57: clodex.controlplane.v1.AdminService.ListMembers:output_type -> clodex.controlplane.v1.ListMembersResponse
+	40, // 58: clodex.controlplane.v1.AdminService.RemoveMember:output_type -> clodex.controlplane.v1.RemoveMemberResponse
+	42, // 59: clodex.controlplane.v1.AdminService.CreateConsoleLink:output_type -> clodex.controlplane.v1.CreateConsoleLinkResponse
+	44, // 60: clodex.controlplane.v1.AdminService.Backup:output_type -> clodex.controlplane.v1.BackupResponse
+	48, // 61: clodex.controlplane.v1.AdminService.Restore:output_type -> clodex.controlplane.v1.RestoreResponse
+	42, // [42:62] is the sub-list for method output_type
+	22, // [22:42] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_clodex_controlplane_v1_admin_proto_init() }
@@ -3018,7 +3491,7 @@ func file_clodex_controlplane_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_admin_proto_rawDesc), len(file_clodex_controlplane_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

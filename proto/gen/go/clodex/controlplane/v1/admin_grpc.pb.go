@@ -33,6 +33,9 @@ const (
 	AdminService_CreateAgentCredential_FullMethodName = "/clodex.controlplane.v1.AdminService/CreateAgentCredential"
 	AdminService_ListAgentCredentials_FullMethodName  = "/clodex.controlplane.v1.AdminService/ListAgentCredentials"
 	AdminService_RemoveAgentCredential_FullMethodName = "/clodex.controlplane.v1.AdminService/RemoveAgentCredential"
+	AdminService_CreateMember_FullMethodName          = "/clodex.controlplane.v1.AdminService/CreateMember"
+	AdminService_ListMembers_FullMethodName           = "/clodex.controlplane.v1.AdminService/ListMembers"
+	AdminService_RemoveMember_FullMethodName          = "/clodex.controlplane.v1.AdminService/RemoveMember"
 	AdminService_CreateConsoleLink_FullMethodName     = "/clodex.controlplane.v1.AdminService/CreateConsoleLink"
 	AdminService_Backup_FullMethodName                = "/clodex.controlplane.v1.AdminService/Backup"
 	AdminService_Restore_FullMethodName               = "/clodex.controlplane.v1.AdminService/Restore"
@@ -107,6 +110,19 @@ type AdminServiceClient interface {
 	// RemoveAgentCredential revokes one scoped agent credential by name;
 	// NotFound when there is none.
 	RemoveAgentCredential(ctx context.Context, in *RemoveAgentCredentialRequest, opts ...grpc.CallOption) (*RemoveAgentCredentialResponse, error)
+	// CreateMember registers a member of the team: a person whose API key
+	// (key_sha256 is its digest; clodexctl member create draws the key and
+	// writes it to a file) a data plane started with --member-keys serves,
+	// with the accounts the member may use, an optional pin and an optional
+	// cap. A member of the same name is replaced (its old key stops
+	// working). Every data plane learns it within a second.
+	CreateMember(ctx context.Context, in *CreateMemberRequest, opts ...grpc.CallOption) (*CreateMemberResponse, error)
+	// ListMembers returns the members, ordered by name, one page at a time
+	// as ListAccounts.
+	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
+	// RemoveMember removes one member by name (NotFound when there is
+	// none); every data plane refuses the member's key within seconds.
+	RemoveMember(ctx context.Context, in *RemoveMemberRequest, opts ...grpc.CallOption) (*RemoveMemberResponse, error)
 	// CreateConsoleLink issues a one-time sign-in link to the web console
 	// of the answering replica's admin listener (/console/), valid for 60 s
 	// and for one use: following it sets the browser's session cookie. The
@@ -115,10 +131,10 @@ type AdminServiceClient interface {
 	// when too many links are waiting to be used.
 	CreateConsoleLink(ctx context.Context, in *CreateConsoleLinkRequest, opts ...grpc.CallOption) (*CreateConsoleLinkResponse, error)
 	// Backup returns the store's durable state (policies with their budgets
-	// and adaptive settings, sign-ins, scoped agent credentials, removals)
-	// as one backup file, sealed with the credential key when the control
-	// plane has one, in chunks of at most 64 KiB; the first chunk carries a
-	// summary. clodexctl backup --out FILE writes it.
+	// and adaptive settings, sign-ins, scoped agent credentials, members,
+	// removals) as one backup file, sealed with the credential key when the
+	// control plane has one, in chunks of at most 64 KiB; the first chunk
+	// carries a summary. clodexctl backup --out FILE writes it.
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupResponse], error)
 	// Restore puts a backup file (what Backup returned, or a file from a
 	// replica's --backup-dir) back into the store, in chunks of at most
@@ -277,6 +293,36 @@ func (c *adminServiceClient) RemoveAgentCredential(ctx context.Context, in *Remo
 	return out, nil
 }
 
+func (c *adminServiceClient) CreateMember(ctx context.Context, in *CreateMemberRequest, opts ...grpc.CallOption) (*CreateMemberResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateMemberResponse)
+	err := c.cc.Invoke(ctx, AdminService_CreateMember_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListMembersResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListMembers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RemoveMember(ctx context.Context, in *RemoveMemberRequest, opts ...grpc.CallOption) (*RemoveMemberResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveMemberResponse)
+	err := c.cc.Invoke(ctx, AdminService_RemoveMember_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) CreateConsoleLink(ctx context.Context, in *CreateConsoleLinkRequest, opts ...grpc.CallOption) (*CreateConsoleLinkResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CreateConsoleLinkResponse)
@@ -388,6 +434,19 @@ type AdminServiceServer interface {
 	// RemoveAgentCredential revokes one scoped agent credential by name;
 	// NotFound when there is none.
 	RemoveAgentCredential(context.Context, *RemoveAgentCredentialRequest) (*RemoveAgentCredentialResponse, error)
+	// CreateMember registers a member of the team: a person whose API key
+	// (key_sha256 is its digest; clodexctl member create draws the key and
+	// writes it to a file) a data plane started with --member-keys serves,
+	// with the accounts the member may use, an optional pin and an optional
+	// cap. A member of the same name is replaced (its old key stops
+	// working). Every data plane learns it within a second.
+	CreateMember(context.Context, *CreateMemberRequest) (*CreateMemberResponse, error)
+	// ListMembers returns the members, ordered by name, one page at a time
+	// as ListAccounts.
+	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
+	// RemoveMember removes one member by name (NotFound when there is
+	// none); every data plane refuses the member's key within seconds.
+	RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error)
 	// CreateConsoleLink issues a one-time sign-in link to the web console
 	// of the answering replica's admin listener (/console/), valid for 60 s
 	// and for one use: following it sets the browser's session cookie. The
@@ -396,10 +455,10 @@ type AdminServiceServer interface {
 	// when too many links are waiting to be used.
 	CreateConsoleLink(context.Context, *CreateConsoleLinkRequest) (*CreateConsoleLinkResponse, error)
 	// Backup returns the store's durable state (policies with their budgets
-	// and adaptive settings, sign-ins, scoped agent credentials, removals)
-	// as one backup file, sealed with the credential key when the control
-	// plane has one, in chunks of at most 64 KiB; the first chunk carries a
-	// summary. clodexctl backup --out FILE writes it.
+	// and adaptive settings, sign-ins, scoped agent credentials, members,
+	// removals) as one backup file, sealed with the credential key when the
+	// control plane has one, in chunks of at most 64 KiB; the first chunk
+	// carries a summary. clodexctl backup --out FILE writes it.
 	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error
 	// Restore puts a backup file (what Backup returned, or a file from a
 	// replica's --backup-dir) back into the store, in chunks of at most
@@ -459,6 +518,15 @@ func (UnimplementedAdminServiceServer) ListAgentCredentials(context.Context, *Li
 }
 func (UnimplementedAdminServiceServer) RemoveAgentCredential(context.Context, *RemoveAgentCredentialRequest) (*RemoveAgentCredentialResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveAgentCredential not implemented")
+}
+func (UnimplementedAdminServiceServer) CreateMember(context.Context, *CreateMemberRequest) (*CreateMemberResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateMember not implemented")
+}
+func (UnimplementedAdminServiceServer) ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListMembers not implemented")
+}
+func (UnimplementedAdminServiceServer) RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveMember not implemented")
 }
 func (UnimplementedAdminServiceServer) CreateConsoleLink(context.Context, *CreateConsoleLinkRequest) (*CreateConsoleLinkResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateConsoleLink not implemented")
@@ -742,6 +810,60 @@ func _AdminService_RemoveAgentCredential_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_CreateMember_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateMemberRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).CreateMember(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_CreateMember_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).CreateMember(ctx, req.(*CreateMemberRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListMembers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListMembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListMembers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListMembers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListMembers(ctx, req.(*ListMembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RemoveMember_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveMemberRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RemoveMember(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RemoveMember_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RemoveMember(ctx, req.(*RemoveMemberRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_CreateConsoleLink_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateConsoleLinkRequest)
 	if err := dec(in); err != nil {
@@ -840,6 +962,18 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveAgentCredential",
 			Handler:    _AdminService_RemoveAgentCredential_Handler,
+		},
+		{
+			MethodName: "CreateMember",
+			Handler:    _AdminService_CreateMember_Handler,
+		},
+		{
+			MethodName: "ListMembers",
+			Handler:    _AdminService_ListMembers_Handler,
+		},
+		{
+			MethodName: "RemoveMember",
+			Handler:    _AdminService_RemoveMember_Handler,
 		},
 		{
 			MethodName: "CreateConsoleLink",

@@ -95,7 +95,14 @@ type AdmitRequest struct {
 	Account string `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
 	// agent_id optionally names the calling data plane (for logs and
 	// metrics; it does not change the decision).
-	AgentId       string `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	AgentId string `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// member names the member the turn is for (the data plane verified its
+	// key), or "". A member with a cap (its rate_per_minute) is admitted
+	// from its own bucket first, fleet-wide and on every account, and only
+	// then from the account's: one member's fan-out cannot spend the
+	// account's burst. A name the control plane does not know has no cap.
+	// Since CAPABILITY_VERSION_MEMBERS.
+	Member        string `protobuf:"bytes,3,opt,name=member,proto3" json:"member,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -144,6 +151,13 @@ func (x *AdmitRequest) GetAgentId() string {
 	return ""
 }
 
+func (x *AdmitRequest) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
 type AdmitResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Decision Decision               `protobuf:"varint,1,opt,name=decision,proto3,enum=clodex.controlplane.v1.Decision" json:"decision,omitempty"`
@@ -167,7 +181,11 @@ type AdmitResponse struct {
 	Debited bool `protobuf:"varint,7,opt,name=debited,proto3" json:"debited,omitempty"`
 	// relaxed reports an admission granted past the wait bound because the
 	// policy cannot refuse at this rate (see pacing.Policy.CanRefuse).
-	Relaxed       bool `protobuf:"varint,8,opt,name=relaxed,proto3" json:"relaxed,omitempty"`
+	Relaxed bool `protobuf:"varint,8,opt,name=relaxed,proto3" json:"relaxed,omitempty"`
+	// member_limited reports that the decision (a refusal, or a wait longer
+	// than the account's) is the member's cap, not the account's bucket.
+	// Since CAPABILITY_VERSION_MEMBERS.
+	MemberLimited bool `protobuf:"varint,9,opt,name=member_limited,json=memberLimited,proto3" json:"member_limited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -254,6 +272,13 @@ func (x *AdmitResponse) GetDebited() bool {
 func (x *AdmitResponse) GetRelaxed() bool {
 	if x != nil {
 		return x.Relaxed
+	}
+	return false
+}
+
+func (x *AdmitResponse) GetMemberLimited() bool {
+	if x != nil {
+		return x.MemberLimited
 	}
 	return false
 }
@@ -619,10 +644,11 @@ var File_clodex_controlplane_v1_admission_proto protoreflect.FileDescriptor
 
 const file_clodex_controlplane_v1_admission_proto_rawDesc = "" +
 	"\n" +
-	"&clodex/controlplane/v1/admission.proto\x12\x16clodex.controlplane.v1\"C\n" +
+	"&clodex/controlplane/v1/admission.proto\x12\x16clodex.controlplane.v1\"[\n" +
 	"\fAdmitRequest\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x19\n" +
-	"\bagent_id\x18\x02 \x01(\tR\aagentId\"\xb8\x02\n" +
+	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x16\n" +
+	"\x06member\x18\x03 \x01(\tR\x06member\"\xdf\x02\n" +
 	"\rAdmitResponse\x12<\n" +
 	"\bdecision\x18\x01 \x01(\x0e2 .clodex.controlplane.v1.DecisionR\bdecision\x12\x17\n" +
 	"\await_ms\x18\x02 \x01(\x03R\x06waitMs\x12$\n" +
@@ -631,7 +657,8 @@ const file_clodex_controlplane_v1_admission_proto_rawDesc = "" +
 	"\x0epolicy_version\x18\x05 \x01(\x03R\rpolicyVersion\x12%\n" +
 	"\x0ereservation_id\x18\x06 \x01(\tR\rreservationId\x12\x18\n" +
 	"\adebited\x18\a \x01(\bR\adebited\x12\x18\n" +
-	"\arelaxed\x18\b \x01(\bR\arelaxed\"P\n" +
+	"\arelaxed\x18\b \x01(\bR\arelaxed\x12%\n" +
+	"\x0emember_limited\x18\t \x01(\bR\rmemberLimited\"P\n" +
 	"\rCancelRequest\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12%\n" +
 	"\x0ereservation_id\x18\x02 \x01(\tR\rreservationId\",\n" +

@@ -44,6 +44,12 @@ const (
 //	                credential broker hands data planes access tokens;
 //	                AdminService ImportLogin, ListLogins, GetLogin,
 //	                RemoveLogin.
+//	6 (2026-12-02): members (ConnectResponse.members: every member's name,
+//	                key digest, accounts, pin and cap, pushed at hello and
+//	                on every change); AdmitRequest.member and
+//	                AdmitResponse.member_limited (a member's cap, checked
+//	                before the account's bucket); AdminService
+//	                CreateMember, ListMembers, RemoveMember.
 type CapabilityVersion int32
 
 const (
@@ -57,8 +63,11 @@ const (
 	// CAPABILITY_VERSION_LIMITS: the learned throttle's pause and plan
 	// quotas.
 	CapabilityVersion_CAPABILITY_VERSION_LIMITS CapabilityVersion = 4
-	// CAPABILITY_VERSION_BROKER: CredentialService. The current version.
+	// CAPABILITY_VERSION_BROKER: CredentialService.
 	CapabilityVersion_CAPABILITY_VERSION_BROKER CapabilityVersion = 5
+	// CAPABILITY_VERSION_MEMBERS: the member pushes and a member's cap. The
+	// current version.
+	CapabilityVersion_CAPABILITY_VERSION_MEMBERS CapabilityVersion = 6
 )
 
 // Enum value maps for CapabilityVersion.
@@ -70,6 +79,7 @@ var (
 		3: "CAPABILITY_VERSION_HANDOVER",
 		4: "CAPABILITY_VERSION_LIMITS",
 		5: "CAPABILITY_VERSION_BROKER",
+		6: "CAPABILITY_VERSION_MEMBERS",
 	}
 	CapabilityVersion_value = map[string]int32{
 		"CAPABILITY_VERSION_UNSPECIFIED": 0,
@@ -78,6 +88,7 @@ var (
 		"CAPABILITY_VERSION_HANDOVER":    3,
 		"CAPABILITY_VERSION_LIMITS":      4,
 		"CAPABILITY_VERSION_BROKER":      5,
+		"CAPABILITY_VERSION_MEMBERS":     6,
 	}
 )
 
@@ -712,6 +723,7 @@ type ConnectResponse struct {
 	//
 	//	*ConnectResponse_Policy
 	//	*ConnectResponse_Close
+	//	*ConnectResponse_Members
 	Msg           isConnectResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -772,6 +784,15 @@ func (x *ConnectResponse) GetClose() *AgentClose {
 	return nil
 }
 
+func (x *ConnectResponse) GetMembers() *MemberPush {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_Members); ok {
+			return x.Members
+		}
+	}
+	return nil
+}
+
 type isConnectResponse_Msg interface {
 	isConnectResponse_Msg()
 }
@@ -784,9 +805,152 @@ type ConnectResponse_Close struct {
 	Close *AgentClose `protobuf:"bytes,2,opt,name=close,proto3,oneof"`
 }
 
+type ConnectResponse_Members struct {
+	// members: since CAPABILITY_VERSION_MEMBERS, sent only to an agent
+	// that announced it.
+	Members *MemberPush `protobuf:"bytes,3,opt,name=members,proto3,oneof"`
+}
+
 func (*ConnectResponse_Policy) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_Close) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_Members) isConnectResponse_Msg() {}
+
+// MemberPush is the whole list of the team's members, sent after the
+// hello and again on every change (clodexctl member create or remove on
+// any replica). It replaces the list the data plane held: a member it no
+// longer names is removed. A data plane started with --member-keys serves
+// only the keys it names.
+type MemberPush struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// members are ordered by name; at most 1000.
+	Members       []*PushedMember `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberPush) Reset() {
+	*x = MemberPush{}
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberPush) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberPush) ProtoMessage() {}
+
+func (x *MemberPush) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberPush.ProtoReflect.Descriptor instead.
+func (*MemberPush) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MemberPush) GetMembers() []*PushedMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// PushedMember is one member as a data plane needs it: never the key,
+// only its digest.
+type PushedMember struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is 1..64 letters, digits, '.', '_' or '-'.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// key_sha256 is the SHA-256 of the member's API key (32 bytes).
+	KeySha256 []byte `protobuf:"bytes,2,opt,name=key_sha256,json=keySha256,proto3" json:"key_sha256,omitempty"`
+	// accounts are the account keys the member may use, sorted; empty: every
+	// account the data plane serves.
+	Accounts []string `protobuf:"bytes,3,rep,name=accounts,proto3" json:"accounts,omitempty"`
+	// pin is the account key every turn of the member runs on, or "".
+	Pin string `protobuf:"bytes,4,opt,name=pin,proto3" json:"pin,omitempty"`
+	// rate_per_minute is the member's cap: new upstream sockets a minute
+	// (burst the same), on every account; 0: no cap.
+	RatePerMinute int32 `protobuf:"varint,5,opt,name=rate_per_minute,json=ratePerMinute,proto3" json:"rate_per_minute,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushedMember) Reset() {
+	*x = PushedMember{}
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushedMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushedMember) ProtoMessage() {}
+
+func (x *PushedMember) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushedMember.ProtoReflect.Descriptor instead.
+func (*PushedMember) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PushedMember) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PushedMember) GetKeySha256() []byte {
+	if x != nil {
+		return x.KeySha256
+	}
+	return nil
+}
+
+func (x *PushedMember) GetAccounts() []string {
+	if x != nil {
+		return x.Accounts
+	}
+	return nil
+}
+
+func (x *PushedMember) GetPin() string {
+	if x != nil {
+		return x.Pin
+	}
+	return ""
+}
+
+func (x *PushedMember) GetRatePerMinute() int32 {
+	if x != nil {
+		return x.RatePerMinute
+	}
+	return 0
+}
 
 // PolicyPush is one account's current policy, sent on connect, on every
 // change (set-rate, set-budget, set-adaptive, an adaptive step) and when
@@ -822,7 +986,7 @@ type PolicyPush struct {
 
 func (x *PolicyPush) Reset() {
 	*x = PolicyPush{}
-	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[8]
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +998,7 @@ func (x *PolicyPush) String() string {
 func (*PolicyPush) ProtoMessage() {}
 
 func (x *PolicyPush) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[8]
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +1011,7 @@ func (x *PolicyPush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyPush.ProtoReflect.Descriptor instead.
 func (*PolicyPush) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PolicyPush) GetAccount() string {
@@ -944,7 +1108,7 @@ type AgentClose struct {
 
 func (x *AgentClose) Reset() {
 	*x = AgentClose{}
-	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[9]
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1120,7 @@ func (x *AgentClose) String() string {
 func (*AgentClose) ProtoMessage() {}
 
 func (x *AgentClose) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[9]
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1133,7 @@ func (x *AgentClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentClose.ProtoReflect.Descriptor instead.
 func (*AgentClose) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AgentClose) GetReason() string {
@@ -1021,11 +1185,22 @@ const file_clodex_controlplane_v1_agent_proto_rawDesc = "" +
 	"\x0ewindow_minutes\x18\x03 \x01(\x05R\rwindowMinutes\x12)\n" +
 	"\x11resets_at_unix_ms\x18\x04 \x01(\x03R\x0eresetsAtUnixMs\"&\n" +
 	"\fAgentGoodbye\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x92\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xd2\x01\n" +
 	"\x0fConnectResponse\x12<\n" +
 	"\x06policy\x18\x01 \x01(\v2\".clodex.controlplane.v1.PolicyPushH\x00R\x06policy\x12:\n" +
-	"\x05close\x18\x02 \x01(\v2\".clodex.controlplane.v1.AgentCloseH\x00R\x05closeB\x05\n" +
-	"\x03msg\"\xcb\x03\n" +
+	"\x05close\x18\x02 \x01(\v2\".clodex.controlplane.v1.AgentCloseH\x00R\x05close\x12>\n" +
+	"\amembers\x18\x03 \x01(\v2\".clodex.controlplane.v1.MemberPushH\x00R\amembersB\x05\n" +
+	"\x03msg\"L\n" +
+	"\n" +
+	"MemberPush\x12>\n" +
+	"\amembers\x18\x01 \x03(\v2$.clodex.controlplane.v1.PushedMemberR\amembers\"\x97\x01\n" +
+	"\fPushedMember\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"key_sha256\x18\x02 \x01(\fR\tkeySha256\x12\x1a\n" +
+	"\baccounts\x18\x03 \x03(\tR\baccounts\x12\x10\n" +
+	"\x03pin\x18\x04 \x01(\tR\x03pin\x12&\n" +
+	"\x0frate_per_minute\x18\x05 \x01(\x05R\rratePerMinute\"\xcb\x03\n" +
 	"\n" +
 	"PolicyPush\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12&\n" +
@@ -1045,14 +1220,15 @@ const file_clodex_controlplane_v1_agent_proto_rawDesc = "" +
 	"\x14paused_until_unix_ms\x18\f \x01(\x03R\x11pausedUntilUnixMs\"$\n" +
 	"\n" +
 	"AgentClose\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*\xd7\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason*\xf7\x01\n" +
 	"\x11CapabilityVersion\x12\"\n" +
 	"\x1eCAPABILITY_VERSION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cCAPABILITY_VERSION_ADMISSION\x10\x01\x12\x1d\n" +
 	"\x19CAPABILITY_VERSION_AGENTS\x10\x02\x12\x1f\n" +
 	"\x1bCAPABILITY_VERSION_HANDOVER\x10\x03\x12\x1d\n" +
 	"\x19CAPABILITY_VERSION_LIMITS\x10\x04\x12\x1d\n" +
-	"\x19CAPABILITY_VERSION_BROKER\x10\x05*H\n" +
+	"\x19CAPABILITY_VERSION_BROKER\x10\x05\x12\x1e\n" +
+	"\x1aCAPABILITY_VERSION_MEMBERS\x10\x06*H\n" +
 	"\fAgentRefusal\x12\x1d\n" +
 	"\x19AGENT_REFUSAL_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15AGENT_REFUSAL_REVOKED\x10\x012n\n" +
@@ -1072,7 +1248,7 @@ func file_clodex_controlplane_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_clodex_controlplane_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_clodex_controlplane_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_clodex_controlplane_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_clodex_controlplane_v1_agent_proto_goTypes = []any{
 	(CapabilityVersion)(0),  // 0: clodex.controlplane.v1.CapabilityVersion
 	(AgentRefusal)(0),       // 1: clodex.controlplane.v1.AgentRefusal
@@ -1084,8 +1260,10 @@ var file_clodex_controlplane_v1_agent_proto_goTypes = []any{
 	(*QuotaWindow)(nil),     // 7: clodex.controlplane.v1.QuotaWindow
 	(*AgentGoodbye)(nil),    // 8: clodex.controlplane.v1.AgentGoodbye
 	(*ConnectResponse)(nil), // 9: clodex.controlplane.v1.ConnectResponse
-	(*PolicyPush)(nil),      // 10: clodex.controlplane.v1.PolicyPush
-	(*AgentClose)(nil),      // 11: clodex.controlplane.v1.AgentClose
+	(*MemberPush)(nil),      // 10: clodex.controlplane.v1.MemberPush
+	(*PushedMember)(nil),    // 11: clodex.controlplane.v1.PushedMember
+	(*PolicyPush)(nil),      // 12: clodex.controlplane.v1.PolicyPush
+	(*AgentClose)(nil),      // 13: clodex.controlplane.v1.AgentClose
 }
 var file_clodex_controlplane_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: clodex.controlplane.v1.ConnectRequest.hello:type_name -> clodex.controlplane.v1.AgentHello
@@ -1094,15 +1272,17 @@ var file_clodex_controlplane_v1_agent_proto_depIdxs = []int32{
 	8,  // 3: clodex.controlplane.v1.ConnectRequest.goodbye:type_name -> clodex.controlplane.v1.AgentGoodbye
 	6,  // 4: clodex.controlplane.v1.ConnectRequest.rate_limits:type_name -> clodex.controlplane.v1.RateLimits
 	7,  // 5: clodex.controlplane.v1.RateLimits.windows:type_name -> clodex.controlplane.v1.QuotaWindow
-	10, // 6: clodex.controlplane.v1.ConnectResponse.policy:type_name -> clodex.controlplane.v1.PolicyPush
-	11, // 7: clodex.controlplane.v1.ConnectResponse.close:type_name -> clodex.controlplane.v1.AgentClose
-	2,  // 8: clodex.controlplane.v1.AgentService.Connect:input_type -> clodex.controlplane.v1.ConnectRequest
-	9,  // 9: clodex.controlplane.v1.AgentService.Connect:output_type -> clodex.controlplane.v1.ConnectResponse
-	9,  // [9:10] is the sub-list for method output_type
-	8,  // [8:9] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	12, // 6: clodex.controlplane.v1.ConnectResponse.policy:type_name -> clodex.controlplane.v1.PolicyPush
+	13, // 7: clodex.controlplane.v1.ConnectResponse.close:type_name -> clodex.controlplane.v1.AgentClose
+	10, // 8: clodex.controlplane.v1.ConnectResponse.members:type_name -> clodex.controlplane.v1.MemberPush
+	11, // 9: clodex.controlplane.v1.MemberPush.members:type_name -> clodex.controlplane.v1.PushedMember
+	2,  // 10: clodex.controlplane.v1.AgentService.Connect:input_type -> clodex.controlplane.v1.ConnectRequest
+	9,  // 11: clodex.controlplane.v1.AgentService.Connect:output_type -> clodex.controlplane.v1.ConnectResponse
+	11, // [11:12] is the sub-list for method output_type
+	10, // [10:11] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_clodex_controlplane_v1_agent_proto_init() }
@@ -1120,6 +1300,7 @@ func file_clodex_controlplane_v1_agent_proto_init() {
 	file_clodex_controlplane_v1_agent_proto_msgTypes[7].OneofWrappers = []any{
 		(*ConnectResponse_Policy)(nil),
 		(*ConnectResponse_Close)(nil),
+		(*ConnectResponse_Members)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1127,7 +1308,7 @@ func file_clodex_controlplane_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_agent_proto_rawDesc), len(file_clodex_controlplane_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

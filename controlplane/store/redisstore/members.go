@@ -1,0 +1,227 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/clodex/clodex/controlplane/store"
+)
+
+// Members live as the scoped agent credentials do (agentcreds.go): one
+// hash field of JSON per member, its version in a second hash, a removal
+// in the removals hash as "member:NAME". They share the credentials'
+// scripts and their change notice: a replica that hears one reloads both,
+// so a member removed anywhere is refused by every data plane within a
+// round trip and a push.
+
+func (r *Store) membersKey() string        { return r.prefix + "members" }
+func (r *Store) memberVersionsKey() string { return r.prefix + "members:v" }
+
+// memberKind is the members' field kind in the removals hash.
+const memberKind = "member"
+
+// memberRecord is what Redis holds of a member: the store's record
+// without its name and version (the hash field and the versions hash).
+func memberRecord(m store.Member) ([]byte, error) {
+	return json.Marshal(store.Member{Digest: m.Digest, Accounts: m.Accounts, Pin: m.Pin, RatePerMinute: m.RatePerMinute, Created: m.Created})
+}
+
+// PutMember stores m in Redis, replacing a member of the same name,
+// checking the store's epoch as PutAgentCred does. Past store.MaxMembers
+// a new name is refused.
+func (r *Store) PutMember(ctx context.Context, m store.Member) error {
+	if err := m.Validate(); err != nil {
+		return fmt.Errorf("put member: %w", err)
+	}
+	b, err := memberRecord(m)
+	if err != nil {
+		return fmt.Errorf("encode member %s: %w", m.Name, err)
+	}
+	var n int64
+	if err := r.call(ctx, "members", func(ctx context.Context) error {
+		var err error
+		n, err = r.client.HLen(ctx, r.membersKey()).Result()
+		return err
+	}); err != nil {
+		return fmt.Errorf("put member %s: %w", m.Name, err)
+	}
+	if n >= store.MaxMembers {
+		if _, ok := r.ledger.membersCopy()[m.Name]; !ok {
+			return fmt.Errorf("put member %s: %w", m.Name, store.ErrTooManyMembers)
+		}
+	}
+	var v int64
+	for attempt := 0; ; attempt++ {
+		err = r.call(ctx, "members", func(ctx context.Context) error {
+			n, err := scriptCredPut.Run(ctx, r.client, []string{r.membersKey(), r.memberVersionsKey(), r.removedKey(), r.epochKey()},
+				m.Name, string(b), r.knownEpoch(), memberKind).Int64()
+			v = n
+			return err
+		})
+		if err != nil || v != -3 || attempt > 0 {
+			break
+		}
+		if err := r.healNow(ctx); err != nil {
+			return fmt.Errorf("put member %s: %w", m.Name, err)
+		}
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("put member %s: %w", m.Name, err)
+	case v == -3:
+		return fmt.Errorf("put member %s: %w", m.Name, errHealing)
+	}
+	m.Version, m.Unreadable = v, ""
+	r.ledger.putMember(m)
+	r.announceCreds(ctx)
+	return nil
+}
+
+// Members returns the members in Redis, with the ones this replica holds
+// that Redis lost (written back). An unreadable one is listed with
+// Unreadable set and this replica's last good copy, if any (repaired
+// when the copy is of the stored version).
+func (r *Store) Members(ctx context.Context) ([]store.Member, error) {
+	var m, versions, removed map[string]string
+	err := r.call(ctx, "members", func(ctx context.Context) error {
+		pipe := r.client.Pipeline()
+		a := pipe.HGetAll(ctx, r.membersKey())
+		v := pipe.HGetAll(ctx, r.memberVersionsKey())
+		rm := pipe.HGetAll(ctx, r.removedKey())
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		m, versions, removed = a.Val(), v.Val(), rm.Val()
+		return nil
+	})
+	if err != nil {
+		if !answered(err) && ctx.Err() == nil {
+			if mine := r.ledger.membersCopy(); len(mine) > 0 {
+				return sortedMembers(mine), nil // Redis unreachable: this replica's copy
+			}
+		}
+		return nil, fmt.Errorf("read members: %w", err)
+	}
+	tombs := parseRemoved(removed)
+	r.ledger.noteRemoved(tombs)
+	mine := r.ledger.membersCopy()
+	out := make(map[string]store.Member, len(m))
+	var lost []store.Member
+	for name, raw := range m {
+		ver, _ := strconv.ParseInt(versions[name], 10, 64)
+		var mb store.Member
+		err := json.Unmarshal([]byte(raw), &mb)
+		if err == nil {
+			mb.Name = name
+			err = mb.Validate()
+		}
+		if err != nil {
+			bad := &store.BadRecordError{Kind: "member", Name: name, Where: "redis hash " + r.membersKey() + " field " + name,
+				Err: errors.New("not the expected JSON with a key digest")}
+			r.noteBad(bad)
+			if cp, ok := mine[name]; ok && cp.Version == ver && ver > 0 {
+				lost = append(lost, cp) // a copy of the stored version: repair the record
+				out[name] = cp
+				continue
+			}
+			mb = mine[name]
+			mb.Name, mb.Unreadable = name, bad.Error()
+			out[name] = mb
+			continue
+		}
+		mb.Version = ver
+		if cp, ok := mine[name]; ok && cp.Version > ver && tombs[memberKind+":"+name] < cp.Version {
+			r.noteLost("member", name, r.membersKey())
+			lost = append(lost, cp)
+			out[name] = cp
+			continue
+		}
+		r.noteGood("member", name)
+		r.ledger.putMember(mb)
+		out[name] = mb
+	}
+	for name, cp := range mine {
+		if _, ok := m[name]; !ok && tombs[memberKind+":"+name] < max(cp.Version, 1) {
+			r.noteLost("member", name, r.membersKey())
+			lost = append(lost, cp)
+			out[name] = cp
+		}
+	}
+	if len(lost) > 0 {
+		if _, err := r.writeMembers(ctx, lost, true); err != nil {
+			r.log.Warn("writing members back failed; trying again at the next read", "err", err)
+		}
+	}
+	return sortedMembers(out), nil
+}
+
+func sortedMembers(m map[string]store.Member) []store.Member {
+	out := slices.Collect(maps.Values(m))
+	store.SortMembers(out)
+	return out
+}
+
+// RemoveMember deletes a member from Redis and records the removal, or
+// returns store.ErrNotFound.
+func (r *Store) RemoveMember(ctx context.Context, name string) error {
+	var v int64
+	var err error
+	for attempt := 0; ; attempt++ {
+		err = r.call(ctx, "members", func(ctx context.Context) error {
+			n, err := scriptCredRemove.Run(ctx, r.client, []string{r.membersKey(), r.memberVersionsKey(), r.removedKey(), r.epochKey()},
+				name, r.knownEpoch(), memberKind).Int64()
+			v = n
+			return err
+		})
+		if err != nil || v != -3 || attempt > 0 {
+			break
+		}
+		if err := r.healNow(ctx); err != nil {
+			return fmt.Errorf("remove member %s: %w", name, err)
+		}
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("remove member %s: %w", name, err)
+	case v == -3:
+		return fmt.Errorf("remove member %s: %w", name, errHealing)
+	case v == 0:
+		return store.ErrNotFound
+	}
+	r.ledger.dropMember(name, v)
+	r.announceCreds(ctx)
+	return nil
+}
+
+// writeMembers puts members back (a write-back, a restore): each unless
+// Redis holds it in the same or a newer version or removed it since; with
+// repair, over the same version too (its record was unreadable).
+func (r *Store) writeMembers(ctx context.Context, ms []store.Member, repair bool) (store.RestoreCount, error) {
+	flag := "0"
+	if repair {
+		flag = "1"
+	}
+	calls := make([]scriptCall, 0, len(ms))
+	for _, m := range ms {
+		data, err := memberRecord(m)
+		if err != nil {
+			return store.RestoreCount{}, fmt.Errorf("encode member %s: %w", m.Name, err)
+		}
+		calls = append(calls, scriptCall{keys: []string{r.membersKey(), r.memberVersionsKey(), r.removedKey()},
+			args: []any{m.Name, max(m.Version, 1), string(data), flag, memberKind}})
+	}
+	got, err := r.runAll(ctx, "restore", scriptRestoreCred, calls)
+	if err != nil {
+		return store.RestoreCount{}, fmt.Errorf("write back the members: %w", err)
+	}
+	n := count(got)
+	r.metrics.restored.WithLabelValues("member").Add(float64(n))
+	return store.RestoreCount{Restored: n, Kept: len(got) - n}, nil
+}
