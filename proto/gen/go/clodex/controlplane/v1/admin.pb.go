@@ -1329,6 +1329,263 @@ func (x *AccountQuota) GetAgentId() string {
 	return ""
 }
 
+type GetUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group_by names the keys to group by, each at most once: "member",
+	// "agent", "account", "model". None: one row of totals.
+	GroupBy []string `protobuf:"bytes,1,rep,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
+	// since_unix_ms is where the sum starts (0: 24 hours before until),
+	// at most 30 days back, rounded down to its minute; until_unix_ms
+	// where it ends (0: now), rounded up to a minute's end, so the
+	// current minute counts.
+	SinceUnixMs   int64 `protobuf:"varint,2,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	UntilUnixMs   int64 `protobuf:"varint,3,opt,name=until_unix_ms,json=untilUnixMs,proto3" json:"until_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageRequest) Reset() {
+	*x = GetUsageRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageRequest) ProtoMessage() {}
+
+func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetUsageRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetUsageRequest) GetGroupBy() []string {
+	if x != nil {
+		return x.GroupBy
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *GetUsageRequest) GetUntilUnixMs() int64 {
+	if x != nil {
+		return x.UntilUnixMs
+	}
+	return 0
+}
+
+type GetUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rows are the groups, ordered by their keys; a key not grouped by
+	// is "". The ledger folds a minute's rows past its cap into one row
+	// whose keys are all "other", and so does the answer with the groups
+	// past its 10000th (as they come): the totals are always whole.
+	Rows []*UsageTotals `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	// truncated is true when groups were folded into "other" here.
+	Truncated bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// since_unix_ms and until_unix_ms are the minutes summed.
+	SinceUnixMs   int64 `protobuf:"varint,3,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	UntilUnixMs   int64 `protobuf:"varint,4,opt,name=until_unix_ms,json=untilUnixMs,proto3" json:"until_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageResponse) Reset() {
+	*x = GetUsageResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageResponse) ProtoMessage() {}
+
+func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
+func (*GetUsageResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GetUsageResponse) GetRows() []*UsageTotals {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *GetUsageResponse) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *GetUsageResponse) GetUntilUnixMs() int64 {
+	if x != nil {
+		return x.UntilUnixMs
+	}
+	return 0
+}
+
+// UsageTotals is the usage of one group (see UsageRow for the counts).
+type UsageTotals struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	Agent         string                 `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
+	Account       string                 `protobuf:"bytes,3,opt,name=account,proto3" json:"account,omitempty"`
+	Model         string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	Turns         int64                  `protobuf:"varint,5,opt,name=turns,proto3" json:"turns,omitempty"`
+	InputTokens   int64                  `protobuf:"varint,6,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	CachedTokens  int64                  `protobuf:"varint,7,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	OutputTokens  int64                  `protobuf:"varint,8,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	NewSockets    int64                  `protobuf:"varint,9,opt,name=new_sockets,json=newSockets,proto3" json:"new_sockets,omitempty"`
+	Refusals      int64                  `protobuf:"varint,10,opt,name=refusals,proto3" json:"refusals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageTotals) Reset() {
+	*x = UsageTotals{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageTotals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageTotals) ProtoMessage() {}
+
+func (x *UsageTotals) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageTotals.ProtoReflect.Descriptor instead.
+func (*UsageTotals) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *UsageTotals) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *UsageTotals) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *UsageTotals) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *UsageTotals) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *UsageTotals) GetTurns() int64 {
+	if x != nil {
+		return x.Turns
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetCachedTokens() int64 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetNewSockets() int64 {
+	if x != nil {
+		return x.NewSockets
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetRefusals() int64 {
+	if x != nil {
+		return x.Refusals
+	}
+	return 0
+}
+
 type ImportLoginRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The tokens of the sign-in; access_token and refresh_token are
@@ -1345,7 +1602,7 @@ type ImportLoginRequest struct {
 
 func (x *ImportLoginRequest) Reset() {
 	*x = ImportLoginRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[18]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1614,7 @@ func (x *ImportLoginRequest) String() string {
 func (*ImportLoginRequest) ProtoMessage() {}
 
 func (x *ImportLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[18]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1627,7 @@ func (x *ImportLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportLoginRequest.ProtoReflect.Descriptor instead.
 func (*ImportLoginRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ImportLoginRequest) GetAccessToken() string {
@@ -1410,7 +1667,7 @@ type ImportLoginResponse struct {
 
 func (x *ImportLoginResponse) Reset() {
 	*x = ImportLoginResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[19]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1679,7 @@ func (x *ImportLoginResponse) String() string {
 func (*ImportLoginResponse) ProtoMessage() {}
 
 func (x *ImportLoginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[19]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1692,7 @@ func (x *ImportLoginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportLoginResponse.ProtoReflect.Descriptor instead.
 func (*ImportLoginResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ImportLoginResponse) GetLogin() *Login {
@@ -1475,7 +1732,7 @@ type Login struct {
 
 func (x *Login) Reset() {
 	*x = Login{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[20]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1744,7 @@ func (x *Login) String() string {
 func (*Login) ProtoMessage() {}
 
 func (x *Login) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[20]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1757,7 @@ func (x *Login) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Login.ProtoReflect.Descriptor instead.
 func (*Login) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Login) GetKey() string {
@@ -1565,7 +1822,7 @@ type ListLoginsRequest struct {
 
 func (x *ListLoginsRequest) Reset() {
 	*x = ListLoginsRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[21]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1834,7 @@ func (x *ListLoginsRequest) String() string {
 func (*ListLoginsRequest) ProtoMessage() {}
 
 func (x *ListLoginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[21]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1847,7 @@ func (x *ListLoginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLoginsRequest.ProtoReflect.Descriptor instead.
 func (*ListLoginsRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListLoginsRequest) GetPageSize() int32 {
@@ -1618,7 +1875,7 @@ type ListLoginsResponse struct {
 
 func (x *ListLoginsResponse) Reset() {
 	*x = ListLoginsResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[22]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1887,7 @@ func (x *ListLoginsResponse) String() string {
 func (*ListLoginsResponse) ProtoMessage() {}
 
 func (x *ListLoginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[22]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1900,7 @@ func (x *ListLoginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLoginsResponse.ProtoReflect.Descriptor instead.
 func (*ListLoginsResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListLoginsResponse) GetLogins() []*Login {
@@ -1669,7 +1926,7 @@ type GetLoginRequest struct {
 
 func (x *GetLoginRequest) Reset() {
 	*x = GetLoginRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[23]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1938,7 @@ func (x *GetLoginRequest) String() string {
 func (*GetLoginRequest) ProtoMessage() {}
 
 func (x *GetLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[23]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1951,7 @@ func (x *GetLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoginRequest.ProtoReflect.Descriptor instead.
 func (*GetLoginRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetLoginRequest) GetKey() string {
@@ -1713,7 +1970,7 @@ type GetLoginResponse struct {
 
 func (x *GetLoginResponse) Reset() {
 	*x = GetLoginResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[24]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1982,7 @@ func (x *GetLoginResponse) String() string {
 func (*GetLoginResponse) ProtoMessage() {}
 
 func (x *GetLoginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[24]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1995,7 @@ func (x *GetLoginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoginResponse.ProtoReflect.Descriptor instead.
 func (*GetLoginResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetLoginResponse) GetLogin() *Login {
@@ -1757,7 +2014,7 @@ type RemoveLoginRequest struct {
 
 func (x *RemoveLoginRequest) Reset() {
 	*x = RemoveLoginRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[25]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +2026,7 @@ func (x *RemoveLoginRequest) String() string {
 func (*RemoveLoginRequest) ProtoMessage() {}
 
 func (x *RemoveLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[25]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +2039,7 @@ func (x *RemoveLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveLoginRequest.ProtoReflect.Descriptor instead.
 func (*RemoveLoginRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RemoveLoginRequest) GetKey() string {
@@ -1800,7 +2057,7 @@ type RemoveLoginResponse struct {
 
 func (x *RemoveLoginResponse) Reset() {
 	*x = RemoveLoginResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[26]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +2069,7 @@ func (x *RemoveLoginResponse) String() string {
 func (*RemoveLoginResponse) ProtoMessage() {}
 
 func (x *RemoveLoginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[26]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +2082,7 @@ func (x *RemoveLoginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveLoginResponse.ProtoReflect.Descriptor instead.
 func (*RemoveLoginResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 // AgentCredential is a scoped agent credential (never its token).
@@ -1847,7 +2104,7 @@ type AgentCredential struct {
 
 func (x *AgentCredential) Reset() {
 	*x = AgentCredential{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[27]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +2116,7 @@ func (x *AgentCredential) String() string {
 func (*AgentCredential) ProtoMessage() {}
 
 func (x *AgentCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[27]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +2129,7 @@ func (x *AgentCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCredential.ProtoReflect.Descriptor instead.
 func (*AgentCredential) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AgentCredential) GetName() string {
@@ -1916,7 +2173,7 @@ type CreateAgentCredentialRequest struct {
 
 func (x *CreateAgentCredentialRequest) Reset() {
 	*x = CreateAgentCredentialRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[28]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2185,7 @@ func (x *CreateAgentCredentialRequest) String() string {
 func (*CreateAgentCredentialRequest) ProtoMessage() {}
 
 func (x *CreateAgentCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[28]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2198,7 @@ func (x *CreateAgentCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAgentCredentialRequest.ProtoReflect.Descriptor instead.
 func (*CreateAgentCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateAgentCredentialRequest) GetName() string {
@@ -1974,7 +2231,7 @@ type CreateAgentCredentialResponse struct {
 
 func (x *CreateAgentCredentialResponse) Reset() {
 	*x = CreateAgentCredentialResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[29]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2243,7 @@ func (x *CreateAgentCredentialResponse) String() string {
 func (*CreateAgentCredentialResponse) ProtoMessage() {}
 
 func (x *CreateAgentCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[29]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2256,7 @@ func (x *CreateAgentCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAgentCredentialResponse.ProtoReflect.Descriptor instead.
 func (*CreateAgentCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateAgentCredentialResponse) GetCredential() *AgentCredential {
@@ -2023,7 +2280,7 @@ type ListAgentCredentialsRequest struct {
 
 func (x *ListAgentCredentialsRequest) Reset() {
 	*x = ListAgentCredentialsRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[30]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2292,7 @@ func (x *ListAgentCredentialsRequest) String() string {
 func (*ListAgentCredentialsRequest) ProtoMessage() {}
 
 func (x *ListAgentCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[30]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2305,7 @@ func (x *ListAgentCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListAgentCredentialsRequest) GetPageSize() int32 {
@@ -2076,7 +2333,7 @@ type ListAgentCredentialsResponse struct {
 
 func (x *ListAgentCredentialsResponse) Reset() {
 	*x = ListAgentCredentialsResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[31]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2345,7 @@ func (x *ListAgentCredentialsResponse) String() string {
 func (*ListAgentCredentialsResponse) ProtoMessage() {}
 
 func (x *ListAgentCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[31]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2358,7 @@ func (x *ListAgentCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListAgentCredentialsResponse) GetCredentials() []*AgentCredential {
@@ -2127,7 +2384,7 @@ type RemoveAgentCredentialRequest struct {
 
 func (x *RemoveAgentCredentialRequest) Reset() {
 	*x = RemoveAgentCredentialRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[32]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2396,7 @@ func (x *RemoveAgentCredentialRequest) String() string {
 func (*RemoveAgentCredentialRequest) ProtoMessage() {}
 
 func (x *RemoveAgentCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[32]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2409,7 @@ func (x *RemoveAgentCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAgentCredentialRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAgentCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RemoveAgentCredentialRequest) GetName() string {
@@ -2170,7 +2427,7 @@ type RemoveAgentCredentialResponse struct {
 
 func (x *RemoveAgentCredentialResponse) Reset() {
 	*x = RemoveAgentCredentialResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[33]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2439,7 @@ func (x *RemoveAgentCredentialResponse) String() string {
 func (*RemoveAgentCredentialResponse) ProtoMessage() {}
 
 func (x *RemoveAgentCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[33]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2452,7 @@ func (x *RemoveAgentCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAgentCredentialResponse.ProtoReflect.Descriptor instead.
 func (*RemoveAgentCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 type CreateConsoleLinkRequest struct {
@@ -2209,7 +2466,7 @@ type CreateConsoleLinkRequest struct {
 
 func (x *CreateConsoleLinkRequest) Reset() {
 	*x = CreateConsoleLinkRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2478,7 @@ func (x *CreateConsoleLinkRequest) String() string {
 func (*CreateConsoleLinkRequest) ProtoMessage() {}
 
 func (x *CreateConsoleLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2491,7 @@ func (x *CreateConsoleLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsoleLinkRequest.ProtoReflect.Descriptor instead.
 func (*CreateConsoleLinkRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateConsoleLinkRequest) GetOperator() string {
@@ -2257,7 +2514,7 @@ type CreateConsoleLinkResponse struct {
 
 func (x *CreateConsoleLinkResponse) Reset() {
 	*x = CreateConsoleLinkResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2269,7 +2526,7 @@ func (x *CreateConsoleLinkResponse) String() string {
 func (*CreateConsoleLinkResponse) ProtoMessage() {}
 
 func (x *CreateConsoleLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2282,7 +2539,7 @@ func (x *CreateConsoleLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsoleLinkResponse.ProtoReflect.Descriptor instead.
 func (*CreateConsoleLinkResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateConsoleLinkResponse) GetUrl() string {
@@ -2307,7 +2564,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2576,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2589,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 type BackupResponse struct {
@@ -2347,7 +2604,7 @@ type BackupResponse struct {
 
 func (x *BackupResponse) Reset() {
 	*x = BackupResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2616,7 @@ func (x *BackupResponse) String() string {
 func (*BackupResponse) ProtoMessage() {}
 
 func (x *BackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2629,7 @@ func (x *BackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupResponse.ProtoReflect.Descriptor instead.
 func (*BackupResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *BackupResponse) GetData() []byte {
@@ -2408,7 +2665,7 @@ type BackupSummary struct {
 
 func (x *BackupSummary) Reset() {
 	*x = BackupSummary{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2677,7 @@ func (x *BackupSummary) String() string {
 func (*BackupSummary) ProtoMessage() {}
 
 func (x *BackupSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2690,7 @@ func (x *BackupSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupSummary.ProtoReflect.Descriptor instead.
 func (*BackupSummary) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BackupSummary) GetCreatedUnixMs() int64 {
@@ -2498,7 +2755,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2767,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2780,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RestoreRequest) GetData() []byte {
@@ -2553,7 +2810,7 @@ type RestoreCounts struct {
 
 func (x *RestoreCounts) Reset() {
 	*x = RestoreCounts{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2822,7 @@ func (x *RestoreCounts) String() string {
 func (*RestoreCounts) ProtoMessage() {}
 
 func (x *RestoreCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2835,7 @@ func (x *RestoreCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreCounts.ProtoReflect.Descriptor instead.
 func (*RestoreCounts) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RestoreCounts) GetRestored() int32 {
@@ -2608,7 +2865,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2877,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2890,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RestoreResponse) GetPolicies() *RestoreCounts {
@@ -2774,7 +3031,29 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\rlimit_reached\x18\x03 \x01(\bR\flimitReached\x12=\n" +
 	"\awindows\x18\x04 \x03(\v2#.clodex.controlplane.v1.QuotaWindowR\awindows\x12(\n" +
 	"\x10reported_unix_ms\x18\x05 \x01(\x03R\x0ereportedUnixMs\x12\x19\n" +
-	"\bagent_id\x18\x06 \x01(\tR\aagentId\"\x96\x01\n" +
+	"\bagent_id\x18\x06 \x01(\tR\aagentId\"t\n" +
+	"\x0fGetUsageRequest\x12\x19\n" +
+	"\bgroup_by\x18\x01 \x03(\tR\agroupBy\x12\"\n" +
+	"\rsince_unix_ms\x18\x02 \x01(\x03R\vsinceUnixMs\x12\"\n" +
+	"\runtil_unix_ms\x18\x03 \x01(\x03R\vuntilUnixMs\"\xb1\x01\n" +
+	"\x10GetUsageResponse\x127\n" +
+	"\x04rows\x18\x01 \x03(\v2#.clodex.controlplane.v1.UsageTotalsR\x04rows\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12\"\n" +
+	"\rsince_unix_ms\x18\x03 \x01(\x03R\vsinceUnixMs\x12\"\n" +
+	"\runtil_unix_ms\x18\x04 \x01(\x03R\vuntilUnixMs\"\xab\x02\n" +
+	"\vUsageTotals\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\x12\x14\n" +
+	"\x05agent\x18\x02 \x01(\tR\x05agent\x12\x18\n" +
+	"\aaccount\x18\x03 \x01(\tR\aaccount\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x14\n" +
+	"\x05turns\x18\x05 \x01(\x03R\x05turns\x12!\n" +
+	"\finput_tokens\x18\x06 \x01(\x03R\vinputTokens\x12#\n" +
+	"\rcached_tokens\x18\a \x01(\x03R\fcachedTokens\x12#\n" +
+	"\routput_tokens\x18\b \x01(\x03R\foutputTokens\x12\x1f\n" +
+	"\vnew_sockets\x18\t \x01(\x03R\n" +
+	"newSockets\x12\x1a\n" +
+	"\brefusals\x18\n" +
+	" \x01(\x03R\brefusals\"\x96\x01\n" +
 	"\x12ImportLoginRequest\x12!\n" +
 	"\faccess_token\x18\x01 \x01(\tR\vaccessToken\x12#\n" +
 	"\rrefresh_token\x18\x02 \x01(\tR\frefreshToken\x12\x19\n" +
@@ -2861,7 +3140,7 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\bpolicies\x18\x01 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\bpolicies\x12=\n" +
 	"\x06logins\x18\x02 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\x06logins\x12R\n" +
 	"\x11agent_credentials\x18\x03 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\x10agentCredentials\x12&\n" +
-	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs2\xa7\x0e\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs2\x86\x0f\n" +
 	"\fAdminService\x12Z\n" +
 	"\aSetRate\x12&.clodex.controlplane.v1.SetRateRequest\x1a'.clodex.controlplane.v1.SetRateResponse\x12`\n" +
 	"\tSetBudget\x12(.clodex.controlplane.v1.SetBudgetRequest\x1a).clodex.controlplane.v1.SetBudgetResponse\x12c\n" +
@@ -2872,7 +3151,8 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"ListAgents\x12).clodex.controlplane.v1.ListAgentsRequest\x1a*.clodex.controlplane.v1.ListAgentsResponse\x12f\n" +
 	"\vSetAdaptive\x12*.clodex.controlplane.v1.SetAdaptiveRequest\x1a+.clodex.controlplane.v1.SetAdaptiveResponse\x12c\n" +
 	"\n" +
-	"ListQuotas\x12).clodex.controlplane.v1.ListQuotasRequest\x1a*.clodex.controlplane.v1.ListQuotasResponse\x12f\n" +
+	"ListQuotas\x12).clodex.controlplane.v1.ListQuotasRequest\x1a*.clodex.controlplane.v1.ListQuotasResponse\x12]\n" +
+	"\bGetUsage\x12'.clodex.controlplane.v1.GetUsageRequest\x1a(.clodex.controlplane.v1.GetUsageResponse\x12f\n" +
 	"\vImportLogin\x12*.clodex.controlplane.v1.ImportLoginRequest\x1a+.clodex.controlplane.v1.ImportLoginResponse\x12c\n" +
 	"\n" +
 	"ListLogins\x12).clodex.controlplane.v1.ListLoginsRequest\x1a*.clodex.controlplane.v1.ListLoginsResponse\x12]\n" +
@@ -2897,7 +3177,7 @@ func file_clodex_controlplane_v1_admin_proto_rawDescGZIP() []byte {
 	return file_clodex_controlplane_v1_admin_proto_rawDescData
 }
 
-var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*Account)(nil),                       // 0: clodex.controlplane.v1.Account
 	(*SetRateRequest)(nil),                // 1: clodex.controlplane.v1.SetRateRequest
@@ -2917,31 +3197,34 @@ var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*ListQuotasRequest)(nil),             // 15: clodex.controlplane.v1.ListQuotasRequest
 	(*ListQuotasResponse)(nil),            // 16: clodex.controlplane.v1.ListQuotasResponse
 	(*AccountQuota)(nil),                  // 17: clodex.controlplane.v1.AccountQuota
-	(*ImportLoginRequest)(nil),            // 18: clodex.controlplane.v1.ImportLoginRequest
-	(*ImportLoginResponse)(nil),           // 19: clodex.controlplane.v1.ImportLoginResponse
-	(*Login)(nil),                         // 20: clodex.controlplane.v1.Login
-	(*ListLoginsRequest)(nil),             // 21: clodex.controlplane.v1.ListLoginsRequest
-	(*ListLoginsResponse)(nil),            // 22: clodex.controlplane.v1.ListLoginsResponse
-	(*GetLoginRequest)(nil),               // 23: clodex.controlplane.v1.GetLoginRequest
-	(*GetLoginResponse)(nil),              // 24: clodex.controlplane.v1.GetLoginResponse
-	(*RemoveLoginRequest)(nil),            // 25: clodex.controlplane.v1.RemoveLoginRequest
-	(*RemoveLoginResponse)(nil),           // 26: clodex.controlplane.v1.RemoveLoginResponse
-	(*AgentCredential)(nil),               // 27: clodex.controlplane.v1.AgentCredential
-	(*CreateAgentCredentialRequest)(nil),  // 28: clodex.controlplane.v1.CreateAgentCredentialRequest
-	(*CreateAgentCredentialResponse)(nil), // 29: clodex.controlplane.v1.CreateAgentCredentialResponse
-	(*ListAgentCredentialsRequest)(nil),   // 30: clodex.controlplane.v1.ListAgentCredentialsRequest
-	(*ListAgentCredentialsResponse)(nil),  // 31: clodex.controlplane.v1.ListAgentCredentialsResponse
-	(*RemoveAgentCredentialRequest)(nil),  // 32: clodex.controlplane.v1.RemoveAgentCredentialRequest
-	(*RemoveAgentCredentialResponse)(nil), // 33: clodex.controlplane.v1.RemoveAgentCredentialResponse
-	(*CreateConsoleLinkRequest)(nil),      // 34: clodex.controlplane.v1.CreateConsoleLinkRequest
-	(*CreateConsoleLinkResponse)(nil),     // 35: clodex.controlplane.v1.CreateConsoleLinkResponse
-	(*BackupRequest)(nil),                 // 36: clodex.controlplane.v1.BackupRequest
-	(*BackupResponse)(nil),                // 37: clodex.controlplane.v1.BackupResponse
-	(*BackupSummary)(nil),                 // 38: clodex.controlplane.v1.BackupSummary
-	(*RestoreRequest)(nil),                // 39: clodex.controlplane.v1.RestoreRequest
-	(*RestoreCounts)(nil),                 // 40: clodex.controlplane.v1.RestoreCounts
-	(*RestoreResponse)(nil),               // 41: clodex.controlplane.v1.RestoreResponse
-	(*QuotaWindow)(nil),                   // 42: clodex.controlplane.v1.QuotaWindow
+	(*GetUsageRequest)(nil),               // 18: clodex.controlplane.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),              // 19: clodex.controlplane.v1.GetUsageResponse
+	(*UsageTotals)(nil),                   // 20: clodex.controlplane.v1.UsageTotals
+	(*ImportLoginRequest)(nil),            // 21: clodex.controlplane.v1.ImportLoginRequest
+	(*ImportLoginResponse)(nil),           // 22: clodex.controlplane.v1.ImportLoginResponse
+	(*Login)(nil),                         // 23: clodex.controlplane.v1.Login
+	(*ListLoginsRequest)(nil),             // 24: clodex.controlplane.v1.ListLoginsRequest
+	(*ListLoginsResponse)(nil),            // 25: clodex.controlplane.v1.ListLoginsResponse
+	(*GetLoginRequest)(nil),               // 26: clodex.controlplane.v1.GetLoginRequest
+	(*GetLoginResponse)(nil),              // 27: clodex.controlplane.v1.GetLoginResponse
+	(*RemoveLoginRequest)(nil),            // 28: clodex.controlplane.v1.RemoveLoginRequest
+	(*RemoveLoginResponse)(nil),           // 29: clodex.controlplane.v1.RemoveLoginResponse
+	(*AgentCredential)(nil),               // 30: clodex.controlplane.v1.AgentCredential
+	(*CreateAgentCredentialRequest)(nil),  // 31: clodex.controlplane.v1.CreateAgentCredentialRequest
+	(*CreateAgentCredentialResponse)(nil), // 32: clodex.controlplane.v1.CreateAgentCredentialResponse
+	(*ListAgentCredentialsRequest)(nil),   // 33: clodex.controlplane.v1.ListAgentCredentialsRequest
+	(*ListAgentCredentialsResponse)(nil),  // 34: clodex.controlplane.v1.ListAgentCredentialsResponse
+	(*RemoveAgentCredentialRequest)(nil),  // 35: clodex.controlplane.v1.RemoveAgentCredentialRequest
+	(*RemoveAgentCredentialResponse)(nil), // 36: clodex.controlplane.v1.RemoveAgentCredentialResponse
+	(*CreateConsoleLinkRequest)(nil),      // 37: clodex.controlplane.v1.CreateConsoleLinkRequest
+	(*CreateConsoleLinkResponse)(nil),     // 38: clodex.controlplane.v1.CreateConsoleLinkResponse
+	(*BackupRequest)(nil),                 // 39: clodex.controlplane.v1.BackupRequest
+	(*BackupResponse)(nil),                // 40: clodex.controlplane.v1.BackupResponse
+	(*BackupSummary)(nil),                 // 41: clodex.controlplane.v1.BackupSummary
+	(*RestoreRequest)(nil),                // 42: clodex.controlplane.v1.RestoreRequest
+	(*RestoreCounts)(nil),                 // 43: clodex.controlplane.v1.RestoreCounts
+	(*RestoreResponse)(nil),               // 44: clodex.controlplane.v1.RestoreResponse
+	(*QuotaWindow)(nil),                   // 45: clodex.controlplane.v1.QuotaWindow
 }
 var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: clodex.controlplane.v1.SetRateResponse.account:type_name -> clodex.controlplane.v1.Account
@@ -2953,55 +3236,58 @@ var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	12, // 6: clodex.controlplane.v1.ListAgentsResponse.agents:type_name -> clodex.controlplane.v1.Agent
 	0,  // 7: clodex.controlplane.v1.SetAdaptiveResponse.account:type_name -> clodex.controlplane.v1.Account
 	17, // 8: clodex.controlplane.v1.ListQuotasResponse.quotas:type_name -> clodex.controlplane.v1.AccountQuota
-	42, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
-	20, // 10: clodex.controlplane.v1.ImportLoginResponse.login:type_name -> clodex.controlplane.v1.Login
-	20, // 11: clodex.controlplane.v1.ListLoginsResponse.logins:type_name -> clodex.controlplane.v1.Login
-	20, // 12: clodex.controlplane.v1.GetLoginResponse.login:type_name -> clodex.controlplane.v1.Login
-	27, // 13: clodex.controlplane.v1.CreateAgentCredentialResponse.credential:type_name -> clodex.controlplane.v1.AgentCredential
-	27, // 14: clodex.controlplane.v1.ListAgentCredentialsResponse.credentials:type_name -> clodex.controlplane.v1.AgentCredential
-	38, // 15: clodex.controlplane.v1.BackupResponse.summary:type_name -> clodex.controlplane.v1.BackupSummary
-	40, // 16: clodex.controlplane.v1.RestoreResponse.policies:type_name -> clodex.controlplane.v1.RestoreCounts
-	40, // 17: clodex.controlplane.v1.RestoreResponse.logins:type_name -> clodex.controlplane.v1.RestoreCounts
-	40, // 18: clodex.controlplane.v1.RestoreResponse.agent_credentials:type_name -> clodex.controlplane.v1.RestoreCounts
-	1,  // 19: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
-	3,  // 20: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
-	5,  // 21: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
-	8,  // 22: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
-	10, // 23: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
-	13, // 24: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
-	15, // 25: clodex.controlplane.v1.AdminService.ListQuotas:input_type -> clodex.controlplane.v1.ListQuotasRequest
-	18, // 26: clodex.controlplane.v1.AdminService.ImportLogin:input_type -> clodex.controlplane.v1.ImportLoginRequest
-	21, // 27: clodex.controlplane.v1.AdminService.ListLogins:input_type -> clodex.controlplane.v1.ListLoginsRequest
-	23, // 28: clodex.controlplane.v1.AdminService.GetLogin:input_type -> clodex.controlplane.v1.GetLoginRequest
-	25, // 29: clodex.controlplane.v1.AdminService.RemoveLogin:input_type -> clodex.controlplane.v1.RemoveLoginRequest
-	28, // 30: clodex.controlplane.v1.AdminService.CreateAgentCredential:input_type -> clodex.controlplane.v1.CreateAgentCredentialRequest
-	30, // 31: clodex.controlplane.v1.AdminService.ListAgentCredentials:input_type -> clodex.controlplane.v1.ListAgentCredentialsRequest
-	32, // 32: clodex.controlplane.v1.AdminService.RemoveAgentCredential:input_type -> clodex.controlplane.v1.RemoveAgentCredentialRequest
-	34, // 33: clodex.controlplane.v1.AdminService.CreateConsoleLink:input_type -> clodex.controlplane.v1.CreateConsoleLinkRequest
-	36, // 34: clodex.controlplane.v1.AdminService.Backup:input_type -> clodex.controlplane.v1.BackupRequest
-	39, // 35: clodex.controlplane.v1.AdminService.Restore:input_type -> clodex.controlplane.v1.RestoreRequest
-	2,  // 36: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
-	4,  // 37: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
-	6,  // 38: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
-	9,  // 39: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
-	11, // 40: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
-	14, // 41: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
-	16, // 42: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
-	19, // 43: clodex.controlplane.v1.AdminService.ImportLogin:output_type -> clodex.controlplane.v1.ImportLoginResponse
-	22, // 44: clodex.controlplane.v1.AdminService.ListLogins:output_type -> clodex.controlplane.v1.ListLoginsResponse
-	24, // 45: clodex.controlplane.v1.AdminService.GetLogin:output_type -> clodex.controlplane.v1.GetLoginResponse
-	26, // 46: clodex.controlplane.v1.AdminService.RemoveLogin:output_type -> clodex.controlplane.v1.RemoveLoginResponse
-	29, // 47: clodex.controlplane.v1.AdminService.CreateAgentCredential:output_type -> clodex.controlplane.v1.CreateAgentCredentialResponse
-	31, // 48: clodex.controlplane.v1.AdminService.ListAgentCredentials:output_type -> clodex.controlplane.v1.ListAgentCredentialsResponse
-	33, // 49: clodex.controlplane.v1.AdminService.RemoveAgentCredential:output_type -> clodex.controlplane.v1.RemoveAgentCredentialResponse
-	35, // 50: clodex.controlplane.v1.AdminService.CreateConsoleLink:output_type -> clodex.controlplane.v1.CreateConsoleLinkResponse
-	37, // 51: clodex.controlplane.v1.AdminService.Backup:output_type -> clodex.controlplane.v1.BackupResponse
-	41, // 52: clodex.controlplane.v1.AdminService.Restore:output_type -> clodex.controlplane.v1.RestoreResponse
-	36, // [36:53] is the sub-list for method output_type
-	19, // [19:36] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	45, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
+	20, // 10: clodex.controlplane.v1.GetUsageResponse.rows:type_name -> clodex.controlplane.v1.UsageTotals
+	23, // 11: clodex.controlplane.v1.ImportLoginResponse.login:type_name -> clodex.controlplane.v1.Login
+	23, // 12: clodex.controlplane.v1.ListLoginsResponse.logins:type_name -> clodex.controlplane.v1.Login
+	23, // 13: clodex.controlplane.v1.GetLoginResponse.login:type_name -> clodex.controlplane.v1.Login
+	30, // 14: clodex.controlplane.v1.CreateAgentCredentialResponse.credential:type_name -> clodex.controlplane.v1.AgentCredential
+	30, // 15: clodex.controlplane.v1.ListAgentCredentialsResponse.credentials:type_name -> clodex.controlplane.v1.AgentCredential
+	41, // 16: clodex.controlplane.v1.BackupResponse.summary:type_name -> clodex.controlplane.v1.BackupSummary
+	43, // 17: clodex.controlplane.v1.RestoreResponse.policies:type_name -> clodex.controlplane.v1.RestoreCounts
+	43, // 18: clodex.controlplane.v1.RestoreResponse.logins:type_name -> clodex.controlplane.v1.RestoreCounts
+	43, // 19: clodex.controlplane.v1.RestoreResponse.agent_credentials:type_name -> clodex.controlplane.v1.RestoreCounts
+	1,  // 20: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
+	3,  // 21: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
+	5,  // 22: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
+	8,  // 23: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
+	10, // 24: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
+	13, // 25: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
+	15, // 26: clodex.controlplane.v1.AdminService.ListQuotas:input_type -> clodex.controlplane.v1.ListQuotasRequest
+	18, // 27: clodex.controlplane.v1.AdminService.GetUsage:input_type -> clodex.controlplane.v1.GetUsageRequest
+	21, // 28: clodex.controlplane.v1.AdminService.ImportLogin:input_type -> clodex.controlplane.v1.ImportLoginRequest
+	24, // 29: clodex.controlplane.v1.AdminService.ListLogins:input_type -> clodex.controlplane.v1.ListLoginsRequest
+	26, // 30: clodex.controlplane.v1.AdminService.GetLogin:input_type -> clodex.controlplane.v1.GetLoginRequest
+	28, // 31: clodex.controlplane.v1.AdminService.RemoveLogin:input_type -> clodex.controlplane.v1.RemoveLoginRequest
+	31, // 32: clodex.controlplane.v1.AdminService.CreateAgentCredential:input_type -> clodex.controlplane.v1.CreateAgentCredentialRequest
+	33, // 33: clodex.controlplane.v1.AdminService.ListAgentCredentials:input_type -> clodex.controlplane.v1.ListAgentCredentialsRequest
+	35, // 34: clodex.controlplane.v1.AdminService.RemoveAgentCredential:input_type -> clodex.controlplane.v1.RemoveAgentCredentialRequest
+	37, // 35: clodex.controlplane.v1.AdminService.CreateConsoleLink:input_type -> clodex.controlplane.v1.CreateConsoleLinkRequest
+	39, // 36: clodex.controlplane.v1.AdminService.Backup:input_type -> clodex.controlplane.v1.BackupRequest
+	42, // 37: clodex.controlplane.v1.AdminService.Restore:input_type -> clodex.controlplane.v1.RestoreRequest
+	2,  // 38: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
+	4,  // 39: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
+	6,  // 40: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
+	9,  // 41: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
+	11, // 42: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
+	14, // 43: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
+	16, // 44: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
+	19, // 45: clodex.controlplane.v1.AdminService.GetUsage:output_type -> clodex.controlplane.v1.GetUsageResponse
+	22, // 46: clodex.controlplane.v1.AdminService.ImportLogin:output_type -> clodex.controlplane.v1.ImportLoginResponse
+	25, // 47: clodex.controlplane.v1.AdminService.ListLogins:output_type -> clodex.controlplane.v1.ListLoginsResponse
+	27, // 48: clodex.controlplane.v1.AdminService.GetLogin:output_type -> clodex.controlplane.v1.GetLoginResponse
+	29, // 49: clodex.controlplane.v1.AdminService.RemoveLogin:output_type -> clodex.controlplane.v1.RemoveLoginResponse
+	32, // 50: clodex.controlplane.v1.AdminService.CreateAgentCredential:output_type -> clodex.controlplane.v1.CreateAgentCredentialResponse
+	34, // 51: clodex.controlplane.v1.AdminService.ListAgentCredentials:output_type -> clodex.controlplane.v1.ListAgentCredentialsResponse
+	36, // 52: clodex.controlplane.v1.AdminService.RemoveAgentCredential:output_type -> clodex.controlplane.v1.RemoveAgentCredentialResponse
+	38, // 53: clodex.controlplane.v1.AdminService.CreateConsoleLink:output_type -> clodex.controlplane.v1.CreateConsoleLinkResponse
+	40, // 54: clodex.controlplane.v1.AdminService.Backup:output_type -> clodex.controlplane.v1.BackupResponse
+	44, // 55: clodex.controlplane.v1.AdminService.Restore:output_type -> clodex.controlplane.v1.RestoreResponse
+	38, // [38:56] is the sub-list for method output_type
+	20, // [20:38] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_clodex_controlplane_v1_admin_proto_init() }
@@ -3018,7 +3304,7 @@ func file_clodex_controlplane_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_admin_proto_rawDesc), len(file_clodex_controlplane_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
