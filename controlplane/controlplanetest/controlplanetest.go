@@ -62,6 +62,8 @@ type Options struct {
 	// FleetTick is how often the server expires silent agents and applies
 	// adaptive raises. (Optional; default 1s)
 	FleetTick time.Duration
+	// MemberMetrics exports the usage counters by member too. (Optional)
+	MemberMetrics bool
 	// RedisURL, when set, serves from a Redis store at this URL instead
 	// of the memory store. (Optional)
 	RedisURL string
@@ -237,6 +239,8 @@ func (s *Server) start(addr string) {
 		Agents:        st,
 		Roster:        roster,
 		Quotas:        st,
+		Usage:         st,
+		MemberMetrics: s.opts.MemberMetrics,
 		PolicyChanges: changes,
 		AdminToken:    s.AdminToken,
 		AgentToken:    s.AgentToken,
@@ -300,6 +304,7 @@ type servedStore interface {
 	controlplane.PolicyStore
 	controlplane.AgentCounter
 	controlplane.QuotaStore
+	controlplane.UsageLedger
 	Run(ctx context.Context) error
 }
 
