@@ -286,11 +286,13 @@ func (j *usageJournal) tidy(now time.Time) error {
 		return err
 	}
 	yesterday := dayOf(now.Add(-24 * time.Hour))
-	expired := dayOf(now.Add(-UsageRetention - 24*time.Hour))
 	var errs []error
 	for _, day := range days {
+		start, _ := time.Parse(time.DateOnly, day)
 		switch {
-		case day < expired:
+		case !start.Add(UsageRetention + 25*time.Hour).After(now):
+			// Its minutes (the day's, and at most an hour past it from a
+			// data plane's clock ahead) are all past the retention.
 			for _, p := range []string{j.logPath(day), j.dayPath(day)} {
 				if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 					errs = append(errs, err)

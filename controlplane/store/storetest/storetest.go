@@ -31,6 +31,9 @@ type Store interface {
 
 	PutQuota(ctx context.Context, q store.Quota) (prev, next store.Quota, err error)
 	Quotas(ctx context.Context, key string) ([]store.Quota, error)
+
+	PutUsage(ctx context.Context, b store.UsageBatch, now time.Time) (applied bool, err error)
+	UsageRows(ctx context.Context, since, until time.Time, fn func(store.UsageRow)) error
 }
 
 // Kind opens the stores of one implementation.
@@ -66,6 +69,9 @@ func Run(t *testing.T, k Kind) {
 		{"HandOver", handOver},
 		{"LiveAgents", liveAgents},
 		{"Quotas", quotas},
+		{"UsageOnce", usageOnce},
+		{"UsageMinutes", usageMinutes},
+		{"UsageCap", usageCap},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, k) })
