@@ -155,15 +155,10 @@ func (l *usageLedger) applyLocked(b UsageBatch, now time.Time) {
 }
 
 // UsageMinutes returns the minutes a query from since to until sums, in
-// Unix minutes: from since's minute up to, not including, the minute
-// until is in unless until is a minute's start (so until = now includes
-// the current minute).
+// Unix minutes [from, to): since's minute through until's (so until =
+// now includes the current minute).
 func UsageMinutes(since, until time.Time) (from, to int64) {
-	from, to = unixMinute(since), unixMinute(until)
-	if until.Unix()%60 != 0 || until.Nanosecond() != 0 {
-		to++
-	}
-	return from, to
+	return unixMinute(since), unixMinute(until) + 1
 }
 
 // UsageRows calls fn with every ledger row of the minutes UsageMinutes

@@ -85,10 +85,9 @@ func usageOnce(t *testing.T, k Kind) {
 	}
 }
 
-// A query sums the minutes from since's own up to until's, until's own
-// included unless until is a minute's start; rows of one key in several
-// minutes and batches add up. A span over a whole hour reads the same
-// sums as its minutes.
+// A query sums the minutes from since's through until's; rows of one
+// key in several minutes and batches add up. A span over a whole hour
+// reads the same sums as its minutes.
 func usageMinutes(t *testing.T, k Kind) {
 	clk := NewClock(t0)
 	s := k.Open(t, clk.Now, nil)
@@ -110,11 +109,11 @@ func usageMinutes(t *testing.T, k Kind) {
 		turns        int64
 	}{
 		{"everything", 0, 3 * time.Hour, 9},
-		{"minute 1 alone", time.Minute, 2 * time.Minute, 2},
+		{"minute 1 alone", time.Minute, 90 * time.Second, 2},
 		{"until inside minute 1 includes it", 30 * time.Second, 90 * time.Second, 3},
-		{"since inside minute 0 includes it", 30 * time.Second, time.Minute, 1},
-		{"the second hour, whole", time.Hour, 2 * time.Hour, 3},
-		{"minute 59 to 61", 59 * time.Minute, 62 * time.Minute, 3},
+		{"since inside minute 0 includes it", 30 * time.Second, 59 * time.Second, 1},
+		{"the second hour, whole", time.Hour, 119*time.Minute + 59*time.Second, 3},
+		{"minute 59 to 61", 59 * time.Minute, 61 * time.Minute, 3},
 		{"from the second hour on", time.Hour, 3 * time.Hour, 5},
 		{"nothing after minute 150", 151 * time.Minute, 3 * time.Hour, 0},
 	} {
@@ -149,7 +148,7 @@ func usageCap(t *testing.T, k Kind) {
 	}
 	rows = append(rows, row(1, "member-9999", uk1, "x", 1, 100, 0, 10, 0, 0)) // the next minute
 	flush()
-	got := sums(t, s, t0, t0.Add(time.Minute))
+	got := sums(t, s, t0, t0.Add(59*time.Second))
 	other := got[store.UsageKey{Member: store.UsageOther, Agent: store.UsageOther, Account: store.UsageOther, Model: store.UsageOther}]
 	var total store.UsageCounts
 	for _, c := range got {
@@ -162,7 +161,7 @@ func usageCap(t *testing.T, k Kind) {
 	if total.Turns != store.UsageRowsPerMinute+extra || total.OutputTokens != 10*(store.UsageRowsPerMinute+extra) {
 		t.Errorf("the minute's totals = %+v, want %d turns (whole)", total, store.UsageRowsPerMinute+extra)
 	}
-	if next := sums(t, s, t0.Add(time.Minute), t0.Add(2*time.Minute)); len(next) != 1 {
+	if next := sums(t, s, t0.Add(time.Minute), t0.Add(119*time.Second)); len(next) != 1 {
 		t.Errorf("the next minute: %v, want its one row", next)
 	}
 }
