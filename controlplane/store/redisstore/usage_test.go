@@ -9,7 +9,6 @@ import (
 	"github.com/clodex/clodex/controlplane/store/redistest"
 )
 
-
 // The ledger's keys in Redis live the retention after their last write
 // (an hour hash an hour more), a batch's dedup key the dedup window; a
 // field that is not a row's counter is left out and reported, and the

@@ -1335,9 +1335,9 @@ type GetUsageRequest struct {
 	// "agent", "account", "model". None: one row of totals.
 	GroupBy []string `protobuf:"bytes,1,rep,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
 	// since_unix_ms is where the sum starts (0: 24 hours before until),
-	// at most 30 days back, rounded down to its minute; until_unix_ms
-	// where it ends (0: now), rounded up to a minute's end, so the
-	// current minute counts.
+	// at most 30 days back; until_unix_ms where it ends (0: now). The sum
+	// covers since's minute through until's, so until = now includes the
+	// current minute.
 	SinceUnixMs   int64 `protobuf:"varint,2,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
 	UntilUnixMs   int64 `protobuf:"varint,3,opt,name=until_unix_ms,json=untilUnixMs,proto3" json:"until_unix_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
