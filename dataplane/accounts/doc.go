@@ -30,6 +30,9 @@
 //     newer token another program wrote or redeeming the refresh token; in
 //     [RefreshNever] mode by re-reading the file); write.go writes the
 //     rotated tokens back, keeping every other member.
+//   - fleet.go: the fleet's plan usage ([FleetView], pushed by the
+//     control plane), which the choice of account uses for an account it
+//     has no newer figures of.
 //   - errors.go: [ErrLoginRequired] and [*LoginRequiredError] (a dead
 //     sign-in, with the client's words), [*UnavailableError] (a credential
 //     that may be had soon); the broker's source returns them too.

@@ -12,7 +12,7 @@
 //
 // A *Store has the memory store's API (Admit, Cancel, HandOver,
 // UpdatePolicy, SetAdaptive, Report403, Adapt, Account, Accounts, the
-// live-agent directory, PutQuota and Quotas), plus the fleet's roster, the
+// live-agent directory, PutQuota and Quotas, PutUsage and UsageRows), plus the fleet's roster, the
 // broker's logins and leases and the scoped agent credentials (what
 // broker.Logins and controlplane.AgentCredStore ask of it). Now is the
 // clock decisions are made on (Redis's TIME); Info says whether the store
@@ -22,7 +22,9 @@
 // facts; accounts.go, the decisions and the account reads; policy.go,
 // policies and adaptive state; run.go, Run, the breaker and this
 // replica's local share while it is open; batch.go, concurrent script
-// calls sent in one pipeline per round trip; agents.go, quota.go,
+// calls sent in one pipeline per round trip; usage.go, the usage ledger
+// (a hash per minute and per hour, one script per batch, lua/usage.lua);
+// agents.go, quota.go,
 // logins.go and agentcreds.go, the rest of the state; epoch.go, the
 // store's epoch and a replica's first contact (an empty store restored
 // from Options.Backup, or started new, saying which); ledger.go, the
