@@ -161,7 +161,7 @@ func (a *agentService) Connect(stream agentStream) error {
 		case err := <-recvDone:
 			if err == nil {
 				s.log.InfoContext(ctx, "agent said goodbye", "agent_id", c.id)
-				a.sendAcks(stream, c) // the usage it sent before the goodbye is stored
+				_ = a.sendAcks(stream, c) // best effort: the usage it sent before the goodbye is stored; the stream ends either way
 			}
 			return err
 		case <-c.wake:

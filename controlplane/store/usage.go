@@ -213,14 +213,3 @@ func (m *Memory) sweepUsage(now time.Time, log *slog.Logger) {
 		}
 	}
 }
-
-// usageRowCount returns the ledger's rows and minutes (tests, metrics).
-func (m *Memory) usageRowCount() (rows, minutes int) {
-	l := &m.usage
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, r := range l.minutes {
-		rows += len(r)
-	}
-	return rows, len(l.minutes)
-}
