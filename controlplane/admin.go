@@ -382,13 +382,23 @@ func (a *adminService) ListQuotas(ctx context.Context, req *controlplanev1.ListQ
 	if err != nil {
 		return nil, s.toStatus(ctx, "ListQuotas", err)
 	}
+	now := s.now()
 	resp := &controlplanev1.ListQuotasResponse{Quotas: make([]*controlplanev1.AccountQuota, 0, len(quotas))}
 	for _, q := range quotas {
+		s.quotaView.observe(q, now)
 		aq := &controlplanev1.AccountQuota{Key: q.Key, PlanType: q.PlanType, LimitReached: q.LimitReached,
 			ReportedUnixMs: unixMs(q.ReportedAt), AgentId: q.AgentID}
 		for _, w := range q.Windows {
-			aq.Windows = append(aq.Windows, &controlplanev1.QuotaWindow{Name: w.Name, UsedPercent: w.UsedPercent,
-				WindowMinutes: int32(w.Window / time.Minute), ResetsAtUnixMs: unixMs(w.ResetsAt)})
+			qw := &controlplanev1.QuotaWindow{Name: w.Name, UsedPercent: w.UsedPercent,
+				WindowMinutes: int32(w.Window / time.Minute), ResetsAtUnixMs: unixMs(w.ResetsAt)}
+			if burn, ok, empties, eok := s.quotaView.forecast(q.Key, w.Name, now); ok {
+				qw.BurnPercentPerMinute = &burn
+				if eok {
+					secs := int64(empties / time.Second)
+					qw.EmptiesInSeconds = &secs
+				}
+			}
+			aq.Windows = append(aq.Windows, qw)
 		}
 		resp.Quotas = append(resp.Quotas, aq)
 	}

@@ -67,12 +67,18 @@ type agentConn struct {
 	wake              chan struct{} // size 1: there is something to send
 
 	// Guarded by directory.mu:
-	accounts []string        // sorted, distinct
-	lastSeen time.Time       // last hello or heartbeat
-	dirty    map[string]bool // accounts whose policy must be (re)pushed
-	members  bool            // the member list must be (re)pushed
-	closed   string          // the close reason; "" while open
-	closeErr error           // the status the stream ends with once closed; nil: Unavailable with the reason
+	accounts []string                   // sorted, distinct
+	lastSeen time.Time                  // last hello or heartbeat
+	dirty    map[string]bool            // accounts whose policy must be (re)pushed
+	members  bool                       // the member list must be (re)pushed
+	closed   string                     // the close reason; "" while open
+	closeErr error                      // the status the stream ends with once closed; nil: Unavailable with the reason
+	acks     []*controlplanev1.UsageAck // usage acks to send (usage.go)
+
+	// Only the stream's sending goroutine (flush) uses quotaSent: the
+	// report time of each account's plan usage it last pushed
+	// (quotaview.go).
+	quotaSent map[string]time.Time
 }
 
 func (c *agentConn) signal() {

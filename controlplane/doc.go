@@ -3,7 +3,7 @@
 // streams, the credential broker's service, health and reflection.
 //
 //	st, err := store.Open(store.Options{Dir: dataDir})  // or redisstore.Open for replicas over Redis
-//	srv, err := controlplane.New(controlplane.Options{Admissions: st, Policies: st, Agents: st, Quotas: st,
+//	srv, err := controlplane.New(controlplane.Options{Admissions: st, Policies: st, Agents: st, Quotas: st, Usage: st,
 //		AdminToken: admin, AgentToken: agent, Broker: b, Logger: logger, Registerer: reg})
 //	srv.OnShutdown(closeStreams)   // runs with ShutdownReason before GracefulStop
 //	err = srv.Serve(ctx, lis)      // until ctx ends, then the shutdown order below
@@ -19,9 +19,9 @@
 // interface its consumer declares: Admitter (admission.go); PolicyStore,
 // made of PolicyReader and PolicyWriter (admin.go), AdaptiveRates
 // (reports.go) and StoreInfo; and, optional, AgentCounter and AgentRoster
-// (directory.go), QuotaStore (reports.go), PolicyWatcher, AgentCredStore
-// (scope.go), AgentCredWatcher (revoke.go), MemberStore and MemberBuckets
-// (members.go) and DurableStore (backup.go).
+// (directory.go), QuotaStore (reports.go), UsageLedger (usage.go),
+// PolicyWatcher, AgentCredStore (scope.go), AgentCredWatcher (revoke.go),
+// MemberStore and MemberBuckets (members.go) and DurableStore (backup.go).
 // store.Memory (one process) and
 // redisstore.Store (replicas sharing one Redis) implement them; the data
 // directory's store.LoginFile keeps the agent credentials without Redis.
@@ -42,7 +42,11 @@
 //     sealed with Options.BackupSealer.
 //   - stream.go: AgentService.Connect, each data plane's stream (hello,
 //     heartbeats, goodbye, coalesced policy pushes with the fleet-wide
-//     live count); reports.go the 403 and plan-usage reports it carries.
+//     live count, CapabilityHeader); reports.go the 403 and plan-usage
+//     reports it carries; usage.go the usage reports (stored, then
+//     acknowledged) and AdminService.GetUsage, usagemetrics.go their
+//     counters; quotaview.go the fleet's plan usage, pushed to the agents
+//     serving each account, and the burn rates ListQuotas answers.
 //   - directory.go: the agent directory, the one answer to who is
 //     connected where: this replica's streams, and through Options.Agents
 //     and Options.Roster every replica's.
@@ -61,7 +65,8 @@
 // limits. The behaviour is specified in docs/pacing.md §7 (admission),
 // §8.1 (hand-overs), §9 (adaptive mode) and §10 (the agent stream), and
 // in docs/operations.md §3 (replicas), §8 (backups and what survives
-// what), §10 (health), §11 (authentication and limits), §13 (metrics) and
-// §15 (members), and docs/credentials.md §10 (members, pins and caps). A record the store cannot decode is FailedPrecondition
+// what), §10 (health), §11 (authentication and limits), §13 (metrics),
+// §15 (members) and §16 (usage and the fleet's plan usage), and
+// docs/credentials.md §10 (members, pins and caps). A record the store cannot decode is FailedPrecondition
 // naming it (errors.go), never Internal.
 package controlplane

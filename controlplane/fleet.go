@@ -35,6 +35,7 @@ func (s *Server) fleetTick(ctx context.Context) {
 	s.agents.eachOpen(func(c *agentConn, accounts []string) { _ = s.accounts.register(c.credential, accounts, now) })
 	s.accounts.sweep(now)
 	s.agents.recount(ctx, now)
+	s.refreshQuotas(ctx, now)
 	s.reportStoreHealth()
 	changed, err := s.opts.Policies.Adapt(ctx, now)
 	if err != nil {

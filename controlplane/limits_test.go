@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -48,6 +49,16 @@ func TestMessageSizeLimit(t *testing.T) {
 	maxMember := &controlplanev1.CreateMemberRequest{Name: strings.Repeat("n", 64), Accounts: keys[:100], Pin: keys[99],
 		RatePerMinute: 600, KeySha256: make([]byte, 32)}
 	maxMember.KeySha256[0] = 1
+	// A usage report of the most rows, with a 16-byte member, a 24-byte
+	// model and counts of a busy minute (data planes also cut a batch at
+	// 30 KiB, so longer names make fewer rows).
+	usage := &controlplanev1.UsageReport{Seq: 1 << 40}
+	for i := range controlplane.MaxUsageRows {
+		usage.Rows = append(usage.Rows, &controlplanev1.UsageRow{MinuteUnixMs: time.Now().Truncate(time.Minute).UnixMilli(),
+			Member: fmt.Sprintf("member-%010d", i), Account: keys[i%len(keys)], Model: "claude-sonnet-4-5-202509",
+			Turns: 1000, InputTokens: 1 << 30, CachedTokens: 1 << 30, OutputTokens: 1 << 24, NewSockets: 1000, Refusals: 1000})
+	}
+	maxUsage := &controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_Usage{Usage: usage}}
 	for _, tt := range []struct {
 		name  string
 		msg   proto.Message
@@ -58,6 +69,7 @@ func TestMessageSizeLimit(t *testing.T) {
 		{"CreateAgentCredential of 1000 accounts", maxCred, controlplane.MaxRecvMsgSize},
 		{"Admit with a 128-byte key and agent id", maxAdmit, 1024},
 		{"CreateMember of 100 accounts", maxMember, 4096},
+		{"AgentService.Connect usage report of 200 rows", maxUsage, controlplane.MaxRecvMsgSize},
 	} {
 		t.Logf("%s: %d bytes (limit %d)", tt.name, proto.Size(tt.msg), tt.limit)
 		if n := proto.Size(tt.msg); n > tt.limit {
@@ -109,7 +121,14 @@ func TestMessageSizeLimit(t *testing.T) {
 	}
 	agents, err := controlplanev1.NewAdminServiceClient(admin).ListAgents(t.Context(), &controlplanev1.ListAgentsRequest{})
 	if err != nil || len(agents.GetAgents()) != 1 {
-		t.Errorf("ListAgents = %v, %v; want only the maximal hello's agent", agents.GetAgents(), err)
+		t.Errorf("ListAgents = %d agents, %v; want only the maximal hello's agent", len(agents.GetAgents()), err)
+	}
+	us := connect(t, srv, helloUsage("usage-agent", keys[0]))
+	if err := us.Send(maxUsage); err != nil {
+		t.Fatal(err)
+	}
+	if a := recvAck(t, us); a.GetRefused() != "" {
+		t.Errorf("usage report of 200 rows: ack %v, want it stored", a)
 	}
 }
 

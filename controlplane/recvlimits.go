@@ -45,7 +45,8 @@ const (
 	recvMember = 4 << 10
 	// MaxRecvMsgSize is the largest request message the server reads:
 	// the largest per-method limit (an agent hello or heartbeat naming
-	// 1000 accounts, about 24 KB; a ReportGrants of 200 accounts with
+	// 1000 accounts, about 24 KB; a usage report, which data planes keep
+	// under 30 KiB; a ReportGrants of 200 accounts with
 	// 128-byte keys, about 32 KB; an agent credential of 1000 accounts; a
 	// login's tokens; a chunk of a backup file being restored). A longer message is refused from its length prefix,
 	// before its body is read.
@@ -65,7 +66,7 @@ var recvLimits = func() map[protoreflect.FullName]int {
 		&controlplanev1.GetTokenRequest{}, &controlplanev1.ServedAccountsRequest{},
 		&controlplanev1.SetRateRequest{}, &controlplanev1.SetBudgetRequest{}, &controlplanev1.GetAccountRequest{},
 		&controlplanev1.ListAccountsRequest{}, &controlplanev1.ListAgentsRequest{}, &controlplanev1.SetAdaptiveRequest{},
-		&controlplanev1.ListQuotasRequest{}, &controlplanev1.ListLoginsRequest{}, &controlplanev1.GetLoginRequest{},
+		&controlplanev1.ListQuotasRequest{}, &controlplanev1.GetUsageRequest{}, &controlplanev1.ListLoginsRequest{}, &controlplanev1.GetLoginRequest{},
 		&controlplanev1.RemoveLoginRequest{}, &controlplanev1.ListAgentCredentialsRequest{},
 		&controlplanev1.RemoveAgentCredentialRequest{}, &controlplanev1.CreateConsoleLinkRequest{},
 		&controlplanev1.BackupRequest{}, &controlplanev1.ListMembersRequest{}, &controlplanev1.RemoveMemberRequest{},

@@ -106,6 +106,9 @@ func (s *Server) rateLimits(ctx context.Context, c *agentConn, r *controlplanev1
 		return nil
 	}
 	s.metrics.quota(q.Key, next.Windows)
+	if s.quotaView.observe(next, s.now()) {
+		s.agents.wakeServing([]string{q.Key})
+	}
 	for _, w := range q.Windows {
 		if w.UsedPercent < QuotaNotice {
 			continue

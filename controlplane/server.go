@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -105,6 +106,15 @@ type Options struct {
 	// and *redisstore.Store implement it. (Optional; default none:
 	// reports are dropped and ListQuotas answers Unimplemented)
 	Quotas QuotaStore
+	// Usage, when set, keeps the usage ledger the agents' usage reports
+	// go to. *store.Memory and *redisstore.Store implement it.
+	// (Optional; default none: reports are counted in the metrics and
+	// acknowledged, and GetUsage answers FailedPrecondition)
+	Usage UsageLedger
+	// MemberMetrics exports the usage counters by member and account too
+	// (clodex_controlplane_usage_member_*_total). (Optional; default
+	// false: by account and agent only, so the series stay few)
+	MemberMetrics bool
 	// PolicyChanges, when set, tells the server about the changes other
 	// replicas sharing the store made, which it pushes to its agents.
 	// *redisstore.Store implements it. (Optional; default none)
@@ -207,6 +217,9 @@ type Server struct {
 	members       *memberSet       // the team's members (Options.Members)
 	credsDirty    chan struct{}    // size 1: another replica changed the scoped credentials
 	streams       sync.WaitGroup   // agent streams' receive loops
+	usageMetrics  *usageMetrics    // usage.go
+	usageFailLog  *rate.Limiter    // "usage report not stored", once a minute
+	quotaView     *quotaView       // quotaview.go: the fleet's plan usage and its recent history
 
 	mu          sync.Mutex // guards the following fields
 	streamHooks []func(reason string)
@@ -279,6 +292,8 @@ func New(opts Options) (*Server, error) {
 	s.OnShutdown(s.agents.closeAll)
 	s.metrics = newMetrics(opts.Policies, opts.Policies, opts.Now, s.agents)
 	s.metrics.all = append(s.metrics.all, s.denied.counter)
+	s.usageMetrics, s.usageFailLog, s.quotaView = newUsageMetrics(opts.MemberMetrics), newUsageFailLog(), newQuotaView()
+	s.metrics.all = append(s.metrics.all, s.usageMetrics.collectors()...)
 	if opts.Registerer != nil {
 		if err := s.metrics.register(opts.Registerer); err != nil {
 			return nil, fmt.Errorf("new control plane server: register metrics: %w", err)

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/clodex/clodex/controlplane/store"
@@ -19,7 +21,12 @@ import (
 // CapabilityVersion is the highest protocol version this control plane
 // implements. The numbers and their history are
 // controlplanev1.CapabilityVersion (proto/clodex/controlplane/v1/agent.proto).
-const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_MEMBERS)
+const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_USAGE)
+
+// CapabilityHeader is the response header of the agent stream that names
+// CapabilityVersion, so a data plane sends only the messages this control
+// plane reads (a usage report ends an older one's stream).
+const CapabilityHeader = "clodex-capability-version"
 
 const (
 	// maxAgentIDLen bounds agent ids.
@@ -140,7 +147,7 @@ func (a *agentService) Connect(stream agentStream) error {
 	// The headers tell the agent its hello was accepted, before any push
 	// (an agent serving no account yet gets none), so a data plane knows
 	// its token is good as soon as it is.
-	if err := stream.SendHeader(nil); err != nil {
+	if err := stream.SendHeader(metadata.Pairs(CapabilityHeader, strconv.Itoa(CapabilityVersion))); err != nil {
 		return err
 	}
 	s.log.InfoContext(ctx, "agent connected", "agent_id", c.id, "host", c.host, "version", c.version,
@@ -155,6 +162,7 @@ func (a *agentService) Connect(stream agentStream) error {
 		case err := <-recvDone:
 			if err == nil {
 				s.log.InfoContext(ctx, "agent said goodbye", "agent_id", c.id)
+				_ = a.sendAcks(stream, c) // best effort: the usage it sent before the goodbye is stored; the stream ends either way
 			}
 			return err
 		case <-c.wake:
@@ -190,6 +198,22 @@ func (a *agentService) flush(ctx context.Context, stream agentStream, c *agentCo
 			return s.toStatus(ctx, "Connect", err)
 		}
 		if err := stream.Send(&controlplanev1.ConnectResponse{Msg: &controlplanev1.ConnectResponse_Policy{Policy: push}}); err != nil {
+			return err
+		}
+	}
+	if c.capability < int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_USAGE) {
+		return nil
+	}
+	if err := a.sendAcks(stream, c); err != nil {
+		return err
+	}
+	return s.pushQuotas(stream, c)
+}
+
+// sendAcks sends c's queued usage acks.
+func (a *agentService) sendAcks(stream agentStream, c *agentConn) error {
+	for _, ack := range a.s.agents.takeAcks(c) {
+		if err := stream.Send(&controlplanev1.ConnectResponse{Msg: &controlplanev1.ConnectResponse_UsageAck{UsageAck: ack}}); err != nil {
 			return err
 		}
 	}
@@ -264,6 +288,8 @@ func (a *agentService) recvLoop(ctx context.Context, stream agentStream, c *agen
 				done <- err
 				return
 			}
+		case *controlplanev1.ConnectRequest_Usage:
+			s.usageReport(ctx, c, m.Usage)
 		case *controlplanev1.ConnectRequest_Goodbye:
 			done <- nil
 			return

@@ -130,7 +130,7 @@ func TestAgentBadInput(t *testing.T) {
 		{"space in id", hello("a b", key), nil, "hello: agent_id has a byte 0x20 at 1; allowed printable ASCII without spaces"},
 		{"long id", hello(strings.Repeat("x", 129), key), nil, "hello: agent_id is 129 bytes; allowed 1..128"},
 		{"bad account", hello("a-1-x", "acct_XYZ"), nil, `hello: accounts[0] "acct_XYZ" is not an account key; want acct_ followed by 16 lowercase hex digits`},
-		{"capability 0", badCap, nil, "hello: capability_version 0 is invalid; allowed 1..6"},
+		{"capability 0", badCap, nil, "hello: capability_version 0 is invalid; allowed 1..7"},
 		{"heartbeat bad account", hello("a-1-x", key), hb("nope"), `heartbeat: accounts[0] "nope" is not an account key`},
 		{"403 bad account", hello("a-1-x", key), r403("acct_1"), `upstream_403: account "acct_1" is not an account key`},
 		{"second hello", hello("a-1-x", key), hello("a-1-x", key), "a second hello on one stream"},

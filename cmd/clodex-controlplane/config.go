@@ -93,6 +93,10 @@ type config struct {
 	MetricsTokenFile string
 	// Pprof serves /debug/pprof on AdminListen. (Optional; default off)
 	Pprof bool
+	// MemberMetrics exports the usage counters by member and account too
+	// (clodex_controlplane_usage_member_*_total). (Optional; default off:
+	// by account and agent only)
+	MemberMetrics bool
 	// ConsoleURL is the web console's base URL as browsers reach it
 	// (scheme and host), put in the sign-in links clodexctl console
 	// prints. (Optional; default http:// and the admin listener's address,
@@ -175,6 +179,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.StringVar(&c.AdminListen, "admin-listen", env(envAdminListen), "serve /metrics, /debug/ and, with --pprof, /debug/pprof on this `address` (default off; non-loopback needs --metrics-token-file)")
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", env(envMetricsToken), "`file` holding the bearer token every --admin-listen request must carry (required off loopback; env "+envMetricsToken+")")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on --admin-listen")
+	fs.BoolVar(&c.MemberMetrics, "member-metrics", false, "export the usage counters by member and account too (one series set per member; off: by account and agent only)")
 	fs.StringVar(&c.ConsoleURL, "console-url", env(envConsoleURL), "the web console's base `URL` as browsers reach it, e.g. https://clodex.example.com (default http:// and --admin-listen's address; env "+envConsoleURL+")")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "server certificate PEM `file` (with --tls-key; default plaintext)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "server key PEM `file`")

@@ -192,6 +192,8 @@ func runEnv(ctx context.Context, args []string, lookupEnv func(string) (string, 
 		Agents:        st.agents,
 		Roster:        st.roster,
 		Quotas:        st.quotas,
+		Usage:         st.usage,
+		MemberMetrics: cfg.MemberMetrics,
 		PolicyChanges: st.watch,
 		AdminToken:    adminTok,
 		AgentToken:    agentTok,
@@ -310,6 +312,7 @@ type servedStore struct {
 	quotas     controlplane.QuotaStore
 	// memberBuckets holds the members' caps.
 	memberBuckets controlplane.MemberBuckets
+	usage         controlplane.UsageLedger
 	changes       func() uint64              // counts durable changes, for backups
 	watch         controlplane.PolicyWatcher // nil: no other replica changes policies
 	// credChanges tells of the agent credentials other replicas change;
@@ -375,7 +378,7 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheu
 		if err != nil {
 			return nil, err
 		}
-		return &servedStore{admissions: m, policies: m, agents: m, quotas: m, memberBuckets: m, memory: m, now: time.Now, run: m.Run, close: func() {}}, nil
+		return &servedStore{admissions: m, policies: m, agents: m, quotas: m, memberBuckets: m, usage: m, memory: m, now: time.Now, run: m.Run, close: func() {}}, nil
 	}
 	r, err := redisstore.Open(ctx, redisstore.Options{
 		URL: cfg.Redis, Prefix: cfg.RedisPrefix, Defaults: &cfg.Defaults, Timeout: cfg.RedisTimeout,
@@ -385,7 +388,7 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheu
 		return nil, err
 	}
 	return &servedStore{
-		admissions: r, policies: r, agents: r, roster: r, quotas: r, memberBuckets: r, watch: r, credChanges: r,
+		admissions: r, policies: r, agents: r, roster: r, quotas: r, memberBuckets: r, usage: r, watch: r, credChanges: r,
 		now: r.Now, logins: r, durable: r, backupState: r.BackupState, changes: r.Changes, changed: r.Changed(),
 		run: r.Run, close: func() { _ = r.Close() },
 	}, nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/clodex/clodex/dataplane/accounts"
+	"github.com/clodex/clodex/dataplane/control"
 	"github.com/clodex/clodex/dataplane/pool"
 	"github.com/clodex/clodex/dataplane/retry"
 	"github.com/clodex/clodex/dataplane/upstream"
@@ -89,6 +90,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.
 	fs.StringVar(&c.DataDir, "data-dir", "", "`directory` where the embedded control plane keeps policy.json (default: policies in memory)")
 	fs.StringVar(&c.WSDiagnostics, "ws-diagnostics", "", "append one JSON line per socket decision to `file` (- for stderr; default off)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", node.DefaultShutdownGrace, "how long in-flight turns may finish on shutdown")
+	fs.DurationVar(&c.UsageFlush, "usage-flush", control.DefaultUsageFlush, "how often the turns' usage goes to the control plane's ledger (1s..10m)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {

@@ -92,7 +92,7 @@ func TestAgentsJSON(t *testing.T) {
 		t.Fatalf("agents = %d, want 2:\n%s", len(got), out)
 	}
 	want0 := map[string]any{
-		"id": "build-7-100-0a0b0c0d", "host": "build-7", "version": "v0.9.0", "capability_version": 6.0,
+		"id": "build-7-100-0a0b0c0d", "host": "build-7", "version": "v0.9.0", "capability_version": 7.0,
 		"accounts":  []any{"acct_989eff5c06c62dbc", "acct_c74b8577a6daeaf7"},
 		"last_seen": "2026-11-30T12:00:00Z", "connected": "2026-11-30T12:00:00Z", "live": true,
 	}

@@ -47,7 +47,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{setRateCmd, setBudgetCmd, setAdaptiveCmd, getCmd, accountsCmd, quotaCmd, accountCmd, agentsCmd, agentCmd, memberCmd, topCmd, healthCmd, backupCmd, restoreCmd, consoleCmd}
+	commands = []*command{setRateCmd, setBudgetCmd, setAdaptiveCmd, getCmd, accountsCmd, quotaCmd, usageCmd, accountCmd, agentsCmd, agentCmd, memberCmd, topCmd, healthCmd, backupCmd, restoreCmd, consoleCmd}
 }
 
 func commandNames() string {

@@ -185,7 +185,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown account", []string{"get", "nobody"}, "get: account nobody is unknown to the control plane (key " + account.Key("nobody") + ")", 1},
 		{"bad key", []string{"get", "--key", "acct_XYZ"}, `get: --key "acct_XYZ" is not an account key; want acct_ followed by 16 lowercase hex digits`, 2},
 		{"no account", []string{"get"}, "get: missing ACCOUNT (the ChatGPT account id) or --key KEY", 2},
-		{"unknown command", []string{"frob"}, `unknown command "frob"; allowed: set-rate, set-budget, set-adaptive, get, accounts, quota, account, agents, agent, member, top, health`, 2},
+		{"unknown command", []string{"frob"}, `unknown command "frob"; allowed: set-rate, set-budget, set-adaptive, get, accounts, quota, usage, account, agents, agent, member, top, health`, 2},
 		{"adaptive missing", []string{"set-adaptive", acct1}, "set-adaptive: missing on|off", 2},
 		{"adaptive bad value", []string{"set-adaptive", acct1, "maybe"}, `set-adaptive: adaptive mode "maybe" is invalid; allowed on, off`, 2},
 		{"adaptive extra", []string{"set-adaptive", acct1, "on", "x"}, `set-adaptive: unexpected argument "x"`, 2},

@@ -43,6 +43,12 @@ type quotaWindowView struct {
 	UsedPercent   float64 `json:"used_percent"`
 	WindowMinutes int32   `json:"window_minutes"`
 	ResetsAt      string  `json:"resets_at,omitempty"` // absent when unknown
+	// BurnPercentPerMinute is the window's use per minute over the last
+	// 15 minutes of reports; absent when they span under a minute.
+	BurnPercentPerMinute *float64 `json:"burn_percent_per_minute,omitempty"`
+	// EmptiesInSeconds is when the window is used up at that rate, from
+	// now (0: it is); absent when the rate is unknown or 0.
+	EmptiesInSeconds *int64 `json:"empties_in_seconds,omitempty"`
 }
 
 func runQuota(ctx context.Context, e *env, args []string) error {
@@ -91,6 +97,14 @@ func runQuota(ctx context.Context, e *env, args []string) error {
 			if ms := w.GetResetsAtUnixMs(); ms > 0 {
 				wv.ResetsAt = rfc3339(ms)
 			}
+			if w.BurnPercentPerMinute != nil {
+				b := w.GetBurnPercentPerMinute()
+				wv.BurnPercentPerMinute = &b
+			}
+			if w.EmptiesInSeconds != nil {
+				s := w.GetEmptiesInSeconds()
+				wv.EmptiesInSeconds = &s
+			}
 			v.Windows = append(v.Windows, wv)
 		}
 		views = append(views, v)
@@ -111,7 +125,7 @@ func runQuota(ctx context.Context, e *env, args []string) error {
 // writeQuotas prints one row per account and window.
 func writeQuotas(w io.Writer, vs []quotaView, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ACCOUNT\tPLAN\tWINDOW\tUSED\tLENGTH\tRESETS AT\tRESETS IN\tLIMIT\tREPORTED")
+	fmt.Fprintln(tw, "ACCOUNT\tPLAN\tWINDOW\tUSED\tLENGTH\tRESETS AT\tRESETS IN\tBURN\tEMPTIES IN\tLIMIT\tREPORTED")
 	for _, v := range vs {
 		name := v.Key
 		if v.Account != "" {
@@ -122,7 +136,7 @@ func writeQuotas(w io.Writer, vs []quotaView, now time.Time) error {
 			limit = "reached"
 		}
 		if len(v.Windows) == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t%s\t%s\n", name, dash(v.PlanType), limit, v.Reported)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\n", name, dash(v.PlanType), limit, v.Reported)
 			continue
 		}
 		for _, win := range v.Windows {
@@ -133,8 +147,9 @@ func writeQuotas(w io.Writer, vs []quotaView, now time.Time) error {
 					in = roundLeft(t.Sub(now))
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s%%\t%s\t%s\t%s\t%s\t%s\n", name, dash(v.PlanType), win.Name,
-				strconv.FormatFloat(win.UsedPercent, 'f', -1, 64), windowLength(win.WindowMinutes), at, in, limit, v.Reported)
+			burn, empties := burnColumns(win)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, dash(v.PlanType), win.Name,
+				strconv.FormatFloat(win.UsedPercent, 'f', -1, 64), windowLength(win.WindowMinutes), at, in, burn, empties, limit, v.Reported)
 		}
 	}
 	return tw.Flush()
@@ -160,4 +175,21 @@ func roundLeft(d time.Duration) string {
 		return "now"
 	}
 	return d.Round(time.Minute).String()
+}
+
+// burnColumns prints a window's burn rate (1.25%/min; - when unknown)
+// and when it empties at that rate (to the minute; "now" when it is
+// used up, "never" when the rate is 0, - when unknown).
+func burnColumns(w quotaWindowView) (burn, empties string) {
+	if w.BurnPercentPerMinute == nil {
+		return "-", "-"
+	}
+	burn = strconv.FormatFloat(*w.BurnPercentPerMinute, 'f', 2, 64) + "%/min"
+	switch {
+	case w.EmptiesInSeconds == nil:
+		return burn, "never"
+	case *w.EmptiesInSeconds <= 0:
+		return burn, "now"
+	}
+	return burn, roundLeft(time.Duration(*w.EmptiesInSeconds) * time.Second)
 }

@@ -23,9 +23,10 @@
 // Content-Security-Policy (console.go).
 //
 // The parts, by file: console.go ([Console], [Config], routes, headers);
-// pages.go (the fleet and an account's page); sampler.go (what is read
-// every few seconds, the per-minute rates, the 15-minute burn rate of a
-// quota window and the 24-hour history, bounded to 500 accounts);
+// pages.go (the fleet and an account's page, each quota window's
+// forecast from the burn rate ListQuotas answers); sampler.go (what is
+// read every few seconds, the per-minute rates and the 24-hour history,
+// bounded to 500 accounts);
 // svg.go (the charts); assets/ (templates, script, stylesheet).
 //
 // docs/operations.md §14 describes it for operators.

@@ -230,27 +230,26 @@ func (c *Console) row(now time.Time, a *controlplanev1.Account, q *controlplanev
 				wv.Resets = "reset due"
 			}
 		}
-		if sr != nil {
-			wv.Forecast = forecast(sr, w.GetName(), w.GetUsedPercent(), resetIn)
-		}
+		wv.Forecast = forecast(w, resetIn)
 		row.Windows = append(row.Windows, wv)
 	}
 	return row
 }
 
-// forecast says when a window fills at its burn rate over the last
-// minutes, or that it holds until its reset.
-func forecast(sr *series, name string, used float64, resetIn time.Duration) string {
-	burn, ok := sr.burn(name)
+// forecast says when a window fills at its burn rate over the last 15
+// minutes (as ListQuotas computes it, the figures clodexctl quota shows),
+// or that it holds until its reset.
+func forecast(w *controlplanev1.QuotaWindow, resetIn time.Duration) string {
 	switch {
-	case !ok:
+	case w.BurnPercentPerMinute == nil:
 		return ""
-	case used >= 100:
+	case w.GetUsedPercent() >= 100:
 		return "full"
-	case burn <= 0:
+	case w.EmptiesInSeconds == nil:
 		return "not rising"
 	}
-	full := time.Duration((100 - used) / burn * float64(time.Minute))
+	burn := w.GetBurnPercentPerMinute()
+	full := time.Duration(w.GetEmptiesInSeconds()) * time.Second
 	if resetIn > 0 && full >= resetIn {
 		return fmt.Sprintf("holds until the reset at %.2f %%/min", burn)
 	}

@@ -12,7 +12,7 @@ import (
 
 // What the sampler keeps: every SampleEvery a snapshot of the fleet read
 // through the admin API; per account the samples of the last
-// recentWindow (for per-minute rates and the quota burn rate) and one
+// recentWindow (for per-minute rates) and one
 // history point every historyStep for historyLen (24 h). History is kept
 // for at most maxTracked accounts (the first by key), so the memory of a
 // huge fleet stays bounded.
@@ -42,7 +42,6 @@ type sample struct {
 	admits, waits, refusals, forbidden int64
 	counted                            bool
 	used                               map[string]float64 // quota window name -> used percent
-	resets                             map[string]int64   // quota window name -> reset (Unix ms)
 }
 
 // point is one account's state in the 24-hour history.
@@ -182,10 +181,9 @@ func (s *sampler) recordLocked(now time.Time, a *controlplanev1.Account, q *cont
 		s.series[a.GetKey()] = sr
 	}
 	smp := sample{at: now, admits: a.GetAdmits(), waits: a.GetWaits(), refusals: a.GetRefusals(),
-		forbidden: a.GetForbiddenUpgrades(), counted: a.GetCounted(), used: map[string]float64{}, resets: map[string]int64{}}
+		forbidden: a.GetForbiddenUpgrades(), counted: a.GetCounted(), used: map[string]float64{}}
 	for _, w := range q.GetWindows() {
 		smp.used[w.GetName()] = w.GetUsedPercent()
-		smp.resets[w.GetName()] = w.GetResetsAtUnixMs()
 	}
 	sr.recent = append(sr.recent, smp)
 	cut := 0
@@ -223,32 +221,6 @@ func (sr *series) perMinute() (refusals, forbidden float64) {
 		return 0, 0 // a replica restart reset the counters
 	}
 	return float64(last.refusals-first.refusals) / dt, float64(last.forbidden-first.forbidden) / dt
-}
-
-// burn returns a window's use per minute over the recent samples of the
-// same reset, and false when there is not enough to tell.
-func (sr *series) burn(name string) (float64, bool) {
-	n := len(sr.recent)
-	if n < 2 {
-		return 0, false
-	}
-	last := sr.recent[n-1]
-	reset := last.resets[name]
-	first := -1
-	for i := 0; i < n-1; i++ {
-		if _, ok := sr.recent[i].used[name]; ok && sr.recent[i].resets[name] == reset {
-			first = i
-			break
-		}
-	}
-	if first < 0 {
-		return 0, false
-	}
-	dt := last.at.Sub(sr.recent[first].at).Minutes()
-	if dt < 1 {
-		return 0, false
-	}
-	return (last.used[name] - sr.recent[first].used[name]) / dt, true
 }
 
 // seriesOf returns a copy of an account's series (nil when not tracked).

@@ -3,6 +3,8 @@ package console
 import (
 	"testing"
 	"time"
+
+	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
 
 func TestPerMinuteOverTheLastMinute(t *testing.T) {
@@ -26,31 +28,27 @@ func TestPerMinuteOverTheLastMinute(t *testing.T) {
 	}
 }
 
+// The forecast reads the window's burn rate and EMPTIES IN as ListQuotas
+// answers them.
 func TestForecast(t *testing.T) {
-	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	reset := t0.Add(5 * time.Hour).UnixMilli()
-	mk := func(min int, used float64, reset int64) sample {
-		return sample{at: t0.Add(time.Duration(min) * time.Minute), used: map[string]float64{"primary": used}, resets: map[string]int64{"primary": reset}}
+	win := func(used float64, burn *float64, empties *int64) *controlplanev1.QuotaWindow {
+		return &controlplanev1.QuotaWindow{Name: "primary", UsedPercent: used, BurnPercentPerMinute: burn, EmptiesInSeconds: empties}
 	}
-	// 50 % → 60 % in 10 minutes: 1 %/min, 40 % left: full in 40 minutes,
-	// before the reset in 5 h.
-	sr := &series{recent: []sample{mk(0, 50, reset), mk(5, 55, reset), mk(10, 60, reset)}}
-	if got, want := forecast(sr, "primary", 60, 5*time.Hour), "full in 40m at 1.00 %/min"; got != want {
-		t.Errorf("forecast = %q, want %q", got, want)
-	}
-	// The same burn with the reset in 30 minutes: it holds.
-	if got, want := forecast(sr, "primary", 60, 30*time.Minute), "holds until the reset at 1.00 %/min"; got != want {
-		t.Errorf("forecast = %q, want %q", got, want)
-	}
-	// A window that reset in between: only the samples of the new reset
-	// count (one is not enough to tell).
-	sr = &series{recent: []sample{mk(0, 90, reset-1), mk(10, 2, reset)}}
-	if got := forecast(sr, "primary", 2, 5*time.Hour); got != "" {
-		t.Errorf("forecast across a reset = %q, want none", got)
-	}
-	// Use that does not rise.
-	sr = &series{recent: []sample{mk(0, 20, reset), mk(10, 20, reset)}}
-	if got, want := forecast(sr, "primary", 20, 5*time.Hour), "not rising"; got != want {
-		t.Errorf("forecast = %q, want %q", got, want)
+	one, zero := 1.0, 0.0
+	forty := int64(40 * 60)
+	for _, tt := range []struct {
+		w       *controlplanev1.QuotaWindow
+		resetIn time.Duration
+		want    string
+	}{
+		{win(60, &one, &forty), 5 * time.Hour, "full in 40m at 1.00 %/min"},
+		{win(60, &one, &forty), 30 * time.Minute, "holds until the reset at 1.00 %/min"},
+		{win(2, nil, nil), 5 * time.Hour, ""},
+		{win(20, &zero, nil), 5 * time.Hour, "not rising"},
+		{win(100, &one, new(int64)), 5 * time.Hour, "full"},
+	} {
+		if got := forecast(tt.w, tt.resetIn); got != tt.want {
+			t.Errorf("forecast(%v, reset in %v) = %q, want %q", tt.w, tt.resetIn, got, tt.want)
+		}
 	}
 }

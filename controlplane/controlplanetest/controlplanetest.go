@@ -62,6 +62,8 @@ type Options struct {
 	// FleetTick is how often the server expires silent agents and applies
 	// adaptive raises. (Optional; default 1s)
 	FleetTick time.Duration
+	// MemberMetrics exports the usage counters by member too. (Optional)
+	MemberMetrics bool
 	// RedisURL, when set, serves from a Redis store at this URL instead
 	// of the memory store. (Optional)
 	RedisURL string
@@ -240,6 +242,8 @@ func (s *Server) start(addr string) {
 		Agents:        st,
 		Roster:        roster,
 		Quotas:        st,
+		Usage:         st,
+		MemberMetrics: s.opts.MemberMetrics,
 		PolicyChanges: changes,
 		AdminToken:    s.AdminToken,
 		AgentToken:    s.AgentToken,
@@ -304,6 +308,7 @@ type servedStore interface {
 	controlplane.AgentCounter
 	controlplane.QuotaStore
 	controlplane.MemberBuckets
+	controlplane.UsageLedger
 	Run(ctx context.Context) error
 }
 

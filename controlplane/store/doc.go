@@ -16,7 +16,11 @@
 // and [Account]; adaptive.go, the learned upgrade throttle; agents.go, the
 // live-agent directory (TouchAgent, DropAgent, LiveAgents) and the agent
 // values; quota.go, plan usage ([Quota], [QuotaWindow]; Quota.Merge is
-// how every store applies a report); file.go, policy.json (atomic writes,
+// how every store applies a report); usage.go, the usage ledger
+// ([UsageBatch], [UsageRow], PutUsage once per batch, UsageRows, the
+// retention and the rows cap of a minute) and usagejournal.go its files
+// in the data dir ([UsageDir]: a synced journal per day, compacted, then
+// deleted); file.go, policy.json (atomic writes,
 // mode 0600); logins.go and agentcreds.go, the [LoginFile] with lock files
 // as leases ([Login], [Lease], [NewLease], [AgentCred]); member.go, the
 // team's members in the same file ([Member], [ValidateMemberName]);
@@ -33,7 +37,7 @@
 //
 // The rules are docs/pacing.md §3 (the bucket), §7 (the policy and its
 // persistence), §8.1 (hand-overs) and §9 (adaptive mode); what survives
-// what is docs/operations.md §8. Package
+// what is docs/operations.md §8, the usage ledger §15. Package
 // redisstore keeps the same state in Redis for replicas; storetest is the
 // conformance suite both stores run; redistest starts a real redis-server
 // for tests.

@@ -110,6 +110,8 @@ type Memory struct {
 	agents    agentDir
 	quotas    quotas
 	members   memberBuckets // each member's cap (memberbuckets.go)
+	usage     usageLedger   // usage.go
+	log       *slog.Logger
 
 	// recovered says how Open found policy.json when it was not as last
 	// written (for Info); zero otherwise.
@@ -172,6 +174,11 @@ func Open(opts Options) (*Memory, error) {
 	if opts.ColdStart > 0 {
 		m.coldUntil = m.now().Add(opts.ColdStart)
 	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	m.log = log
 	if opts.Dir == "" {
 		return m, nil
 	}
@@ -180,10 +187,6 @@ func Open(opts Options) (*Memory, error) {
 	}
 	now := m.now
 	m.dir, m.file = opts.Dir, policyPath(opts.Dir)
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
 	f, rec, err := loadPolicyFile(m.file)
 	switch {
 	case rec != nil:
@@ -228,6 +231,9 @@ func Open(opts Options) (*Memory, error) {
 		e.adapt.reset(sp.Adaptive, p.RatePerMinute, t)
 		e.bucket = m.newBucket(e.bucketPolicy(), t)
 		sh.accounts[key] = e
+	}
+	if m.usage.journal, err = openUsageJournal(m.dir, log, t, &m.usage); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
 	}
 	return m, nil
 }
@@ -560,18 +566,22 @@ func (m *Memory) Sweep(now time.Time, idle time.Duration) int {
 	return n
 }
 
-// Run sweeps idle accounts every Options.SweepEvery until ctx ends, and
-// returns nil then. Without Run the store keeps every account it has seen.
+// Run sweeps idle accounts, and the usage ledger's expired minutes and
+// files, every Options.SweepEvery until ctx ends, and returns nil then.
+// Without Run the store keeps every account it has seen.
 func (m *Memory) Run(ctx context.Context) error {
 	t := time.NewTicker(m.sweepEvery)
 	defer t.Stop()
+	m.sweepUsage(m.now(), m.log)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			m.Sweep(m.now(), m.sweepIdle)
-			m.members.sweep(m.now(), m.sweepIdle)
+			now := m.now()
+			m.Sweep(now, m.sweepIdle)
+			m.members.sweep(now, m.sweepIdle)
+			m.sweepUsage(now, m.log)
 		}
 	}
 }

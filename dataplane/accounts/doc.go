@@ -35,6 +35,9 @@
 //     its request asks for in its context ([WithMember], [WithAccount]);
 //     pins.go, how they narrow the router's choice ([*NotAllowedError],
 //     [*ChosenLimitedError]).
+//   - fleet.go: the fleet's plan usage ([FleetView], pushed by the
+//     control plane), which the choice of account uses for an account it
+//     has no newer figures of.
 //   - errors.go: [ErrLoginRequired] and [*LoginRequiredError] (a dead
 //     sign-in, with the client's words), [*UnavailableError] (a credential
 //     that may be had soon); the broker's source returns them too.

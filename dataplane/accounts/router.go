@@ -116,6 +116,10 @@ type Config struct {
 	// Reporter receives each account's plan usage, at most once a second
 	// unless it changed. (Optional)
 	Reporter Reporter
+	// Fleet is the fleet's plan usage, which a new conversation's choice
+	// uses for an account the router has no newer figures of (fleet.go).
+	// (Optional; default none: each data plane's own figures)
+	Fleet FleetView
 	// Standing, when set, is asked before every turn: while it refuses,
 	// Route answers its error and no turn runs, not even one on a socket
 	// the pool holds. (Optional; default none)
@@ -141,6 +145,7 @@ type state struct {
 	downUntil    time.Time // its sign-in is unusable until then
 	reported     RateLimits
 	reportedAt   time.Time // when limits were last reported; zero: never
+	limitsAt     time.Time // when limits were read; zero: never
 }
 
 // Router chooses the account of every turn and learns each account's
@@ -149,7 +154,8 @@ type Router struct {
 	src      Source
 	fixed    []string // Config.Accounts; nil: ask src on every turn
 	report   Reporter
-	standing Standing // Config.Standing; nil: always in good standing
+	fleet    FleetView // Config.Fleet; nil: none
+	standing Standing  // Config.Standing; nil: always in good standing
 	now      func() time.Time
 	log      *slog.Logger
 	moves    prometheus.Counter
@@ -165,7 +171,7 @@ func NewRouter(cfg Config) (*Router, error) {
 	if cfg.Source == nil {
 		return nil, errors.New("accounts router: field Source is required")
 	}
-	r := &Router{src: cfg.Source, report: cfg.Reporter, standing: cfg.Standing, now: cfg.Clock, log: cfg.Logger, hold: cfg.UsageLimitHold, state: map[string]*state{}}
+	r := &Router{src: cfg.Source, report: cfg.Reporter, fleet: cfg.Fleet, standing: cfg.Standing, now: cfg.Clock, log: cfg.Logger, hold: cfg.UsageLimitHold, state: map[string]*state{}}
 	switch {
 	case r.hold == 0:
 		r.hold = DefaultUsageLimitHold
@@ -309,16 +315,17 @@ func (r *Router) pick(keys []string) (string, error) {
 	for i := range n {
 		j := (r.next + i) % n
 		st := r.stateLocked(keys[j])
-		if now.Before(st.limitedUntil) {
-			if first == nil || st.limitedUntil.Before(first.ResetsAt) {
-				first = &AllLimitedError{Account: keys[j], ResetsAt: st.limitedUntil, ResetsIn: st.limitedUntil.Sub(now)}
+		lim, until := r.limitsLocked(keys[j], st)
+		if now.Before(until) {
+			if first == nil || until.Before(first.ResetsAt) {
+				first = &AllLimitedError{Account: keys[j], ResetsAt: until, ResetsIn: until.Sub(now)}
 			}
 			continue
 		}
 		if now.Before(st.downUntil) {
 			continue
 		}
-		if h := st.limits.Headroom(now); h > bestHead {
+		if h := lim.Headroom(now); h > bestHead {
 			best, bestHead = j, h
 		}
 	}
@@ -406,7 +413,7 @@ func (r *Router) observe(key string, rl RateLimits, seen bool, now time.Time) {
 	r.mu.Lock()
 	st := r.stateLocked(key)
 	if seen {
-		st.limits = rl
+		st.limits, st.limitsAt = rl, now
 		if until := rl.exhaustedUntil(); until.After(st.limitedUntil) {
 			st.limitedUntil = until
 		}

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
@@ -38,7 +39,7 @@ import (
 // agent stream, admission and the broker's tokens); it is sent in every
 // hello. The numbers and their history are controlplanev1.CapabilityVersion
 // (proto/clodex/controlplane/v1/agent.proto).
-const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_MEMBERS)
+const CapabilityVersion = int(controlplanev1.CapabilityVersion_CAPABILITY_VERSION_USAGE)
 
 const (
 	// DefaultTimeout bounds each Admit, Cancel and ReportGrants RPC.
@@ -127,6 +128,13 @@ type Config struct {
 	// to ServedAccounts). Duplicates are dropped. (Optional)
 	Accounts []string
 
+	// UsageFlush is how often the agent stream sends the usage recorded
+	// since the last batch (ReportUsage). (Optional; default 10s)
+	UsageFlush time.Duration
+	// Registerer receives clodex_dataplane_usage_dropped_turns_total and
+	// clodex_dataplane_usage_unacked_batches. (Optional; default none)
+	Registerer prometheus.Registerer
+
 	// Notify receives one-time user notices (the switch to local
 	// admission and back, a control plane that rejects this data plane).
 	// It runs synchronously, outside every lock. (Optional; default none)
@@ -168,6 +176,9 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("field Timeout %v is negative; want 0 (default %v) or more", cfg.Timeout, DefaultTimeout))
+	}
+	if cfg.UsageFlush < 0 {
+		errs = append(errs, fmt.Errorf("field UsageFlush %v is negative; want 0 (default %v) or more", cfg.UsageFlush, DefaultUsageFlush))
 	}
 	if cfg.Fallback != (pacing.Policy{}) {
 		if err := cfg.Fallback.Validate(); err != nil {
@@ -240,7 +251,21 @@ type Client struct {
 	reports  map[string]report
 	limits   map[string]*controlplanev1.RateLimits // the latest unsent per account
 	live     map[string]*liveCount
-	reason   string // the last close reason the control plane gave
+	reason   string                                // the last close reason the control plane gave
+	fleet    map[string]*controlplanev1.RateLimits // the fleet's plan usage the control plane pushed (usage.go)
+
+	usageFlush   time.Duration
+	sessions     atomic.Uint64      // counts agent streams (usage batches record the one they were sent on)
+	usageDrops   prometheus.Counter // nil without Config.Registerer
+	usageDropLog rate.Sometimes
+	usageMu      sync.Mutex // guards the following fields (usage.go)
+	usageRows    map[usageKey]*controlplanev1.UsageRow
+	usageBatches []*usageBatch // waiting for their acks, oldest first
+	usageSeq     uint64
+	usageMinute  int64 // the minute of the last ReportUsage (Unix ms)
+	usageStats   UsageStats
+	// usagePerMinute counts usageRows' rows per minute.
+	usagePerMinute map[int64]int
 
 	tokensMu sync.Mutex // guards the following fields (the broker's tokens)
 	learned  []string   // the broker's ServedAccounts answer; nil until learned
@@ -260,38 +285,43 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("new control-plane client: %w", err)
 	}
 	c := &Client{
-		conn:          conn,
-		admission:     controlplanev1.NewAdmissionServiceClient(conn),
-		agents:        controlplanev1.NewAgentServiceClient(conn),
-		credential:    controlplanev1.NewCredentialServiceClient(conn),
-		target:        cfg.Target,
-		id:            cfg.AgentID,
-		host:          cfg.Host,
-		version:       cfg.Version,
-		heartbeat:     orDefault(cfg.Heartbeat, DefaultHeartbeat),
-		timeout:       orDefault(cfg.Timeout, DefaultTimeout),
-		fallback:      cfg.Fallback,
-		budgets:       cfg.Budgets,
-		members:       cfg.Members,
-		broker:        cfg.Broker,
-		now:           cfg.Clock,
-		sleep:         cfg.Sleep,
-		notify:        cfg.Notify,
-		rand:          cfg.Rand,
-		reportPrefix:  reportPrefix(cfg.AgentID),
-		rejectedLog:   rate.Sometimes{First: 3, Interval: time.Minute},
-		reported:      make(chan struct{}, 1),
-		answered:      make(chan struct{}, 1),
-		first:         make(chan struct{}),
-		policies:      make(map[string]pacing.Policy),
-		paused:        make(map[string]time.Time),
-		buckets:       make(map[string]*localBucket),
-		memberBuckets: make(map[string]*pacing.Bucket),
-		tally:         make(map[string]*grantTally),
-		reports:       make(map[string]report),
-		limits:        make(map[string]*controlplanev1.RateLimits),
-		live:          make(map[string]*liveCount),
-		tokens:        make(map[string]entry),
+		conn:           conn,
+		admission:      controlplanev1.NewAdmissionServiceClient(conn),
+		agents:         controlplanev1.NewAgentServiceClient(conn),
+		credential:     controlplanev1.NewCredentialServiceClient(conn),
+		target:         cfg.Target,
+		id:             cfg.AgentID,
+		host:           cfg.Host,
+		version:        cfg.Version,
+		heartbeat:      orDefault(cfg.Heartbeat, DefaultHeartbeat),
+		timeout:        orDefault(cfg.Timeout, DefaultTimeout),
+		fallback:       cfg.Fallback,
+		budgets:        cfg.Budgets,
+		members:        cfg.Members,
+		broker:         cfg.Broker,
+		now:            cfg.Clock,
+		sleep:          cfg.Sleep,
+		notify:         cfg.Notify,
+		rand:           cfg.Rand,
+		reportPrefix:   reportPrefix(cfg.AgentID),
+		rejectedLog:    rate.Sometimes{First: 3, Interval: time.Minute},
+		reported:       make(chan struct{}, 1),
+		answered:       make(chan struct{}, 1),
+		first:          make(chan struct{}),
+		policies:       make(map[string]pacing.Policy),
+		paused:         make(map[string]time.Time),
+		buckets:        make(map[string]*localBucket),
+		memberBuckets:  make(map[string]*pacing.Bucket),
+		tally:          make(map[string]*grantTally),
+		reports:        make(map[string]report),
+		limits:         make(map[string]*controlplanev1.RateLimits),
+		live:           make(map[string]*liveCount),
+		tokens:         make(map[string]entry),
+		fleet:          make(map[string]*controlplanev1.RateLimits),
+		usageFlush:     orDefault(cfg.UsageFlush, DefaultUsageFlush),
+		usageDropLog:   rate.Sometimes{First: 1, Interval: time.Minute},
+		usageRows:      make(map[usageKey]*controlplanev1.UsageRow),
+		usagePerMinute: make(map[int64]int),
 	}
 	if len(cfg.Accounts) > 0 {
 		c.fixed = slices.Compact(slices.Sorted(slices.Values(cfg.Accounts)))
@@ -317,6 +347,12 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.log = logger.With("component", "dataplane/control", "agent_id", cfg.AgentID)
 	c.pushLog = logger
+	if cfg.Registerer != nil {
+		if err := c.registerUsageMetrics(cfg.Registerer); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("new control-plane client: register metrics: %w", err)
+		}
+	}
 	return c, nil
 }
 

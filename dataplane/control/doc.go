@@ -9,6 +9,8 @@
 //	err = c.Admit(ctx, key)                // before each new upstream socket: nil, *RefusedError or ctx.Err()
 //	c.Report403(key, retryAfter)           // an upgrade the upstream refused
 //	c.ReportRateLimits(rl)                 // an account's plan usage
+//	c.ReportUsage(row)                     // a turn's usage, for the ledger
+//	rl, ok := c.FleetLimits(key)           // the fleet's plan usage of an account, as pushed
 //	keys, err := c.Accounts(ctx)           // the accounts served (broker: learned)
 //	cred, err := c.Credential(ctx, key)    // broker: a token per turn
 //	cred, err = c.Rejected(ctx, key, tok)  // broker: after an upstream 401, one forced refresh
@@ -47,7 +49,10 @@
 //     queued 403 and plan-usage reports it carries; members.go: the
 //     member pushes it carries, into Config.Members. Admit names the
 //     turn's member (accounts.MemberFrom): its cap comes before the
-//     account's, centrally and in the local fallback.
+//     account's, centrally and in the local fallback; usage.go: the
+//     turns' usage, per minute, in numbered batches kept until
+//     acknowledged (sent again after a reconnect), and the fleet's quota
+//     pushes.
 //   - tokens.go: [Client.Accounts], [Client.Credential] and
 //     [Client.Rejected] from the broker's CredentialService, kept fresh
 //     by Run. Their errors are package accounts' ([*accounts.UnavailableError],
@@ -56,7 +61,8 @@
 // The behaviour is specified in docs/pacing.md: §7 (fleet admission and
 // the connection), §8 (the local fallback and its probes), §8.1 (the
 // hand-over), §8.2 (one view of the control plane), §9 (the pause the
-// pushes carry) and §10 (the agent stream); the broker's tokens in
+// pushes carry) and §10 (the agent stream); usage in docs/operations.md
+// §15; the broker's tokens in
 // docs/credentials.md §8; the spans in docs/operations.md §9. Nothing
 // here logs or returns a token or a raw account id; of the control
 // plane's packages only the generated API is imported (deps_test.go).

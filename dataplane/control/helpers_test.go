@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -208,6 +209,14 @@ type recorder struct {
 	connects int
 	wake     chan struct{} // closed and replaced on every push and connect
 	rates    chan<- int    // when set, receives every push's rate
+	lines    []string      // every record: its message and attributes
+}
+
+// text returns every record logged so far, one a line.
+func (r *recorder) text() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.lines, "\n")
 }
 
 func newRecorder() *recorder { return &recorder{wake: make(chan struct{})} }
@@ -223,6 +232,9 @@ func (r *recorder) WithGroup(string) slog.Handler { return r }
 func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	line := rec.Message
+	rec.Attrs(func(a slog.Attr) bool { line += " " + a.String(); return true })
+	r.lines = append(r.lines, line)
 	switch rec.Message {
 	case "policy from the control plane":
 		p := pushOf(rec)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -122,7 +123,9 @@ func (c *Client) session(ctx context.Context) (established bool, err error) {
 	}
 	recvDone := make(chan error, 1) // buffered: recvLoop never blocks on exit
 	got := make(chan struct{})      // closed once the control plane accepted the hello
-	go c.recvLoop(ctx, stream, recvDone, got)
+	sess := c.sessions.Add(1)       // names this stream for the usage batches sent on it
+	var capable atomic.Bool         // the control plane reads usage reports (set before got is closed)
+	go c.recvLoop(ctx, stream, recvDone, got, &capable)
 	// Whatever happens, the receive loop has exited when session returns.
 	recvErr := func() error { cancel(); return <-recvDone }
 	if err := stream.Send(&controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_Hello{Hello: hello}}); err != nil {
@@ -138,11 +141,20 @@ func (c *Client) session(ctx context.Context) (established bool, err error) {
 	}
 	tick := time.NewTicker(c.heartbeat)
 	defer tick.Stop()
+	usageTick := time.NewTicker(c.usageFlush)
+	defer usageTick.Stop()
 	for {
 		select {
 		case <-got:
 			established, got = true, nil
 			c.accept(ctx)
+			if err := c.sendUsage(stream, sess, capable.Load()); err != nil { // batches unacknowledged on the last stream
+				return established, sendErr(recvErr(), err)
+			}
+		case <-usageTick.C:
+			if err := c.sendUsage(stream, sess, capable.Load()); err != nil {
+				return established, sendErr(recvErr(), err)
+			}
 		case err := <-recvDone:
 			return established, err
 		case <-tick.C:
@@ -155,7 +167,7 @@ func (c *Client) session(ctx context.Context) (established bool, err error) {
 				return established, sendErr(recvErr(), err)
 			}
 		case <-ctx.Done():
-			c.goodbye(ctx, stream, recvDone, cancel)
+			c.goodbye(ctx, stream, recvDone, cancel, sess, capable.Load())
 			return established, nil
 		}
 	}
@@ -169,12 +181,16 @@ func sendErr(recv, send error) error {
 	return fmt.Errorf("send: %w", send)
 }
 
-// goodbye deregisters: it sends the goodbye, half-closes and waits up to
-// GoodbyeTimeout for the control plane to end the stream; then it cancels
-// the stream and waits for the receive loop.
-func (c *Client) goodbye(ctx context.Context, stream agentStream, recvDone <-chan error, cancel context.CancelFunc) {
+// goodbye deregisters: it sends the queued reports and usage and the
+// goodbye, half-closes and waits up to GoodbyeTimeout for the control
+// plane to end the stream (it stores the usage before it reads the
+// goodbye, and acknowledges it); then it cancels the stream and waits
+// for the receive loop. Usage still unacknowledged then is logged.
+func (c *Client) goodbye(ctx context.Context, stream agentStream, recvDone <-chan error, cancel context.CancelFunc, sess uint64, capable bool) {
 	ctx = context.WithoutCancel(ctx)
-	c.sendReports(stream) //nolint:errcheck // best effort: the goodbye follows
+	defer c.logUnackedUsage(ctx)
+	c.sendReports(stream)              //nolint:errcheck // best effort: the goodbye follows
+	c.sendUsage(stream, sess, capable) //nolint:errcheck // best effort: the goodbye follows
 	bye := &controlplanev1.AgentGoodbye{Reason: "data plane stopping"}
 	if err := stream.Send(&controlplanev1.ConnectRequest{Msg: &controlplanev1.ConnectRequest_Goodbye{Goodbye: bye}}); err == nil {
 		_ = stream.CloseSend()
@@ -199,13 +215,15 @@ func (c *Client) goodbye(ctx context.Context, stream agentStream, recvDone <-cha
 
 // recvLoop receives until the stream ends and sends the error (nil for a
 // clean end) on done. It is owned by session, which waits for it.
-func (c *Client) recvLoop(ctx context.Context, stream agentStream, done chan<- error, got chan<- struct{}) {
+func (c *Client) recvLoop(ctx context.Context, stream agentStream, done chan<- error, got chan<- struct{}, capable *atomic.Bool) {
 	ctx = context.WithoutCancel(ctx) // for the logs: the stream outlives ctx
 	// The control plane sends the headers once it accepted the hello (an
-	// older one with its first push); nil headers: the stream failed,
-	// and Recv says how.
+	// older one with its first push), naming its capability version since
+	// CAPABILITY_VERSION_USAGE; nil headers: the stream failed, and Recv
+	// says how.
 	first := true
 	if md, _ := stream.Header(); md != nil {
+		capable.Store(usageCapable(md))
 		close(got)
 		first = false
 	}
@@ -227,6 +245,10 @@ func (c *Client) recvLoop(ctx context.Context, stream agentStream, done chan<- e
 			c.applyPolicy(ctx, m.Policy)
 		case *controlplanev1.ConnectResponse_Members:
 			c.applyMembers(ctx, m.Members)
+		case *controlplanev1.ConnectResponse_UsageAck:
+			c.usageAcked(ctx, m.UsageAck)
+		case *controlplanev1.ConnectResponse_Quotas:
+			c.fleetQuotas(m.Quotas)
 		case *controlplanev1.ConnectResponse_Close:
 			c.streamMu.Lock()
 			c.reason = m.Close.GetReason()

@@ -48,7 +48,7 @@ func TestRegisterPushAndDeregister(t *testing.T) {
 	}
 	g := agents[0]
 	wantAgent := &controlplanev1.Agent{
-		Id: "h1-100-aaaa", Host: "host-h1-100-aaaa", Version: "v1.2.3", CapabilityVersion: 6,
+		Id: "h1-100-aaaa", Host: "host-h1-100-aaaa", Version: "v1.2.3", CapabilityVersion: 7,
 		Accounts:       []string{keyA, keyB}, // sorted, distinct
 		LastSeenUnixMs: clk.Now().UnixMilli(), ConnectedUnixMs: clk.Now().UnixMilli(), Live: true,
 	}

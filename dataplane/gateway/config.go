@@ -128,6 +128,9 @@ type Config struct {
 	Registry *prometheus.Registry
 	// TracerProvider creates one span per turn (Optional; default no-op).
 	TracerProvider trace.TracerProvider
+	// Usage receives each turn's usage for the control plane's ledger
+	// (Optional; default none).
+	Usage UsageReporter
 }
 
 // IsLoopbackAddr reports whether a listen address ("host:port") binds only

@@ -36,6 +36,9 @@
 //   - models.go: count_tokens, GET /v1/models and GET /v1/models/{id};
 //     config.go: [Config] and its defaults; metrics.go: the gateway's
 //     clodex_dataplane_* metrics.
+//   - usage.go: each turn's usage, handed to Config.Usage (a
+//     [UsageReporter]) when the turn ends; member.go: memberOf, the
+//     member a turn's usage is attributed to.
 //
 // The behaviour is specified in docs/translation.md (the endpoints, the
 // request mapping and the answer), docs/errors.md (local errors §7, the

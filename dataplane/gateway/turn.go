@@ -80,6 +80,7 @@ func (s *Server) serveMessages(w *record, r *http.Request) {
 	start := time.Now()
 	t := &turnRun{s: s, w: w, turn: turn, span: span, msgID: newID("msg_")}
 	outcome := t.run(ctx)
+	t.reportUsage(r.Context(), outcome)
 	s.metrics.turns.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
 	if outcome == outcomeFailed {
 		w.failed = true
@@ -119,10 +120,12 @@ type turnRun struct {
 	span  trace.Span
 	msgID string
 
-	part      pool.Partition // Account: the key of the turn's account
-	items     [][]byte       // canonical items of turn.Input
-	refreshed bool           // Router.Rejected was called for this turn
-	attempts  int
+	part       pool.Partition // Account: the key of the turn's account
+	items      [][]byte       // canonical items of turn.Input
+	refreshed  bool           // Router.Rejected was called for this turn
+	attempts   int
+	newSockets int  // upstream sockets the turn opened (its usage)
+	refused    bool // the last socket the turn asked for was refused by admission
 
 	// pending is a lease whose attempt failed with a Replace-class
 	// failure: the next attempt replaces it (or discards it).
@@ -264,6 +267,7 @@ func (t *turnRun) obtain(ctx context.Context, a retry.Attempt) (*pool.Lease, err
 			switch {
 			case err == nil:
 				s.metrics.dials.WithLabelValues("ok").Inc()
+				t.newSockets, t.refused = t.newSockets+1, false
 				return nl, nil
 			case !errors.Is(err, pool.ErrReplaceSpent):
 				return nil, t.dialFailure(ctx, err)
@@ -276,7 +280,9 @@ func (t *turnRun) obtain(ctx context.Context, a retry.Attempt) (*pool.Lease, err
 		if err == nil {
 			if !l.Reused {
 				s.metrics.dials.WithLabelValues("ok").Inc()
+				t.newSockets++
 			}
+			t.refused = false
 			return l, nil
 		}
 		var rej *upstream.UpgradeError
@@ -315,6 +321,7 @@ func (t *turnRun) dialFailure(ctx context.Context, err error) error {
 		return err
 	}
 	f := retry.Classify(err, t.facts(false))
+	t.refused = f.Kind == retry.KindPacer
 	switch {
 	case f.Kind == retry.KindPacer:
 		s.metrics.dials.WithLabelValues("refused").Inc()

@@ -582,6 +582,11 @@ func (s *Stream) Usage() Usage {
 	return u
 }
 
+// BackendUsage is the usage the backend reported with the response (its
+// response.completed or response.incomplete), mapped as Usage maps it but
+// never estimated; false when it reported none.
+func (s *Stream) BackendUsage() (Usage, bool) { return s.usage, s.haveUsage }
+
 // SetCachedPrefix tells the stream how many tokens of the request's input
 // the socket already holds: on a continuation, the conversation it
 // continues as the backend counted it (pool.Lease.CachedTokens); 0 on a

@@ -35,7 +35,9 @@ const (
 //  1. clodexctl set-rate reaches every data plane within a second;
 //  2. killing the control plane mid-run fails no turn, and restarting it
 //     restores central admission on every data plane;
-//  3. adaptive mode lowers the effective rate after upstream 403s.
+//  3. adaptive mode lowers the effective rate after upstream 403s;
+//  4. the usage ledger (clodexctl usage) holds what clodex-sim counted,
+//     every step above included, within 1 %.
 //
 // The adaptive rule's restore (+configured/10 per quiet minute) needs a
 // minute of quiet per step; it is covered with a fake clock by the
@@ -59,6 +61,7 @@ func TestFleet(t *testing.T) {
 		UpgradeLimit:      100000, // no throttle until the adaptive step lowers it
 		UpgradeWindow:     10 * time.Second,
 		ControlPlaneAdmin: true,
+		DataPlaneArgs:     []string{"--usage-flush", "1s"},
 	})
 	if err != nil {
 		t.Fatalf("start fleet: %v", err)
@@ -84,6 +87,7 @@ func TestFleet(t *testing.T) {
 	t.Run("SetRateReachesEveryDataPlaneWithinASecond", func(t *testing.T) { h.t = t; h.setRatePropagates(ctx) })
 	t.Run("KillMidRunFailsNoTurnAndRestartRestoresCentral", func(t *testing.T) { h.t = t; h.killMidRun(ctx) })
 	t.Run("AdaptiveLowersEffectiveRate", func(t *testing.T) { h.t = t; h.adaptiveLowers(ctx) })
+	t.Run("UsageLedgerMatchesTheEmulator", func(t *testing.T) { h.t = t; h.usageMatches(ctx) })
 }
 
 type harness struct {

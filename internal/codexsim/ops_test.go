@@ -156,7 +156,7 @@ func TestSimEndpoints(t *testing.T) {
 	stats := get(StatsPath)
 	for _, k := range []string{"upgrades", "upgrade_403s", "max_upgrades_per_window", "open_sockets", "responses", "prewarms",
 		"continued_responses", "input_tokens", "cached_tokens", "token_refreshes", "refresh_reuse_detected", "errors",
-		"upgrades_by_account", "previous_response_not_found"} {
+		"upgrades_by_account", "previous_response_not_found", "usage_by_account"} {
 		if _, ok := stats[k]; !ok {
 			t.Errorf("/sim/stats has no %q", k)
 		}

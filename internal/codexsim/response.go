@@ -424,9 +424,15 @@ func (r *response) complete(ctx context.Context, status, reason string) {
 		st.InputTokens += input
 		st.CachedTokens += cached
 		st.OutputTokens += outTokens
+		u := st.UsageByAccount[r.ss.account]
+		u.InputTokens += input
+		u.CachedTokens += cached
+		u.OutputTokens += outTokens
 		if held != nil {
 			st.CompletedResponses++
+			u.CompletedResponses++
 		}
+		st.UsageByAccount[r.ss.account] = u
 	})
 	r.terminal(ctx, obj{{"type", typ}, {"response", o}}, held)
 }

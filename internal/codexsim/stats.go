@@ -42,6 +42,9 @@ type Stats struct {
 	InputTokens  int64 `json:"input_tokens"`
 	CachedTokens int64 `json:"cached_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
+	// UsageByAccount is the same usage per account (the ChatGPT account
+	// id), with its completed responses.
+	UsageByAccount map[string]AccountUsage `json:"usage_by_account"`
 	// IdleSocketsClosed counts sockets closed by CloseIdle (POST
 	// /sim/close-idle).
 	IdleSocketsClosed int64 `json:"idle_sockets_closed"`
@@ -54,9 +57,18 @@ type Stats struct {
 	Errors map[string]int64 `json:"errors"`
 }
 
+// AccountUsage is one account's usage as the emulator counted it.
+type AccountUsage struct {
+	CompletedResponses int64 `json:"completed_responses"`
+	InputTokens        int64 `json:"input_tokens"`
+	CachedTokens       int64 `json:"cached_tokens"`
+	OutputTokens       int64 `json:"output_tokens"`
+}
+
 func (st *Stats) init() {
 	st.UpgradesByAccount = make(map[string]int64)
 	st.Errors = make(map[string]int64)
+	st.UsageByAccount = make(map[string]AccountUsage)
 }
 
 // count applies f to the counters under the stats lock.
@@ -72,6 +84,7 @@ func (s *Server) Stats() Stats {
 	st := s.stats
 	st.UpgradesByAccount = maps.Clone(s.stats.UpgradesByAccount)
 	st.Errors = maps.Clone(s.stats.Errors)
+	st.UsageByAccount = maps.Clone(s.stats.UsageByAccount)
 	s.statsMu.Unlock()
 	st.MaxUpgradesPerWindow = s.throttle.maxPerWindow()
 	if s.auth != nil {

@@ -108,3 +108,35 @@ func TestStatsCounting(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageByAccount: each account's usage is counted apart, and the
+// accounts add up to the totals; a failed response counts nowhere.
+func TestUsageByAccount(t *testing.T) {
+	srv, ts := testServer(t, Config{AcceptTokens: map[string]string{"tok-a": "acct-a", "tok-b": "acct-b"}})
+	var want = map[string]AccountUsage{}
+	for _, acct := range []string{"acct-a", "acct-b", "acct-a"} {
+		c, status, err := dial(t.Context(), ts, ChatGPTPath, goodHeaders("tok-"+acct[len(acct)-1:], acct))
+		if err != nil {
+			t.Fatalf("dial %s: status %d: %v", acct, status, err)
+		}
+		t.Cleanup(func() { _ = c.CloseNow() })
+		send(t, c, create("#sim reply hello "+acct, nil))
+		in, cached, out, _, _ := usage(t, last(readResponse(t, c)))
+		send(t, c, create("#sim fail server_error", nil))
+		readResponse(t, c)
+		u := want[acct]
+		u.CompletedResponses++
+		u.InputTokens += in
+		u.CachedTokens += cached
+		u.OutputTokens += out
+		want[acct] = u
+	}
+	st := srv.Stats()
+	if fmt.Sprint(st.UsageByAccount) != fmt.Sprint(want) {
+		t.Errorf("usage_by_account = %v, want %v", st.UsageByAccount, want)
+	}
+	a, b := want["acct-a"], want["acct-b"]
+	if st.InputTokens != a.InputTokens+b.InputTokens || st.OutputTokens != a.OutputTokens+b.OutputTokens || st.CompletedResponses != 3 {
+		t.Errorf("totals %d in, %d out, %d completed; want the accounts' sums and 3", st.InputTokens, st.OutputTokens, st.CompletedResponses)
+	}
+}

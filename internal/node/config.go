@@ -137,6 +137,9 @@ type Config struct {
 	// ShutdownGrace bounds how long in-flight turns may finish on shutdown
 	// before their sockets are closed. (Optional; default 30s)
 	ShutdownGrace time.Duration
+	// UsageFlush is how often the turns' usage goes to the control plane
+	// (--usage-flush, 1s..10m). (Optional; default control.DefaultUsageFlush, 10s)
+	UsageFlush time.Duration
 	// LogLevel is debug, info, warn or error. (Optional; default info)
 	LogLevel string
 	// Version is reported to the control plane, the backend and the
@@ -266,6 +269,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := translate.ParseModelAliases(c.ModelAliases); err != nil {
 		errs = append(errs, fmt.Errorf("--model-aliases: %w", err))
+	}
+	if c.UsageFlush != 0 && (c.UsageFlush < time.Second || c.UsageFlush > 10*time.Minute) {
+		errs = append(errs, fmt.Errorf("--usage-flush %v is out of range; allowed 1s..10m", c.UsageFlush))
 	}
 	if c.FailureRetries < retry.NoFailureRetries || c.FailureRetries > pacing.MaxMaxRetries {
 		errs = append(errs, fmt.Errorf("--failure-retries %d is out of range; allowed: 0..%d (FailureRetries: %d for none)",

@@ -99,6 +99,7 @@ func startEmbedded(ctx context.Context, cfg *Config, logger *slog.Logger, reg pr
 		Policies:       st,
 		Agents:         st,
 		Quotas:         st,
+		Usage:          st,
 		AdminToken:     adminTok,
 		AgentToken:     agentTok,
 		Logger:         logger.With("embedded", true),

@@ -105,7 +105,8 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	// same way. Its client pushes each account's turn budget into budgets.
 	budgets := retry.NewBudgets(cfg.Policy.Budget)
 	cc := control.Config{AgentID: agentID, Host: host, Version: cfg.Version, Fallback: cfg.Policy, Budgets: budgets,
-		TracerProvider: tp, Broker: cfg.brokered(), Accounts: keys, Notify: n.notify, Logger: logger}
+		TracerProvider: tp, Broker: cfg.brokered(), Accounts: keys, Notify: n.notify, Logger: logger,
+		UsageFlush: cfg.UsageFlush, Registerer: reg}
 	var members *accounts.Members // --member-keys: the list the control plane pushes, every key checked against it
 	if cfg.MemberKeys {
 		members = accounts.NewMembers()
@@ -137,7 +138,7 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	} else {
 		logger.Info("credentials from the control plane's credential broker", "addr", cfg.ControlPlane)
 	}
-	router, err := accounts.NewRouter(accounts.Config{Source: src, Accounts: keys, Reporter: n.ctl, Standing: n.ctl, Logger: logger, Registerer: reg,
+	router, err := accounts.NewRouter(accounts.Config{Source: src, Accounts: keys, Reporter: n.ctl, Fleet: n.ctl, Standing: n.ctl, Logger: logger, Registerer: reg,
 		UsageLimitHold: cfg.UsageLimitHold})
 	if err != nil {
 		return nil, err
@@ -175,6 +176,7 @@ func Start(ctx context.Context, cfg Config, stdout, stderr io.Writer) (_ *Node, 
 	}
 	gc.Router, gc.Pool, gc.Budgets, gc.Health, gc.Registry, gc.TracerProvider = router, n.pool, budgets, health, reg, tp
 	gc.Ready = n.ctl.Ready
+	gc.Usage = n.ctl
 	gc.Logger = logger.With("component", "dataplane/gateway")
 	if members != nil { // a nil *accounts.Members would make a non-nil interface
 		gc.Members = members

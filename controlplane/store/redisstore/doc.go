@@ -13,9 +13,10 @@
 // A *Store has the memory store's API (Admit, Cancel, HandOver,
 // UpdatePolicy, SetAdaptive, Report403, Adapt, Account, Accounts, the
 // live-agent directory, PutQuota and Quotas, AdmitMember and
-// RefundMember), plus the fleet's roster, the broker's logins and leases,
-// the scoped agent credentials and the members (what broker.Logins,
-// controlplane.AgentCredStore and controlplane.MemberStore ask of it). Now is the
+// RefundMember, PutUsage and UsageRows), plus the fleet's roster, the
+// broker's logins and leases, the scoped agent credentials and the
+// members (what broker.Logins, controlplane.AgentCredStore and
+// controlplane.MemberStore ask of it). Now is the
 // clock decisions are made on (Redis's TIME); Info says whether the store
 // is degraded.
 //
@@ -23,9 +24,10 @@
 // facts; accounts.go, the decisions and the account reads; policy.go,
 // policies and adaptive state; run.go, Run, the breaker and this
 // replica's local share while it is open; batch.go, concurrent script
-// calls sent in one pipeline per round trip; agents.go, quota.go,
-// logins.go, agentcreds.go and members.go, the rest of the state;
-// memberbuckets.go, the members' caps; epoch.go, the
+// calls sent in one pipeline per round trip; usage.go, the usage ledger
+// (a hash per minute and per hour, one script per batch, lua/usage.lua);
+// agents.go, quota.go, logins.go, agentcreds.go and members.go, the rest
+// of the state; memberbuckets.go, the members' caps; epoch.go, the
 // store's epoch and a replica's first contact (an empty store restored
 // from Options.Backup, or started new, saying which); ledger.go, the
 // durable records this replica holds; heal.go, writing them back when

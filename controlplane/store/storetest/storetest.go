@@ -34,6 +34,8 @@ type Store interface {
 
 	AdmitMember(ctx context.Context, member string, p pacing.Policy, now time.Time) (pacing.Decision, error)
 	RefundMember(ctx context.Context, member string, id uint64, now time.Time) error
+	PutUsage(ctx context.Context, b store.UsageBatch, now time.Time) (applied bool, err error)
+	UsageRows(ctx context.Context, since, until time.Time, fn func(store.UsageRow)) error
 }
 
 // Kind opens the stores of one implementation.
@@ -70,6 +72,9 @@ func Run(t *testing.T, k Kind) {
 		{"LiveAgents", liveAgents},
 		{"Quotas", quotas},
 		{"MemberCap", memberCap},
+		{"UsageOnce", usageOnce},
+		{"UsageMinutes", usageMinutes},
+		{"UsageCap", usageCap},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, k) })

@@ -1329,6 +1329,263 @@ func (x *AccountQuota) GetAgentId() string {
 	return ""
 }
 
+type GetUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group_by names the keys to group by, each at most once: "member",
+	// "agent", "account", "model". None: one row of totals.
+	GroupBy []string `protobuf:"bytes,1,rep,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
+	// since_unix_ms is where the sum starts (0: 24 hours before until),
+	// at most 30 days back; until_unix_ms where it ends (0: now). The sum
+	// covers since's minute through until's, so until = now includes the
+	// current minute.
+	SinceUnixMs   int64 `protobuf:"varint,2,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	UntilUnixMs   int64 `protobuf:"varint,3,opt,name=until_unix_ms,json=untilUnixMs,proto3" json:"until_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageRequest) Reset() {
+	*x = GetUsageRequest{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageRequest) ProtoMessage() {}
+
+func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetUsageRequest) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetUsageRequest) GetGroupBy() []string {
+	if x != nil {
+		return x.GroupBy
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *GetUsageRequest) GetUntilUnixMs() int64 {
+	if x != nil {
+		return x.UntilUnixMs
+	}
+	return 0
+}
+
+type GetUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rows are the groups, ordered by their keys; a key not grouped by
+	// is "". The ledger folds a minute's rows past its cap into one row
+	// whose keys are all "other", and so does the answer with the groups
+	// past its 10000th (as they come): the totals are always whole.
+	Rows []*UsageTotals `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	// truncated is true when groups were folded into "other" here.
+	Truncated bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// since_unix_ms and until_unix_ms are the minutes summed.
+	SinceUnixMs   int64 `protobuf:"varint,3,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	UntilUnixMs   int64 `protobuf:"varint,4,opt,name=until_unix_ms,json=untilUnixMs,proto3" json:"until_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageResponse) Reset() {
+	*x = GetUsageResponse{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageResponse) ProtoMessage() {}
+
+func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
+func (*GetUsageResponse) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GetUsageResponse) GetRows() []*UsageTotals {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *GetUsageResponse) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *GetUsageResponse) GetUntilUnixMs() int64 {
+	if x != nil {
+		return x.UntilUnixMs
+	}
+	return 0
+}
+
+// UsageTotals is the usage of one group (see UsageRow for the counts).
+type UsageTotals struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	Agent         string                 `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
+	Account       string                 `protobuf:"bytes,3,opt,name=account,proto3" json:"account,omitempty"`
+	Model         string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	Turns         int64                  `protobuf:"varint,5,opt,name=turns,proto3" json:"turns,omitempty"`
+	InputTokens   int64                  `protobuf:"varint,6,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	CachedTokens  int64                  `protobuf:"varint,7,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	OutputTokens  int64                  `protobuf:"varint,8,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	NewSockets    int64                  `protobuf:"varint,9,opt,name=new_sockets,json=newSockets,proto3" json:"new_sockets,omitempty"`
+	Refusals      int64                  `protobuf:"varint,10,opt,name=refusals,proto3" json:"refusals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageTotals) Reset() {
+	*x = UsageTotals{}
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageTotals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageTotals) ProtoMessage() {}
+
+func (x *UsageTotals) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageTotals.ProtoReflect.Descriptor instead.
+func (*UsageTotals) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *UsageTotals) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *UsageTotals) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *UsageTotals) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *UsageTotals) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *UsageTotals) GetTurns() int64 {
+	if x != nil {
+		return x.Turns
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetCachedTokens() int64 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetNewSockets() int64 {
+	if x != nil {
+		return x.NewSockets
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetRefusals() int64 {
+	if x != nil {
+		return x.Refusals
+	}
+	return 0
+}
+
 type ImportLoginRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The tokens of the sign-in; access_token and refresh_token are
@@ -1345,7 +1602,7 @@ type ImportLoginRequest struct {
 
 func (x *ImportLoginRequest) Reset() {
 	*x = ImportLoginRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[18]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1614,7 @@ func (x *ImportLoginRequest) String() string {
 func (*ImportLoginRequest) ProtoMessage() {}
 
 func (x *ImportLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[18]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1627,7 @@ func (x *ImportLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportLoginRequest.ProtoReflect.Descriptor instead.
 func (*ImportLoginRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ImportLoginRequest) GetAccessToken() string {
@@ -1410,7 +1667,7 @@ type ImportLoginResponse struct {
 
 func (x *ImportLoginResponse) Reset() {
 	*x = ImportLoginResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[19]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1679,7 @@ func (x *ImportLoginResponse) String() string {
 func (*ImportLoginResponse) ProtoMessage() {}
 
 func (x *ImportLoginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[19]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1692,7 @@ func (x *ImportLoginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportLoginResponse.ProtoReflect.Descriptor instead.
 func (*ImportLoginResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ImportLoginResponse) GetLogin() *Login {
@@ -1475,7 +1732,7 @@ type Login struct {
 
 func (x *Login) Reset() {
 	*x = Login{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[20]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1744,7 @@ func (x *Login) String() string {
 func (*Login) ProtoMessage() {}
 
 func (x *Login) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[20]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1757,7 @@ func (x *Login) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Login.ProtoReflect.Descriptor instead.
 func (*Login) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Login) GetKey() string {
@@ -1565,7 +1822,7 @@ type ListLoginsRequest struct {
 
 func (x *ListLoginsRequest) Reset() {
 	*x = ListLoginsRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[21]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1834,7 @@ func (x *ListLoginsRequest) String() string {
 func (*ListLoginsRequest) ProtoMessage() {}
 
 func (x *ListLoginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[21]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1847,7 @@ func (x *ListLoginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLoginsRequest.ProtoReflect.Descriptor instead.
 func (*ListLoginsRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListLoginsRequest) GetPageSize() int32 {
@@ -1618,7 +1875,7 @@ type ListLoginsResponse struct {
 
 func (x *ListLoginsResponse) Reset() {
 	*x = ListLoginsResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[22]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1887,7 @@ func (x *ListLoginsResponse) String() string {
 func (*ListLoginsResponse) ProtoMessage() {}
 
 func (x *ListLoginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[22]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1900,7 @@ func (x *ListLoginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLoginsResponse.ProtoReflect.Descriptor instead.
 func (*ListLoginsResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListLoginsResponse) GetLogins() []*Login {
@@ -1669,7 +1926,7 @@ type GetLoginRequest struct {
 
 func (x *GetLoginRequest) Reset() {
 	*x = GetLoginRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[23]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1938,7 @@ func (x *GetLoginRequest) String() string {
 func (*GetLoginRequest) ProtoMessage() {}
 
 func (x *GetLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[23]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1951,7 @@ func (x *GetLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoginRequest.ProtoReflect.Descriptor instead.
 func (*GetLoginRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetLoginRequest) GetKey() string {
@@ -1713,7 +1970,7 @@ type GetLoginResponse struct {
 
 func (x *GetLoginResponse) Reset() {
 	*x = GetLoginResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[24]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1982,7 @@ func (x *GetLoginResponse) String() string {
 func (*GetLoginResponse) ProtoMessage() {}
 
 func (x *GetLoginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[24]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1995,7 @@ func (x *GetLoginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoginResponse.ProtoReflect.Descriptor instead.
 func (*GetLoginResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetLoginResponse) GetLogin() *Login {
@@ -1757,7 +2014,7 @@ type RemoveLoginRequest struct {
 
 func (x *RemoveLoginRequest) Reset() {
 	*x = RemoveLoginRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[25]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +2026,7 @@ func (x *RemoveLoginRequest) String() string {
 func (*RemoveLoginRequest) ProtoMessage() {}
 
 func (x *RemoveLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[25]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +2039,7 @@ func (x *RemoveLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveLoginRequest.ProtoReflect.Descriptor instead.
 func (*RemoveLoginRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RemoveLoginRequest) GetKey() string {
@@ -1800,7 +2057,7 @@ type RemoveLoginResponse struct {
 
 func (x *RemoveLoginResponse) Reset() {
 	*x = RemoveLoginResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[26]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +2069,7 @@ func (x *RemoveLoginResponse) String() string {
 func (*RemoveLoginResponse) ProtoMessage() {}
 
 func (x *RemoveLoginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[26]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +2082,7 @@ func (x *RemoveLoginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveLoginResponse.ProtoReflect.Descriptor instead.
 func (*RemoveLoginResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 // AgentCredential is a scoped agent credential (never its token).
@@ -1847,7 +2104,7 @@ type AgentCredential struct {
 
 func (x *AgentCredential) Reset() {
 	*x = AgentCredential{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[27]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +2116,7 @@ func (x *AgentCredential) String() string {
 func (*AgentCredential) ProtoMessage() {}
 
 func (x *AgentCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[27]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +2129,7 @@ func (x *AgentCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCredential.ProtoReflect.Descriptor instead.
 func (*AgentCredential) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AgentCredential) GetName() string {
@@ -1916,7 +2173,7 @@ type CreateAgentCredentialRequest struct {
 
 func (x *CreateAgentCredentialRequest) Reset() {
 	*x = CreateAgentCredentialRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[28]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2185,7 @@ func (x *CreateAgentCredentialRequest) String() string {
 func (*CreateAgentCredentialRequest) ProtoMessage() {}
 
 func (x *CreateAgentCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[28]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2198,7 @@ func (x *CreateAgentCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAgentCredentialRequest.ProtoReflect.Descriptor instead.
 func (*CreateAgentCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateAgentCredentialRequest) GetName() string {
@@ -1974,7 +2231,7 @@ type CreateAgentCredentialResponse struct {
 
 func (x *CreateAgentCredentialResponse) Reset() {
 	*x = CreateAgentCredentialResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[29]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2243,7 @@ func (x *CreateAgentCredentialResponse) String() string {
 func (*CreateAgentCredentialResponse) ProtoMessage() {}
 
 func (x *CreateAgentCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[29]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2256,7 @@ func (x *CreateAgentCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAgentCredentialResponse.ProtoReflect.Descriptor instead.
 func (*CreateAgentCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateAgentCredentialResponse) GetCredential() *AgentCredential {
@@ -2023,7 +2280,7 @@ type ListAgentCredentialsRequest struct {
 
 func (x *ListAgentCredentialsRequest) Reset() {
 	*x = ListAgentCredentialsRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[30]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2292,7 @@ func (x *ListAgentCredentialsRequest) String() string {
 func (*ListAgentCredentialsRequest) ProtoMessage() {}
 
 func (x *ListAgentCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[30]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2305,7 @@ func (x *ListAgentCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListAgentCredentialsRequest) GetPageSize() int32 {
@@ -2076,7 +2333,7 @@ type ListAgentCredentialsResponse struct {
 
 func (x *ListAgentCredentialsResponse) Reset() {
 	*x = ListAgentCredentialsResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[31]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2345,7 @@ func (x *ListAgentCredentialsResponse) String() string {
 func (*ListAgentCredentialsResponse) ProtoMessage() {}
 
 func (x *ListAgentCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[31]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2358,7 @@ func (x *ListAgentCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListAgentCredentialsResponse) GetCredentials() []*AgentCredential {
@@ -2127,7 +2384,7 @@ type RemoveAgentCredentialRequest struct {
 
 func (x *RemoveAgentCredentialRequest) Reset() {
 	*x = RemoveAgentCredentialRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[32]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2396,7 @@ func (x *RemoveAgentCredentialRequest) String() string {
 func (*RemoveAgentCredentialRequest) ProtoMessage() {}
 
 func (x *RemoveAgentCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[32]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2409,7 @@ func (x *RemoveAgentCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAgentCredentialRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAgentCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RemoveAgentCredentialRequest) GetName() string {
@@ -2170,7 +2427,7 @@ type RemoveAgentCredentialResponse struct {
 
 func (x *RemoveAgentCredentialResponse) Reset() {
 	*x = RemoveAgentCredentialResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[33]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2439,7 @@ func (x *RemoveAgentCredentialResponse) String() string {
 func (*RemoveAgentCredentialResponse) ProtoMessage() {}
 
 func (x *RemoveAgentCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[33]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2452,7 @@ func (x *RemoveAgentCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAgentCredentialResponse.ProtoReflect.Descriptor instead.
 func (*RemoveAgentCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 // Member is a member of the team (never its key).
@@ -2223,7 +2480,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2492,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[34]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2505,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Member) GetName() string {
@@ -2311,7 +2568,7 @@ type CreateMemberRequest struct {
 
 func (x *CreateMemberRequest) Reset() {
 	*x = CreateMemberRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2580,7 @@ func (x *CreateMemberRequest) String() string {
 func (*CreateMemberRequest) ProtoMessage() {}
 
 func (x *CreateMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[35]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2593,7 @@ func (x *CreateMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMemberRequest.ProtoReflect.Descriptor instead.
 func (*CreateMemberRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateMemberRequest) GetName() string {
@@ -2383,7 +2640,7 @@ type CreateMemberResponse struct {
 
 func (x *CreateMemberResponse) Reset() {
 	*x = CreateMemberResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2395,7 +2652,7 @@ func (x *CreateMemberResponse) String() string {
 func (*CreateMemberResponse) ProtoMessage() {}
 
 func (x *CreateMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[36]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2408,7 +2665,7 @@ func (x *CreateMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMemberResponse.ProtoReflect.Descriptor instead.
 func (*CreateMemberResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateMemberResponse) GetMember() *Member {
@@ -2431,7 +2688,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2700,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[37]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2713,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListMembersRequest) GetPageSize() int32 {
@@ -2484,7 +2741,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2753,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[38]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2766,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -2535,7 +2792,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2804,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[39]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2817,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemoveMemberRequest) GetName() string {
@@ -2578,7 +2835,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2590,7 +2847,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[40]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2603,7 +2860,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 type CreateConsoleLinkRequest struct {
@@ -2617,7 +2874,7 @@ type CreateConsoleLinkRequest struct {
 
 func (x *CreateConsoleLinkRequest) Reset() {
 	*x = CreateConsoleLinkRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2886,7 @@ func (x *CreateConsoleLinkRequest) String() string {
 func (*CreateConsoleLinkRequest) ProtoMessage() {}
 
 func (x *CreateConsoleLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[41]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2899,7 @@ func (x *CreateConsoleLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsoleLinkRequest.ProtoReflect.Descriptor instead.
 func (*CreateConsoleLinkRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateConsoleLinkRequest) GetOperator() string {
@@ -2665,7 +2922,7 @@ type CreateConsoleLinkResponse struct {
 
 func (x *CreateConsoleLinkResponse) Reset() {
 	*x = CreateConsoleLinkResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[42]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +2934,7 @@ func (x *CreateConsoleLinkResponse) String() string {
 func (*CreateConsoleLinkResponse) ProtoMessage() {}
 
 func (x *CreateConsoleLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[42]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +2947,7 @@ func (x *CreateConsoleLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsoleLinkResponse.ProtoReflect.Descriptor instead.
 func (*CreateConsoleLinkResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreateConsoleLinkResponse) GetUrl() string {
@@ -2715,7 +2972,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[43]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +2984,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[43]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +2997,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 type BackupResponse struct {
@@ -2755,7 +3012,7 @@ type BackupResponse struct {
 
 func (x *BackupResponse) Reset() {
 	*x = BackupResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[44]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +3024,7 @@ func (x *BackupResponse) String() string {
 func (*BackupResponse) ProtoMessage() {}
 
 func (x *BackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[44]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +3037,7 @@ func (x *BackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupResponse.ProtoReflect.Descriptor instead.
 func (*BackupResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BackupResponse) GetData() []byte {
@@ -2817,7 +3074,7 @@ type BackupSummary struct {
 
 func (x *BackupSummary) Reset() {
 	*x = BackupSummary{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[45]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +3086,7 @@ func (x *BackupSummary) String() string {
 func (*BackupSummary) ProtoMessage() {}
 
 func (x *BackupSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[45]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +3099,7 @@ func (x *BackupSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupSummary.ProtoReflect.Descriptor instead.
 func (*BackupSummary) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *BackupSummary) GetCreatedUnixMs() int64 {
@@ -2914,7 +3171,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[46]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2926,7 +3183,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[46]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2939,7 +3196,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RestoreRequest) GetData() []byte {
@@ -2969,7 +3226,7 @@ type RestoreCounts struct {
 
 func (x *RestoreCounts) Reset() {
 	*x = RestoreCounts{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[47]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3238,7 @@ func (x *RestoreCounts) String() string {
 func (*RestoreCounts) ProtoMessage() {}
 
 func (x *RestoreCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[47]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3251,7 @@ func (x *RestoreCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreCounts.ProtoReflect.Descriptor instead.
 func (*RestoreCounts) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RestoreCounts) GetRestored() int32 {
@@ -3025,7 +3282,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[48]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3037,7 +3294,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[48]
+	mi := &file_clodex_controlplane_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3050,7 +3307,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_clodex_controlplane_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RestoreResponse) GetPolicies() *RestoreCounts {
@@ -3198,7 +3455,29 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\rlimit_reached\x18\x03 \x01(\bR\flimitReached\x12=\n" +
 	"\awindows\x18\x04 \x03(\v2#.clodex.controlplane.v1.QuotaWindowR\awindows\x12(\n" +
 	"\x10reported_unix_ms\x18\x05 \x01(\x03R\x0ereportedUnixMs\x12\x19\n" +
-	"\bagent_id\x18\x06 \x01(\tR\aagentId\"\x96\x01\n" +
+	"\bagent_id\x18\x06 \x01(\tR\aagentId\"t\n" +
+	"\x0fGetUsageRequest\x12\x19\n" +
+	"\bgroup_by\x18\x01 \x03(\tR\agroupBy\x12\"\n" +
+	"\rsince_unix_ms\x18\x02 \x01(\x03R\vsinceUnixMs\x12\"\n" +
+	"\runtil_unix_ms\x18\x03 \x01(\x03R\vuntilUnixMs\"\xb1\x01\n" +
+	"\x10GetUsageResponse\x127\n" +
+	"\x04rows\x18\x01 \x03(\v2#.clodex.controlplane.v1.UsageTotalsR\x04rows\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12\"\n" +
+	"\rsince_unix_ms\x18\x03 \x01(\x03R\vsinceUnixMs\x12\"\n" +
+	"\runtil_unix_ms\x18\x04 \x01(\x03R\vuntilUnixMs\"\xab\x02\n" +
+	"\vUsageTotals\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\x12\x14\n" +
+	"\x05agent\x18\x02 \x01(\tR\x05agent\x12\x18\n" +
+	"\aaccount\x18\x03 \x01(\tR\aaccount\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x14\n" +
+	"\x05turns\x18\x05 \x01(\x03R\x05turns\x12!\n" +
+	"\finput_tokens\x18\x06 \x01(\x03R\vinputTokens\x12#\n" +
+	"\rcached_tokens\x18\a \x01(\x03R\fcachedTokens\x12#\n" +
+	"\routput_tokens\x18\b \x01(\x03R\foutputTokens\x12\x1f\n" +
+	"\vnew_sockets\x18\t \x01(\x03R\n" +
+	"newSockets\x12\x1a\n" +
+	"\brefusals\x18\n" +
+	" \x01(\x03R\brefusals\"\x96\x01\n" +
 	"\x12ImportLoginRequest\x12!\n" +
 	"\faccess_token\x18\x01 \x01(\tR\vaccessToken\x12#\n" +
 	"\rrefresh_token\x18\x02 \x01(\tR\frefreshToken\x12\x19\n" +
@@ -3315,7 +3594,7 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"\x06logins\x18\x02 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\x06logins\x12R\n" +
 	"\x11agent_credentials\x18\x03 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\x10agentCredentials\x12&\n" +
 	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12?\n" +
-	"\amembers\x18\x05 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\amembers2\xe5\x10\n" +
+	"\amembers\x18\x05 \x01(\v2%.clodex.controlplane.v1.RestoreCountsR\amembers2\xc4\x11\n" +
 	"\fAdminService\x12Z\n" +
 	"\aSetRate\x12&.clodex.controlplane.v1.SetRateRequest\x1a'.clodex.controlplane.v1.SetRateResponse\x12`\n" +
 	"\tSetBudget\x12(.clodex.controlplane.v1.SetBudgetRequest\x1a).clodex.controlplane.v1.SetBudgetResponse\x12c\n" +
@@ -3326,7 +3605,8 @@ const file_clodex_controlplane_v1_admin_proto_rawDesc = "" +
 	"ListAgents\x12).clodex.controlplane.v1.ListAgentsRequest\x1a*.clodex.controlplane.v1.ListAgentsResponse\x12f\n" +
 	"\vSetAdaptive\x12*.clodex.controlplane.v1.SetAdaptiveRequest\x1a+.clodex.controlplane.v1.SetAdaptiveResponse\x12c\n" +
 	"\n" +
-	"ListQuotas\x12).clodex.controlplane.v1.ListQuotasRequest\x1a*.clodex.controlplane.v1.ListQuotasResponse\x12f\n" +
+	"ListQuotas\x12).clodex.controlplane.v1.ListQuotasRequest\x1a*.clodex.controlplane.v1.ListQuotasResponse\x12]\n" +
+	"\bGetUsage\x12'.clodex.controlplane.v1.GetUsageRequest\x1a(.clodex.controlplane.v1.GetUsageResponse\x12f\n" +
 	"\vImportLogin\x12*.clodex.controlplane.v1.ImportLoginRequest\x1a+.clodex.controlplane.v1.ImportLoginResponse\x12c\n" +
 	"\n" +
 	"ListLogins\x12).clodex.controlplane.v1.ListLoginsRequest\x1a*.clodex.controlplane.v1.ListLoginsResponse\x12]\n" +
@@ -3354,7 +3634,7 @@ func file_clodex_controlplane_v1_admin_proto_rawDescGZIP() []byte {
 	return file_clodex_controlplane_v1_admin_proto_rawDescData
 }
 
-var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_clodex_controlplane_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*Account)(nil),                       // 0: clodex.controlplane.v1.Account
 	(*SetRateRequest)(nil),                // 1: clodex.controlplane.v1.SetRateRequest
@@ -3374,38 +3654,41 @@ var file_clodex_controlplane_v1_admin_proto_goTypes = []any{
 	(*ListQuotasRequest)(nil),             // 15: clodex.controlplane.v1.ListQuotasRequest
 	(*ListQuotasResponse)(nil),            // 16: clodex.controlplane.v1.ListQuotasResponse
 	(*AccountQuota)(nil),                  // 17: clodex.controlplane.v1.AccountQuota
-	(*ImportLoginRequest)(nil),            // 18: clodex.controlplane.v1.ImportLoginRequest
-	(*ImportLoginResponse)(nil),           // 19: clodex.controlplane.v1.ImportLoginResponse
-	(*Login)(nil),                         // 20: clodex.controlplane.v1.Login
-	(*ListLoginsRequest)(nil),             // 21: clodex.controlplane.v1.ListLoginsRequest
-	(*ListLoginsResponse)(nil),            // 22: clodex.controlplane.v1.ListLoginsResponse
-	(*GetLoginRequest)(nil),               // 23: clodex.controlplane.v1.GetLoginRequest
-	(*GetLoginResponse)(nil),              // 24: clodex.controlplane.v1.GetLoginResponse
-	(*RemoveLoginRequest)(nil),            // 25: clodex.controlplane.v1.RemoveLoginRequest
-	(*RemoveLoginResponse)(nil),           // 26: clodex.controlplane.v1.RemoveLoginResponse
-	(*AgentCredential)(nil),               // 27: clodex.controlplane.v1.AgentCredential
-	(*CreateAgentCredentialRequest)(nil),  // 28: clodex.controlplane.v1.CreateAgentCredentialRequest
-	(*CreateAgentCredentialResponse)(nil), // 29: clodex.controlplane.v1.CreateAgentCredentialResponse
-	(*ListAgentCredentialsRequest)(nil),   // 30: clodex.controlplane.v1.ListAgentCredentialsRequest
-	(*ListAgentCredentialsResponse)(nil),  // 31: clodex.controlplane.v1.ListAgentCredentialsResponse
-	(*RemoveAgentCredentialRequest)(nil),  // 32: clodex.controlplane.v1.RemoveAgentCredentialRequest
-	(*RemoveAgentCredentialResponse)(nil), // 33: clodex.controlplane.v1.RemoveAgentCredentialResponse
-	(*Member)(nil),                        // 34: clodex.controlplane.v1.Member
-	(*CreateMemberRequest)(nil),           // 35: clodex.controlplane.v1.CreateMemberRequest
-	(*CreateMemberResponse)(nil),          // 36: clodex.controlplane.v1.CreateMemberResponse
-	(*ListMembersRequest)(nil),            // 37: clodex.controlplane.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),           // 38: clodex.controlplane.v1.ListMembersResponse
-	(*RemoveMemberRequest)(nil),           // 39: clodex.controlplane.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),          // 40: clodex.controlplane.v1.RemoveMemberResponse
-	(*CreateConsoleLinkRequest)(nil),      // 41: clodex.controlplane.v1.CreateConsoleLinkRequest
-	(*CreateConsoleLinkResponse)(nil),     // 42: clodex.controlplane.v1.CreateConsoleLinkResponse
-	(*BackupRequest)(nil),                 // 43: clodex.controlplane.v1.BackupRequest
-	(*BackupResponse)(nil),                // 44: clodex.controlplane.v1.BackupResponse
-	(*BackupSummary)(nil),                 // 45: clodex.controlplane.v1.BackupSummary
-	(*RestoreRequest)(nil),                // 46: clodex.controlplane.v1.RestoreRequest
-	(*RestoreCounts)(nil),                 // 47: clodex.controlplane.v1.RestoreCounts
-	(*RestoreResponse)(nil),               // 48: clodex.controlplane.v1.RestoreResponse
-	(*QuotaWindow)(nil),                   // 49: clodex.controlplane.v1.QuotaWindow
+	(*GetUsageRequest)(nil),               // 18: clodex.controlplane.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),              // 19: clodex.controlplane.v1.GetUsageResponse
+	(*UsageTotals)(nil),                   // 20: clodex.controlplane.v1.UsageTotals
+	(*ImportLoginRequest)(nil),            // 21: clodex.controlplane.v1.ImportLoginRequest
+	(*ImportLoginResponse)(nil),           // 22: clodex.controlplane.v1.ImportLoginResponse
+	(*Login)(nil),                         // 23: clodex.controlplane.v1.Login
+	(*ListLoginsRequest)(nil),             // 24: clodex.controlplane.v1.ListLoginsRequest
+	(*ListLoginsResponse)(nil),            // 25: clodex.controlplane.v1.ListLoginsResponse
+	(*GetLoginRequest)(nil),               // 26: clodex.controlplane.v1.GetLoginRequest
+	(*GetLoginResponse)(nil),              // 27: clodex.controlplane.v1.GetLoginResponse
+	(*RemoveLoginRequest)(nil),            // 28: clodex.controlplane.v1.RemoveLoginRequest
+	(*RemoveLoginResponse)(nil),           // 29: clodex.controlplane.v1.RemoveLoginResponse
+	(*AgentCredential)(nil),               // 30: clodex.controlplane.v1.AgentCredential
+	(*CreateAgentCredentialRequest)(nil),  // 31: clodex.controlplane.v1.CreateAgentCredentialRequest
+	(*CreateAgentCredentialResponse)(nil), // 32: clodex.controlplane.v1.CreateAgentCredentialResponse
+	(*ListAgentCredentialsRequest)(nil),   // 33: clodex.controlplane.v1.ListAgentCredentialsRequest
+	(*ListAgentCredentialsResponse)(nil),  // 34: clodex.controlplane.v1.ListAgentCredentialsResponse
+	(*RemoveAgentCredentialRequest)(nil),  // 35: clodex.controlplane.v1.RemoveAgentCredentialRequest
+	(*RemoveAgentCredentialResponse)(nil), // 36: clodex.controlplane.v1.RemoveAgentCredentialResponse
+	(*Member)(nil),                        // 37: clodex.controlplane.v1.Member
+	(*CreateMemberRequest)(nil),           // 38: clodex.controlplane.v1.CreateMemberRequest
+	(*CreateMemberResponse)(nil),          // 39: clodex.controlplane.v1.CreateMemberResponse
+	(*ListMembersRequest)(nil),            // 40: clodex.controlplane.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),           // 41: clodex.controlplane.v1.ListMembersResponse
+	(*RemoveMemberRequest)(nil),           // 42: clodex.controlplane.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),          // 43: clodex.controlplane.v1.RemoveMemberResponse
+	(*CreateConsoleLinkRequest)(nil),      // 44: clodex.controlplane.v1.CreateConsoleLinkRequest
+	(*CreateConsoleLinkResponse)(nil),     // 45: clodex.controlplane.v1.CreateConsoleLinkResponse
+	(*BackupRequest)(nil),                 // 46: clodex.controlplane.v1.BackupRequest
+	(*BackupResponse)(nil),                // 47: clodex.controlplane.v1.BackupResponse
+	(*BackupSummary)(nil),                 // 48: clodex.controlplane.v1.BackupSummary
+	(*RestoreRequest)(nil),                // 49: clodex.controlplane.v1.RestoreRequest
+	(*RestoreCounts)(nil),                 // 50: clodex.controlplane.v1.RestoreCounts
+	(*RestoreResponse)(nil),               // 51: clodex.controlplane.v1.RestoreResponse
+	(*QuotaWindow)(nil),                   // 52: clodex.controlplane.v1.QuotaWindow
 }
 var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: clodex.controlplane.v1.SetRateResponse.account:type_name -> clodex.controlplane.v1.Account
@@ -3417,64 +3700,67 @@ var file_clodex_controlplane_v1_admin_proto_depIdxs = []int32{
 	12, // 6: clodex.controlplane.v1.ListAgentsResponse.agents:type_name -> clodex.controlplane.v1.Agent
 	0,  // 7: clodex.controlplane.v1.SetAdaptiveResponse.account:type_name -> clodex.controlplane.v1.Account
 	17, // 8: clodex.controlplane.v1.ListQuotasResponse.quotas:type_name -> clodex.controlplane.v1.AccountQuota
-	49, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
-	20, // 10: clodex.controlplane.v1.ImportLoginResponse.login:type_name -> clodex.controlplane.v1.Login
-	20, // 11: clodex.controlplane.v1.ListLoginsResponse.logins:type_name -> clodex.controlplane.v1.Login
-	20, // 12: clodex.controlplane.v1.GetLoginResponse.login:type_name -> clodex.controlplane.v1.Login
-	27, // 13: clodex.controlplane.v1.CreateAgentCredentialResponse.credential:type_name -> clodex.controlplane.v1.AgentCredential
-	27, // 14: clodex.controlplane.v1.ListAgentCredentialsResponse.credentials:type_name -> clodex.controlplane.v1.AgentCredential
-	34, // 15: clodex.controlplane.v1.CreateMemberResponse.member:type_name -> clodex.controlplane.v1.Member
-	34, // 16: clodex.controlplane.v1.ListMembersResponse.members:type_name -> clodex.controlplane.v1.Member
-	45, // 17: clodex.controlplane.v1.BackupResponse.summary:type_name -> clodex.controlplane.v1.BackupSummary
-	47, // 18: clodex.controlplane.v1.RestoreResponse.policies:type_name -> clodex.controlplane.v1.RestoreCounts
-	47, // 19: clodex.controlplane.v1.RestoreResponse.logins:type_name -> clodex.controlplane.v1.RestoreCounts
-	47, // 20: clodex.controlplane.v1.RestoreResponse.agent_credentials:type_name -> clodex.controlplane.v1.RestoreCounts
-	47, // 21: clodex.controlplane.v1.RestoreResponse.members:type_name -> clodex.controlplane.v1.RestoreCounts
-	1,  // 22: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
-	3,  // 23: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
-	5,  // 24: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
-	8,  // 25: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
-	10, // 26: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
-	13, // 27: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
-	15, // 28: clodex.controlplane.v1.AdminService.ListQuotas:input_type -> clodex.controlplane.v1.ListQuotasRequest
-	18, // 29: clodex.controlplane.v1.AdminService.ImportLogin:input_type -> clodex.controlplane.v1.ImportLoginRequest
-	21, // 30: clodex.controlplane.v1.AdminService.ListLogins:input_type -> clodex.controlplane.v1.ListLoginsRequest
-	23, // 31: clodex.controlplane.v1.AdminService.GetLogin:input_type -> clodex.controlplane.v1.GetLoginRequest
-	25, // 32: clodex.controlplane.v1.AdminService.RemoveLogin:input_type -> clodex.controlplane.v1.RemoveLoginRequest
-	28, // 33: clodex.controlplane.v1.AdminService.CreateAgentCredential:input_type -> clodex.controlplane.v1.CreateAgentCredentialRequest
-	30, // 34: clodex.controlplane.v1.AdminService.ListAgentCredentials:input_type -> clodex.controlplane.v1.ListAgentCredentialsRequest
-	32, // 35: clodex.controlplane.v1.AdminService.RemoveAgentCredential:input_type -> clodex.controlplane.v1.RemoveAgentCredentialRequest
-	35, // 36: clodex.controlplane.v1.AdminService.CreateMember:input_type -> clodex.controlplane.v1.CreateMemberRequest
-	37, // 37: clodex.controlplane.v1.AdminService.ListMembers:input_type -> clodex.controlplane.v1.ListMembersRequest
-	39, // 38: clodex.controlplane.v1.AdminService.RemoveMember:input_type -> clodex.controlplane.v1.RemoveMemberRequest
-	41, // 39: clodex.controlplane.v1.AdminService.CreateConsoleLink:input_type -> clodex.controlplane.v1.CreateConsoleLinkRequest
-	43, // 40: clodex.controlplane.v1.AdminService.Backup:input_type -> clodex.controlplane.v1.BackupRequest
-	46, // 41: clodex.controlplane.v1.AdminService.Restore:input_type -> clodex.controlplane.v1.RestoreRequest
-	2,  // 42: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
-	4,  // 43: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
-	6,  // 44: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
-	9,  // 45: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
-	11, // 46: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
-	14, // 47: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
-	16, // 48: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
-	19, // 49: clodex.controlplane.v1.AdminService.ImportLogin:output_type -> clodex.controlplane.v1.ImportLoginResponse
-	22, // 50: clodex.controlplane.v1.AdminService.ListLogins:output_type -> clodex.controlplane.v1.ListLoginsResponse
-	24, // 51: clodex.controlplane.v1.AdminService.GetLogin:output_type -> clodex.controlplane.v1.GetLoginResponse
-	26, // 52: clodex.controlplane.v1.AdminService.RemoveLogin:output_type -> clodex.controlplane.v1.RemoveLoginResponse
-	29, // 53: clodex.controlplane.v1.AdminService.CreateAgentCredential:output_type -> clodex.controlplane.v1.CreateAgentCredentialResponse
-	31, // 54: clodex.controlplane.v1.AdminService.ListAgentCredentials:output_type -> clodex.controlplane.v1.ListAgentCredentialsResponse
-	33, // 55: clodex.controlplane.v1.AdminService.RemoveAgentCredential:output_type -> clodex.controlplane.v1.RemoveAgentCredentialResponse
-	36, // 56: clodex.controlplane.v1.AdminService.CreateMember:output_type -> clodex.controlplane.v1.CreateMemberResponse
-	38, // 57: clodex.controlplane.v1.AdminService.ListMembers:output_type -> clodex.controlplane.v1.ListMembersResponse
-	40, // 58: clodex.controlplane.v1.AdminService.RemoveMember:output_type -> clodex.controlplane.v1.RemoveMemberResponse
-	42, // 59: clodex.controlplane.v1.AdminService.CreateConsoleLink:output_type -> clodex.controlplane.v1.CreateConsoleLinkResponse
-	44, // 60: clodex.controlplane.v1.AdminService.Backup:output_type -> clodex.controlplane.v1.BackupResponse
-	48, // 61: clodex.controlplane.v1.AdminService.Restore:output_type -> clodex.controlplane.v1.RestoreResponse
-	42, // [42:62] is the sub-list for method output_type
-	22, // [22:42] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	52, // 9: clodex.controlplane.v1.AccountQuota.windows:type_name -> clodex.controlplane.v1.QuotaWindow
+	20, // 10: clodex.controlplane.v1.GetUsageResponse.rows:type_name -> clodex.controlplane.v1.UsageTotals
+	23, // 11: clodex.controlplane.v1.ImportLoginResponse.login:type_name -> clodex.controlplane.v1.Login
+	23, // 12: clodex.controlplane.v1.ListLoginsResponse.logins:type_name -> clodex.controlplane.v1.Login
+	23, // 13: clodex.controlplane.v1.GetLoginResponse.login:type_name -> clodex.controlplane.v1.Login
+	30, // 14: clodex.controlplane.v1.CreateAgentCredentialResponse.credential:type_name -> clodex.controlplane.v1.AgentCredential
+	30, // 15: clodex.controlplane.v1.ListAgentCredentialsResponse.credentials:type_name -> clodex.controlplane.v1.AgentCredential
+	37, // 16: clodex.controlplane.v1.CreateMemberResponse.member:type_name -> clodex.controlplane.v1.Member
+	37, // 17: clodex.controlplane.v1.ListMembersResponse.members:type_name -> clodex.controlplane.v1.Member
+	48, // 18: clodex.controlplane.v1.BackupResponse.summary:type_name -> clodex.controlplane.v1.BackupSummary
+	50, // 19: clodex.controlplane.v1.RestoreResponse.policies:type_name -> clodex.controlplane.v1.RestoreCounts
+	50, // 20: clodex.controlplane.v1.RestoreResponse.logins:type_name -> clodex.controlplane.v1.RestoreCounts
+	50, // 21: clodex.controlplane.v1.RestoreResponse.agent_credentials:type_name -> clodex.controlplane.v1.RestoreCounts
+	50, // 22: clodex.controlplane.v1.RestoreResponse.members:type_name -> clodex.controlplane.v1.RestoreCounts
+	1,  // 23: clodex.controlplane.v1.AdminService.SetRate:input_type -> clodex.controlplane.v1.SetRateRequest
+	3,  // 24: clodex.controlplane.v1.AdminService.SetBudget:input_type -> clodex.controlplane.v1.SetBudgetRequest
+	5,  // 25: clodex.controlplane.v1.AdminService.GetAccount:input_type -> clodex.controlplane.v1.GetAccountRequest
+	8,  // 26: clodex.controlplane.v1.AdminService.ListAccounts:input_type -> clodex.controlplane.v1.ListAccountsRequest
+	10, // 27: clodex.controlplane.v1.AdminService.ListAgents:input_type -> clodex.controlplane.v1.ListAgentsRequest
+	13, // 28: clodex.controlplane.v1.AdminService.SetAdaptive:input_type -> clodex.controlplane.v1.SetAdaptiveRequest
+	15, // 29: clodex.controlplane.v1.AdminService.ListQuotas:input_type -> clodex.controlplane.v1.ListQuotasRequest
+	18, // 30: clodex.controlplane.v1.AdminService.GetUsage:input_type -> clodex.controlplane.v1.GetUsageRequest
+	21, // 31: clodex.controlplane.v1.AdminService.ImportLogin:input_type -> clodex.controlplane.v1.ImportLoginRequest
+	24, // 32: clodex.controlplane.v1.AdminService.ListLogins:input_type -> clodex.controlplane.v1.ListLoginsRequest
+	26, // 33: clodex.controlplane.v1.AdminService.GetLogin:input_type -> clodex.controlplane.v1.GetLoginRequest
+	28, // 34: clodex.controlplane.v1.AdminService.RemoveLogin:input_type -> clodex.controlplane.v1.RemoveLoginRequest
+	31, // 35: clodex.controlplane.v1.AdminService.CreateAgentCredential:input_type -> clodex.controlplane.v1.CreateAgentCredentialRequest
+	33, // 36: clodex.controlplane.v1.AdminService.ListAgentCredentials:input_type -> clodex.controlplane.v1.ListAgentCredentialsRequest
+	35, // 37: clodex.controlplane.v1.AdminService.RemoveAgentCredential:input_type -> clodex.controlplane.v1.RemoveAgentCredentialRequest
+	38, // 38: clodex.controlplane.v1.AdminService.CreateMember:input_type -> clodex.controlplane.v1.CreateMemberRequest
+	40, // 39: clodex.controlplane.v1.AdminService.ListMembers:input_type -> clodex.controlplane.v1.ListMembersRequest
+	42, // 40: clodex.controlplane.v1.AdminService.RemoveMember:input_type -> clodex.controlplane.v1.RemoveMemberRequest
+	44, // 41: clodex.controlplane.v1.AdminService.CreateConsoleLink:input_type -> clodex.controlplane.v1.CreateConsoleLinkRequest
+	46, // 42: clodex.controlplane.v1.AdminService.Backup:input_type -> clodex.controlplane.v1.BackupRequest
+	49, // 43: clodex.controlplane.v1.AdminService.Restore:input_type -> clodex.controlplane.v1.RestoreRequest
+	2,  // 44: clodex.controlplane.v1.AdminService.SetRate:output_type -> clodex.controlplane.v1.SetRateResponse
+	4,  // 45: clodex.controlplane.v1.AdminService.SetBudget:output_type -> clodex.controlplane.v1.SetBudgetResponse
+	6,  // 46: clodex.controlplane.v1.AdminService.GetAccount:output_type -> clodex.controlplane.v1.GetAccountResponse
+	9,  // 47: clodex.controlplane.v1.AdminService.ListAccounts:output_type -> clodex.controlplane.v1.ListAccountsResponse
+	11, // 48: clodex.controlplane.v1.AdminService.ListAgents:output_type -> clodex.controlplane.v1.ListAgentsResponse
+	14, // 49: clodex.controlplane.v1.AdminService.SetAdaptive:output_type -> clodex.controlplane.v1.SetAdaptiveResponse
+	16, // 50: clodex.controlplane.v1.AdminService.ListQuotas:output_type -> clodex.controlplane.v1.ListQuotasResponse
+	19, // 51: clodex.controlplane.v1.AdminService.GetUsage:output_type -> clodex.controlplane.v1.GetUsageResponse
+	22, // 52: clodex.controlplane.v1.AdminService.ImportLogin:output_type -> clodex.controlplane.v1.ImportLoginResponse
+	25, // 53: clodex.controlplane.v1.AdminService.ListLogins:output_type -> clodex.controlplane.v1.ListLoginsResponse
+	27, // 54: clodex.controlplane.v1.AdminService.GetLogin:output_type -> clodex.controlplane.v1.GetLoginResponse
+	29, // 55: clodex.controlplane.v1.AdminService.RemoveLogin:output_type -> clodex.controlplane.v1.RemoveLoginResponse
+	32, // 56: clodex.controlplane.v1.AdminService.CreateAgentCredential:output_type -> clodex.controlplane.v1.CreateAgentCredentialResponse
+	34, // 57: clodex.controlplane.v1.AdminService.ListAgentCredentials:output_type -> clodex.controlplane.v1.ListAgentCredentialsResponse
+	36, // 58: clodex.controlplane.v1.AdminService.RemoveAgentCredential:output_type -> clodex.controlplane.v1.RemoveAgentCredentialResponse
+	39, // 59: clodex.controlplane.v1.AdminService.CreateMember:output_type -> clodex.controlplane.v1.CreateMemberResponse
+	41, // 60: clodex.controlplane.v1.AdminService.ListMembers:output_type -> clodex.controlplane.v1.ListMembersResponse
+	43, // 61: clodex.controlplane.v1.AdminService.RemoveMember:output_type -> clodex.controlplane.v1.RemoveMemberResponse
+	45, // 62: clodex.controlplane.v1.AdminService.CreateConsoleLink:output_type -> clodex.controlplane.v1.CreateConsoleLinkResponse
+	47, // 63: clodex.controlplane.v1.AdminService.Backup:output_type -> clodex.controlplane.v1.BackupResponse
+	51, // 64: clodex.controlplane.v1.AdminService.Restore:output_type -> clodex.controlplane.v1.RestoreResponse
+	44, // [44:65] is the sub-list for method output_type
+	23, // [23:44] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_clodex_controlplane_v1_admin_proto_init() }
@@ -3491,7 +3777,7 @@ func file_clodex_controlplane_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_admin_proto_rawDesc), len(file_clodex_controlplane_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	AdminService_ListAgents_FullMethodName            = "/clodex.controlplane.v1.AdminService/ListAgents"
 	AdminService_SetAdaptive_FullMethodName           = "/clodex.controlplane.v1.AdminService/SetAdaptive"
 	AdminService_ListQuotas_FullMethodName            = "/clodex.controlplane.v1.AdminService/ListQuotas"
+	AdminService_GetUsage_FullMethodName              = "/clodex.controlplane.v1.AdminService/GetUsage"
 	AdminService_ImportLogin_FullMethodName           = "/clodex.controlplane.v1.AdminService/ImportLogin"
 	AdminService_ListLogins_FullMethodName            = "/clodex.controlplane.v1.AdminService/ListLogins"
 	AdminService_GetLogin_FullMethodName              = "/clodex.controlplane.v1.AdminService/GetLogin"
@@ -84,6 +85,11 @@ type AdminServiceClient interface {
 	// each account (codex.rate_limits), ordered by key; key filters to one
 	// account. Since CAPABILITY_VERSION_LIMITS.
 	ListQuotas(ctx context.Context, in *ListQuotasRequest, opts ...grpc.CallOption) (*ListQuotasResponse, error)
+	// GetUsage sums the usage ledger (the turns data planes reported, per
+	// minute, kept 30 days) from since to until, grouped by the named
+	// keys, in at most 10000 rows ordered by the keys. Since
+	// CAPABILITY_VERSION_USAGE.
+	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
 	// ImportLogin stores a ChatGPT sign-in (a Codex auth.json's tokens, or
 	// the result of a device-code login clodexctl ran) in the credential
 	// broker, for the account its access token names, replacing that
@@ -217,6 +223,16 @@ func (c *adminServiceClient) ListQuotas(ctx context.Context, in *ListQuotasReque
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListQuotasResponse)
 	err := c.cc.Invoke(ctx, AdminService_ListQuotas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetUsageResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetUsage_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -408,6 +424,11 @@ type AdminServiceServer interface {
 	// each account (codex.rate_limits), ordered by key; key filters to one
 	// account. Since CAPABILITY_VERSION_LIMITS.
 	ListQuotas(context.Context, *ListQuotasRequest) (*ListQuotasResponse, error)
+	// GetUsage sums the usage ledger (the turns data planes reported, per
+	// minute, kept 30 days) from since to until, grouped by the named
+	// keys, in at most 10000 rows ordered by the keys. Since
+	// CAPABILITY_VERSION_USAGE.
+	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
 	// ImportLogin stores a ChatGPT sign-in (a Codex auth.json's tokens, or
 	// the result of a device-code login clodexctl ran) in the credential
 	// broker, for the account its access token names, replacing that
@@ -497,6 +518,9 @@ func (UnimplementedAdminServiceServer) SetAdaptive(context.Context, *SetAdaptive
 }
 func (UnimplementedAdminServiceServer) ListQuotas(context.Context, *ListQuotasRequest) (*ListQuotasResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListQuotas not implemented")
+}
+func (UnimplementedAdminServiceServer) GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUsage not implemented")
 }
 func (UnimplementedAdminServiceServer) ImportLogin(context.Context, *ImportLoginRequest) (*ImportLoginResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ImportLogin not implemented")
@@ -680,6 +704,24 @@ func _AdminService_ListQuotas_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServiceServer).ListQuotas(ctx, req.(*ListQuotasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetUsage(ctx, req.(*GetUsageRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -934,6 +976,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListQuotas",
 			Handler:    _AdminService_ListQuotas_Handler,
+		},
+		{
+			MethodName: "GetUsage",
+			Handler:    _AdminService_GetUsage_Handler,
 		},
 		{
 			MethodName: "ImportLogin",

@@ -50,6 +50,11 @@ const (
 //	                AdmitResponse.member_limited (a member's cap, checked
 //	                before the account's bucket); AdminService
 //	                CreateMember, ListMembers, RemoveMember.
+//	7 (2026-12-02): usage: ConnectRequest.usage (UsageReport, batches of
+//	                per-minute turn usage) and ConnectResponse.usage_ack;
+//	                ConnectResponse.quotas (QuotaPush, the fleet's plan
+//	                usage); AdminService.GetUsage; burn rates in
+//	                ListQuotas.
 type CapabilityVersion int32
 
 const (
@@ -65,9 +70,11 @@ const (
 	CapabilityVersion_CAPABILITY_VERSION_LIMITS CapabilityVersion = 4
 	// CAPABILITY_VERSION_BROKER: CredentialService.
 	CapabilityVersion_CAPABILITY_VERSION_BROKER CapabilityVersion = 5
-	// CAPABILITY_VERSION_MEMBERS: the member pushes and a member's cap. The
-	// current version.
+	// CAPABILITY_VERSION_MEMBERS: the member pushes and a member's cap.
 	CapabilityVersion_CAPABILITY_VERSION_MEMBERS CapabilityVersion = 6
+	// CAPABILITY_VERSION_USAGE: usage reports and acks, the fleet's quota
+	// pushes. The current version.
+	CapabilityVersion_CAPABILITY_VERSION_USAGE CapabilityVersion = 7
 )
 
 // Enum value maps for CapabilityVersion.
@@ -80,6 +87,7 @@ var (
 		4: "CAPABILITY_VERSION_LIMITS",
 		5: "CAPABILITY_VERSION_BROKER",
 		6: "CAPABILITY_VERSION_MEMBERS",
+		7: "CAPABILITY_VERSION_USAGE",
 	}
 	CapabilityVersion_value = map[string]int32{
 		"CAPABILITY_VERSION_UNSPECIFIED": 0,
@@ -89,6 +97,7 @@ var (
 		"CAPABILITY_VERSION_LIMITS":      4,
 		"CAPABILITY_VERSION_BROKER":      5,
 		"CAPABILITY_VERSION_MEMBERS":     6,
+		"CAPABILITY_VERSION_USAGE":       7,
 	}
 )
 
@@ -182,6 +191,7 @@ type ConnectRequest struct {
 	//	*ConnectRequest_Upstream_403
 	//	*ConnectRequest_Goodbye
 	//	*ConnectRequest_RateLimits
+	//	*ConnectRequest_Usage
 	Msg           isConnectRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -269,6 +279,15 @@ func (x *ConnectRequest) GetRateLimits() *RateLimits {
 	return nil
 }
 
+func (x *ConnectRequest) GetUsage() *UsageReport {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectRequest_Usage); ok {
+			return x.Usage
+		}
+	}
+	return nil
+}
+
 type isConnectRequest_Msg interface {
 	isConnectRequest_Msg()
 }
@@ -294,6 +313,13 @@ type ConnectRequest_RateLimits struct {
 	RateLimits *RateLimits `protobuf:"bytes,5,opt,name=rate_limits,json=rateLimits,proto3,oneof"`
 }
 
+type ConnectRequest_Usage struct {
+	// usage: since CAPABILITY_VERSION_USAGE; sent only to a control plane
+	// whose response headers name that version or a later one (the
+	// "clodex-capability-version" header of the Connect stream).
+	Usage *UsageReport `protobuf:"bytes,6,opt,name=usage,proto3,oneof"`
+}
+
 func (*ConnectRequest_Hello) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Heartbeat) isConnectRequest_Msg() {}
@@ -303,6 +329,8 @@ func (*ConnectRequest_Upstream_403) isConnectRequest_Msg() {}
 func (*ConnectRequest_Goodbye) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_RateLimits) isConnectRequest_Msg() {}
+
+func (*ConnectRequest_Usage) isConnectRequest_Msg() {}
 
 // AgentHello registers the data plane. It is the stream's first message.
 type AgentHello struct {
@@ -608,8 +636,17 @@ type QuotaWindow struct {
 	WindowMinutes int32 `protobuf:"varint,3,opt,name=window_minutes,json=windowMinutes,proto3" json:"window_minutes,omitempty"`
 	// resets_at_unix_ms is when the window resets (0: unknown).
 	ResetsAtUnixMs int64 `protobuf:"varint,4,opt,name=resets_at_unix_ms,json=resetsAtUnixMs,proto3" json:"resets_at_unix_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// burn_percent_per_minute is the window's use per minute over the
+	// last 15 minutes of reports of this reset (ListQuotas only; absent
+	// when the reports span less than a minute). Since
+	// CAPABILITY_VERSION_USAGE.
+	BurnPercentPerMinute *float64 `protobuf:"fixed64,5,opt,name=burn_percent_per_minute,json=burnPercentPerMinute,proto3,oneof" json:"burn_percent_per_minute,omitempty"`
+	// empties_in_seconds is how long from now until the window is used up
+	// at that rate, counted on from the latest report (0 when it is used
+	// up; absent when the rate is unknown or 0).
+	EmptiesInSeconds *int64 `protobuf:"varint,6,opt,name=empties_in_seconds,json=emptiesInSeconds,proto3,oneof" json:"empties_in_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *QuotaWindow) Reset() {
@@ -670,6 +707,20 @@ func (x *QuotaWindow) GetResetsAtUnixMs() int64 {
 	return 0
 }
 
+func (x *QuotaWindow) GetBurnPercentPerMinute() float64 {
+	if x != nil && x.BurnPercentPerMinute != nil {
+		return *x.BurnPercentPerMinute
+	}
+	return 0
+}
+
+func (x *QuotaWindow) GetEmptiesInSeconds() int64 {
+	if x != nil && x.EmptiesInSeconds != nil {
+		return *x.EmptiesInSeconds
+	}
+	return 0
+}
+
 // AgentGoodbye deregisters the agent; the control plane then ends the
 // stream with OK.
 type AgentGoodbye struct {
@@ -724,6 +775,8 @@ type ConnectResponse struct {
 	//	*ConnectResponse_Policy
 	//	*ConnectResponse_Close
 	//	*ConnectResponse_Members
+	//	*ConnectResponse_UsageAck
+	//	*ConnectResponse_Quotas
 	Msg           isConnectResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -793,6 +846,24 @@ func (x *ConnectResponse) GetMembers() *MemberPush {
 	return nil
 }
 
+func (x *ConnectResponse) GetUsageAck() *UsageAck {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_UsageAck); ok {
+			return x.UsageAck
+		}
+	}
+	return nil
+}
+
+func (x *ConnectResponse) GetQuotas() *QuotaPush {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_Quotas); ok {
+			return x.Quotas
+		}
+	}
+	return nil
+}
+
 type isConnectResponse_Msg interface {
 	isConnectResponse_Msg()
 }
@@ -811,11 +882,24 @@ type ConnectResponse_Members struct {
 	Members *MemberPush `protobuf:"bytes,3,opt,name=members,proto3,oneof"`
 }
 
+type ConnectResponse_UsageAck struct {
+	// usage_ack and quotas: since CAPABILITY_VERSION_USAGE.
+	UsageAck *UsageAck `protobuf:"bytes,4,opt,name=usage_ack,json=usageAck,proto3,oneof"`
+}
+
+type ConnectResponse_Quotas struct {
+	Quotas *QuotaPush `protobuf:"bytes,5,opt,name=quotas,proto3,oneof"`
+}
+
 func (*ConnectResponse_Policy) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_Close) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_Members) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_UsageAck) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_Quotas) isConnectResponse_Msg() {}
 
 // MemberPush is the whole list of the team's members, sent after the
 // hello and again on every change (clodexctl member create or remove on
@@ -1143,18 +1227,320 @@ func (x *AgentClose) GetReason() string {
 	return ""
 }
 
+// UsageReport is one batch of a data plane's turn usage, aggregated per
+// minute and per member, account and model. The agent is the stream's.
+// A data plane numbers its batches from 1 and keeps each until it is
+// acknowledged, sending it again after a reconnect (to this or another
+// replica) or when its ack is long overdue; the control plane applies a
+// batch once per (agent id, seq), so a batch sent twice counts once.
+// Data planes keep a message under the stream's receive limit (32 KiB).
+type UsageReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq numbers the agent's batches: 1, 2, 3 ... (0 is invalid).
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// rows are at most 200; a (minute, member, account, model) appears once.
+	Rows          []*UsageRow `protobuf:"bytes,2,rep,name=rows,proto3" json:"rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageReport) Reset() {
+	*x = UsageReport{}
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageReport) ProtoMessage() {}
+
+func (x *UsageReport) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
+func (*UsageReport) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *UsageReport) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *UsageReport) GetRows() []*UsageRow {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+// UsageRow is the usage of one minute's turns of one member on one
+// account and model.
+type UsageRow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// minute_unix_ms is the minute's start, Unix milliseconds (a multiple
+	// of 60000), by the data plane's clock.
+	MinuteUnixMs int64 `protobuf:"varint,1,opt,name=minute_unix_ms,json=minuteUnixMs,proto3" json:"minute_unix_ms,omitempty"`
+	// member is the member whose key authenticated the turns ("": none,
+	// such as a data plane without member keys): 0..64 printable ASCII
+	// bytes.
+	Member string `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	// account is the account key.
+	Account string `protobuf:"bytes,3,opt,name=account,proto3" json:"account,omitempty"`
+	// model is the model the client asked for, normalised (lower case,
+	// without a date suffix): 1..64 printable ASCII bytes.
+	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// turns counts the turns that ran on the account, whatever their
+	// outcome; refusals counts those of them admission refused (answered
+	// 429 without an upstream socket).
+	Turns int64 `protobuf:"varint,5,opt,name=turns,proto3" json:"turns,omitempty"`
+	// input_tokens (the cached ones included), cached_tokens and
+	// output_tokens are the backend's figures of the turns' responses.
+	InputTokens  int64 `protobuf:"varint,6,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	CachedTokens int64 `protobuf:"varint,7,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	OutputTokens int64 `protobuf:"varint,8,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// new_sockets counts the upstream sockets the turns opened.
+	NewSockets    int64 `protobuf:"varint,9,opt,name=new_sockets,json=newSockets,proto3" json:"new_sockets,omitempty"`
+	Refusals      int64 `protobuf:"varint,10,opt,name=refusals,proto3" json:"refusals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageRow) Reset() {
+	*x = UsageRow{}
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageRow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageRow) ProtoMessage() {}
+
+func (x *UsageRow) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageRow.ProtoReflect.Descriptor instead.
+func (*UsageRow) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *UsageRow) GetMinuteUnixMs() int64 {
+	if x != nil {
+		return x.MinuteUnixMs
+	}
+	return 0
+}
+
+func (x *UsageRow) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *UsageRow) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *UsageRow) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *UsageRow) GetTurns() int64 {
+	if x != nil {
+		return x.Turns
+	}
+	return 0
+}
+
+func (x *UsageRow) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *UsageRow) GetCachedTokens() int64 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *UsageRow) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *UsageRow) GetNewSockets() int64 {
+	if x != nil {
+		return x.NewSockets
+	}
+	return 0
+}
+
+func (x *UsageRow) GetRefusals() int64 {
+	if x != nil {
+		return x.Refusals
+	}
+	return 0
+}
+
+// UsageAck says the control plane stored the batch seq (or had stored
+// it before), or refuses it: the data plane forgets it either way.
+type UsageAck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// refused, when not empty, says why the batch was not stored and never
+	// will be (a row naming an account the agent may not use, a minute out
+	// of range); the data plane logs it and counts its turns dropped.
+	Refused       string `protobuf:"bytes,2,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageAck) Reset() {
+	*x = UsageAck{}
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageAck) ProtoMessage() {}
+
+func (x *UsageAck) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageAck.ProtoReflect.Descriptor instead.
+func (*UsageAck) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *UsageAck) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *UsageAck) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
+// QuotaPush is the fleet's view of some of the agent's accounts' plan
+// usage: per account, the latest windows any data plane reported
+// (RateLimits.at_unix_ms is when the latest of them was read). The
+// control plane sends the agent's accounts on connect and each account
+// again when a data plane reports a change, at most 100 accounts a
+// message. A data plane's account router uses them for an account it
+// has no newer figures of.
+type QuotaPush struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Accounts      []*RateLimits          `protobuf:"bytes,1,rep,name=accounts,proto3" json:"accounts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaPush) Reset() {
+	*x = QuotaPush{}
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaPush) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaPush) ProtoMessage() {}
+
+func (x *QuotaPush) ProtoReflect() protoreflect.Message {
+	mi := &file_clodex_controlplane_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaPush.ProtoReflect.Descriptor instead.
+func (*QuotaPush) Descriptor() ([]byte, []int) {
+	return file_clodex_controlplane_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *QuotaPush) GetAccounts() []*RateLimits {
+	if x != nil {
+		return x.Accounts
+	}
+	return nil
+}
+
 var File_clodex_controlplane_v1_agent_proto protoreflect.FileDescriptor
 
 const file_clodex_controlplane_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\"clodex/controlplane/v1/agent.proto\x12\x16clodex.controlplane.v1\"\xee\x02\n" +
+	"\"clodex/controlplane/v1/agent.proto\x12\x16clodex.controlplane.v1\"\xab\x03\n" +
 	"\x0eConnectRequest\x12:\n" +
 	"\x05hello\x18\x01 \x01(\v2\".clodex.controlplane.v1.AgentHelloH\x00R\x05hello\x12F\n" +
 	"\theartbeat\x18\x02 \x01(\v2&.clodex.controlplane.v1.AgentHeartbeatH\x00R\theartbeat\x12H\n" +
 	"\fupstream_403\x18\x03 \x01(\v2#.clodex.controlplane.v1.Upstream403H\x00R\vupstream403\x12@\n" +
 	"\agoodbye\x18\x04 \x01(\v2$.clodex.controlplane.v1.AgentGoodbyeH\x00R\agoodbye\x12E\n" +
 	"\vrate_limits\x18\x05 \x01(\v2\".clodex.controlplane.v1.RateLimitsH\x00R\n" +
-	"rateLimitsB\x05\n" +
+	"rateLimits\x12;\n" +
+	"\x05usage\x18\x06 \x01(\v2#.clodex.controlplane.v1.UsageReportH\x00R\x05usageB\x05\n" +
 	"\x03msg\"\xa0\x01\n" +
 	"\n" +
 	"AgentHello\x12\x19\n" +
@@ -1178,18 +1564,24 @@ const file_clodex_controlplane_v1_agent_proto_rawDesc = "" +
 	"\rlimit_reached\x18\x03 \x01(\bR\flimitReached\x12=\n" +
 	"\awindows\x18\x04 \x03(\v2#.clodex.controlplane.v1.QuotaWindowR\awindows\x12\x1c\n" +
 	"\n" +
-	"at_unix_ms\x18\x05 \x01(\x03R\batUnixMs\"\x96\x01\n" +
+	"at_unix_ms\x18\x05 \x01(\x03R\batUnixMs\"\xb8\x02\n" +
 	"\vQuotaWindow\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fused_percent\x18\x02 \x01(\x01R\vusedPercent\x12%\n" +
 	"\x0ewindow_minutes\x18\x03 \x01(\x05R\rwindowMinutes\x12)\n" +
-	"\x11resets_at_unix_ms\x18\x04 \x01(\x03R\x0eresetsAtUnixMs\"&\n" +
+	"\x11resets_at_unix_ms\x18\x04 \x01(\x03R\x0eresetsAtUnixMs\x12:\n" +
+	"\x17burn_percent_per_minute\x18\x05 \x01(\x01H\x00R\x14burnPercentPerMinute\x88\x01\x01\x121\n" +
+	"\x12empties_in_seconds\x18\x06 \x01(\x03H\x01R\x10emptiesInSeconds\x88\x01\x01B\x1a\n" +
+	"\x18_burn_percent_per_minuteB\x15\n" +
+	"\x13_empties_in_seconds\"&\n" +
 	"\fAgentGoodbye\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xd2\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xd0\x02\n" +
 	"\x0fConnectResponse\x12<\n" +
 	"\x06policy\x18\x01 \x01(\v2\".clodex.controlplane.v1.PolicyPushH\x00R\x06policy\x12:\n" +
 	"\x05close\x18\x02 \x01(\v2\".clodex.controlplane.v1.AgentCloseH\x00R\x05close\x12>\n" +
-	"\amembers\x18\x03 \x01(\v2\".clodex.controlplane.v1.MemberPushH\x00R\amembersB\x05\n" +
+	"\amembers\x18\x03 \x01(\v2\".clodex.controlplane.v1.MemberPushH\x00R\amembers\x12?\n" +
+	"\tusage_ack\x18\x04 \x01(\v2 .clodex.controlplane.v1.UsageAckH\x00R\busageAck\x12;\n" +
+	"\x06quotas\x18\x05 \x01(\v2!.clodex.controlplane.v1.QuotaPushH\x00R\x06quotasB\x05\n" +
 	"\x03msg\"L\n" +
 	"\n" +
 	"MemberPush\x12>\n" +
@@ -1220,7 +1612,28 @@ const file_clodex_controlplane_v1_agent_proto_rawDesc = "" +
 	"\x14paused_until_unix_ms\x18\f \x01(\x03R\x11pausedUntilUnixMs\"$\n" +
 	"\n" +
 	"AgentClose\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*\xf7\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"U\n" +
+	"\vUsageReport\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x124\n" +
+	"\x04rows\x18\x02 \x03(\v2 .clodex.controlplane.v1.UsageRowR\x04rows\"\xb8\x02\n" +
+	"\bUsageRow\x12$\n" +
+	"\x0eminute_unix_ms\x18\x01 \x01(\x03R\fminuteUnixMs\x12\x16\n" +
+	"\x06member\x18\x02 \x01(\tR\x06member\x12\x18\n" +
+	"\aaccount\x18\x03 \x01(\tR\aaccount\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x14\n" +
+	"\x05turns\x18\x05 \x01(\x03R\x05turns\x12!\n" +
+	"\finput_tokens\x18\x06 \x01(\x03R\vinputTokens\x12#\n" +
+	"\rcached_tokens\x18\a \x01(\x03R\fcachedTokens\x12#\n" +
+	"\routput_tokens\x18\b \x01(\x03R\foutputTokens\x12\x1f\n" +
+	"\vnew_sockets\x18\t \x01(\x03R\n" +
+	"newSockets\x12\x1a\n" +
+	"\brefusals\x18\n" +
+	" \x01(\x03R\brefusals\"6\n" +
+	"\bUsageAck\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x18\n" +
+	"\arefused\x18\x02 \x01(\tR\arefused\"K\n" +
+	"\tQuotaPush\x12>\n" +
+	"\baccounts\x18\x01 \x03(\v2\".clodex.controlplane.v1.RateLimitsR\baccounts*\x95\x02\n" +
 	"\x11CapabilityVersion\x12\"\n" +
 	"\x1eCAPABILITY_VERSION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cCAPABILITY_VERSION_ADMISSION\x10\x01\x12\x1d\n" +
@@ -1228,7 +1641,8 @@ const file_clodex_controlplane_v1_agent_proto_rawDesc = "" +
 	"\x1bCAPABILITY_VERSION_HANDOVER\x10\x03\x12\x1d\n" +
 	"\x19CAPABILITY_VERSION_LIMITS\x10\x04\x12\x1d\n" +
 	"\x19CAPABILITY_VERSION_BROKER\x10\x05\x12\x1e\n" +
-	"\x1aCAPABILITY_VERSION_MEMBERS\x10\x06*H\n" +
+	"\x1aCAPABILITY_VERSION_MEMBERS\x10\x06\x12\x1c\n" +
+	"\x18CAPABILITY_VERSION_USAGE\x10\a*H\n" +
 	"\fAgentRefusal\x12\x1d\n" +
 	"\x19AGENT_REFUSAL_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15AGENT_REFUSAL_REVOKED\x10\x012n\n" +
@@ -1248,7 +1662,7 @@ func file_clodex_controlplane_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_clodex_controlplane_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_clodex_controlplane_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_clodex_controlplane_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_clodex_controlplane_v1_agent_proto_goTypes = []any{
 	(CapabilityVersion)(0),  // 0: clodex.controlplane.v1.CapabilityVersion
 	(AgentRefusal)(0),       // 1: clodex.controlplane.v1.AgentRefusal
@@ -1264,6 +1678,10 @@ var file_clodex_controlplane_v1_agent_proto_goTypes = []any{
 	(*PushedMember)(nil),    // 11: clodex.controlplane.v1.PushedMember
 	(*PolicyPush)(nil),      // 12: clodex.controlplane.v1.PolicyPush
 	(*AgentClose)(nil),      // 13: clodex.controlplane.v1.AgentClose
+	(*UsageReport)(nil),     // 14: clodex.controlplane.v1.UsageReport
+	(*UsageRow)(nil),        // 15: clodex.controlplane.v1.UsageRow
+	(*UsageAck)(nil),        // 16: clodex.controlplane.v1.UsageAck
+	(*QuotaPush)(nil),       // 17: clodex.controlplane.v1.QuotaPush
 }
 var file_clodex_controlplane_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: clodex.controlplane.v1.ConnectRequest.hello:type_name -> clodex.controlplane.v1.AgentHello
@@ -1271,18 +1689,23 @@ var file_clodex_controlplane_v1_agent_proto_depIdxs = []int32{
 	5,  // 2: clodex.controlplane.v1.ConnectRequest.upstream_403:type_name -> clodex.controlplane.v1.Upstream403
 	8,  // 3: clodex.controlplane.v1.ConnectRequest.goodbye:type_name -> clodex.controlplane.v1.AgentGoodbye
 	6,  // 4: clodex.controlplane.v1.ConnectRequest.rate_limits:type_name -> clodex.controlplane.v1.RateLimits
-	7,  // 5: clodex.controlplane.v1.RateLimits.windows:type_name -> clodex.controlplane.v1.QuotaWindow
-	12, // 6: clodex.controlplane.v1.ConnectResponse.policy:type_name -> clodex.controlplane.v1.PolicyPush
-	13, // 7: clodex.controlplane.v1.ConnectResponse.close:type_name -> clodex.controlplane.v1.AgentClose
-	10, // 8: clodex.controlplane.v1.ConnectResponse.members:type_name -> clodex.controlplane.v1.MemberPush
-	11, // 9: clodex.controlplane.v1.MemberPush.members:type_name -> clodex.controlplane.v1.PushedMember
-	2,  // 10: clodex.controlplane.v1.AgentService.Connect:input_type -> clodex.controlplane.v1.ConnectRequest
-	9,  // 11: clodex.controlplane.v1.AgentService.Connect:output_type -> clodex.controlplane.v1.ConnectResponse
-	11, // [11:12] is the sub-list for method output_type
-	10, // [10:11] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	14, // 5: clodex.controlplane.v1.ConnectRequest.usage:type_name -> clodex.controlplane.v1.UsageReport
+	7,  // 6: clodex.controlplane.v1.RateLimits.windows:type_name -> clodex.controlplane.v1.QuotaWindow
+	12, // 7: clodex.controlplane.v1.ConnectResponse.policy:type_name -> clodex.controlplane.v1.PolicyPush
+	13, // 8: clodex.controlplane.v1.ConnectResponse.close:type_name -> clodex.controlplane.v1.AgentClose
+	10, // 9: clodex.controlplane.v1.ConnectResponse.members:type_name -> clodex.controlplane.v1.MemberPush
+	16, // 10: clodex.controlplane.v1.ConnectResponse.usage_ack:type_name -> clodex.controlplane.v1.UsageAck
+	17, // 11: clodex.controlplane.v1.ConnectResponse.quotas:type_name -> clodex.controlplane.v1.QuotaPush
+	11, // 12: clodex.controlplane.v1.MemberPush.members:type_name -> clodex.controlplane.v1.PushedMember
+	15, // 13: clodex.controlplane.v1.UsageReport.rows:type_name -> clodex.controlplane.v1.UsageRow
+	6,  // 14: clodex.controlplane.v1.QuotaPush.accounts:type_name -> clodex.controlplane.v1.RateLimits
+	2,  // 15: clodex.controlplane.v1.AgentService.Connect:input_type -> clodex.controlplane.v1.ConnectRequest
+	9,  // 16: clodex.controlplane.v1.AgentService.Connect:output_type -> clodex.controlplane.v1.ConnectResponse
+	16, // [16:17] is the sub-list for method output_type
+	15, // [15:16] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_clodex_controlplane_v1_agent_proto_init() }
@@ -1296,11 +1719,15 @@ func file_clodex_controlplane_v1_agent_proto_init() {
 		(*ConnectRequest_Upstream_403)(nil),
 		(*ConnectRequest_Goodbye)(nil),
 		(*ConnectRequest_RateLimits)(nil),
+		(*ConnectRequest_Usage)(nil),
 	}
+	file_clodex_controlplane_v1_agent_proto_msgTypes[5].OneofWrappers = []any{}
 	file_clodex_controlplane_v1_agent_proto_msgTypes[7].OneofWrappers = []any{
 		(*ConnectResponse_Policy)(nil),
 		(*ConnectResponse_Close)(nil),
 		(*ConnectResponse_Members)(nil),
+		(*ConnectResponse_UsageAck)(nil),
+		(*ConnectResponse_Quotas)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1308,7 +1735,7 @@ func file_clodex_controlplane_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clodex_controlplane_v1_agent_proto_rawDesc), len(file_clodex_controlplane_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
