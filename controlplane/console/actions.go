@@ -147,3 +147,13 @@ func (c *Console) removeAgent(r *http.Request, operator string, f url.Values) (s
 	c.log.InfoContext(ctx, "console action: agent credential removed", "operator", operator, "agent", name)
 	return "/console/", fmt.Sprintf("Agent credential %s removed: its data planes can no longer use it.", name), nil
 }
+
+func (c *Console) removeMember(r *http.Request, operator string, f url.Values) (string, string, error) {
+	ctx := r.Context()
+	name := f.Get("name")
+	if _, err := c.cfg.Admin.RemoveMember(ctx, &controlplanev1.RemoveMemberRequest{Name: name}); err != nil {
+		return "/console/", "", err
+	}
+	c.log.InfoContext(ctx, "console action: member removed", "operator", operator, "member", name)
+	return "/console/", fmt.Sprintf("Member %s removed: every data plane refuses the member's key within seconds.", name), nil
+}

@@ -26,6 +26,9 @@ type Admin interface {
 	SetRate(context.Context, *controlplanev1.SetRateRequest) (*controlplanev1.SetRateResponse, error)
 	SetAdaptive(context.Context, *controlplanev1.SetAdaptiveRequest) (*controlplanev1.SetAdaptiveResponse, error)
 	RemoveAgentCredential(context.Context, *controlplanev1.RemoveAgentCredentialRequest) (*controlplanev1.RemoveAgentCredentialResponse, error)
+	ListMembers(context.Context, *controlplanev1.ListMembersRequest) (*controlplanev1.ListMembersResponse, error)
+	RemoveMember(context.Context, *controlplanev1.RemoveMemberRequest) (*controlplanev1.RemoveMemberResponse, error)
+	GetUsage(context.Context, *controlplanev1.GetUsageRequest) (*controlplanev1.GetUsageResponse, error)
 }
 
 // Config configures a Console.
@@ -124,6 +127,7 @@ func (c *Console) routes() *http.ServeMux {
 	mux.HandleFunc("POST /console/set-rate", c.action(c.setRate))
 	mux.HandleFunc("POST /console/set-adaptive", c.action(c.setAdaptive))
 	mux.HandleFunc("POST /console/remove-agent", c.action(c.removeAgent))
+	mux.HandleFunc("POST /console/remove-member", c.action(c.removeMember))
 	mux.HandleFunc("GET /console/static/", func(w http.ResponseWriter, r *http.Request) {
 		securityHeaders(w)
 		c.static.ServeHTTP(w, r)

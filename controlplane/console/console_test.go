@@ -53,7 +53,12 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
-	st, err := store.Open(store.Options{Now: clk.now})
+	dir := t.TempDir()
+	st, err := store.Open(store.Options{Dir: dir, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logins, err := store.OpenLogins(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,6 +71,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	srv, err := controlplane.New(controlplane.Options{Admissions: st, Policies: st, Agents: st, Quotas: st,
+		Members: logins, MemberBuckets: st, Usage: st, AgentCreds: logins,
 		AdminToken: adminTok, AgentToken: agentTok, Now: clk.now, ConsoleLinks: links})
 	if err != nil {
 		t.Fatal(err)
@@ -356,4 +362,51 @@ func TestHostIsCheckedOnLoopback(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("a rebound Host answered %d, want 403", resp.StatusCode)
 	}
+}
+
+// The fleet page lists the members, and removing one from the page
+// removes it through the admin API (as clodexctl member remove does).
+func TestMembersListedAndRemoved(t *testing.T) {
+	f := newFixture(t)
+	sum := [32]byte{1, 2, 3}
+	if _, err := f.admin.CreateMember(context.Background(), &controlplanev1.CreateMemberRequest{Name: "alice", KeySha256: sum[:], RatePerMinute: 3}); err != nil {
+		t.Fatal(err)
+	}
+	c := browser(t)
+	csrf := f.signIn(c)
+	// The page reads the fleet every SampleEvery (an hour here): an
+	// action asks for a read at once, as a set-rate does.
+	f.post(c, "/console/set-adaptive", f.url, url.Values{"key": {acctA}, "adaptive": {"on"}, "csrf": {csrf}})
+	body := waitBody(t, c, f.url+"/console/", `data-member="alice"`)
+	if !strings.Contains(body, "3/min") {
+		t.Errorf("the members table does not show alice's cap:\n%s", body)
+	}
+	resp, _ := f.post(c, "/console/remove-member", f.url, url.Values{"name": {"alice"}, "csrf": {csrf}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("remove-member answered %d, want 303", resp.StatusCode)
+	}
+	list, err := f.admin.ListMembers(context.Background(), &controlplanev1.ListMembersRequest{})
+	if err != nil || len(list.GetMembers()) != 0 {
+		t.Errorf("members after the page removed alice: %v, %v; want none", list.GetMembers(), err)
+	}
+	_, body = get(t, c, f.url+"/console/")
+	if !strings.Contains(body, "Member alice removed") {
+		t.Errorf("the page does not confirm the removal:\n%s", body)
+	}
+}
+
+// waitBody polls a page until it contains want (the console reads the
+// fleet in the background).
+func waitBody(t *testing.T, c *http.Client, u, want string) string {
+	t.Helper()
+	var body string
+	for range 100 {
+		_, body = get(t, c, u)
+		if strings.Contains(body, want) {
+			return body
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s never showed %q:\n%s", u, want, body)
+	return ""
 }

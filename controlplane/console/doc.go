@@ -17,7 +17,7 @@
 // a session (sessions.go: an HttpOnly, SameSite=Strict cookie, Secure
 // under TLS; idle 1 h, at most 12 h). Without a session a page shows how
 // to sign in and nothing of the fleet. State-changing requests
-// (actions.go: set-rate, adaptive on/off, remove an agent credential)
+// (actions.go: set-rate, adaptive on/off, remove an agent credential or a member)
 // need the session's CSRF token and the console's own Origin, and are
 // logged with the operator who did them. Every answer carries a strict
 // Content-Security-Policy (console.go).

@@ -37,6 +37,12 @@ type overviewView struct {
 	Agents      []agentRow
 	Credentials []credRow
 	CredsNote   string
+	Members     []memberRow
+	MembersNote string
+	ByMember    []usageRow // the last 24 hours' usage
+	ByAgent     []usageRow
+	ByAccount   []usageRow
+	UsageNote   string
 }
 
 type accountRow struct {
@@ -155,6 +161,12 @@ func (c *Console) overview(_ context.Context, _ *http.Request, d *pageData) (int
 	if snap.credsErr != nil {
 		v.CredsNote = status.Convert(snap.credsErr).Message()
 	}
+	pp := snap.people
+	v.Members, v.MembersNote = memberRows(pp.members), errNote("members", pp.membersErr)
+	v.ByMember = usageRows(pp.byMember, (*controlplanev1.UsageTotals).GetMember)
+	v.ByAgent = usageRows(pp.byAgent, (*controlplanev1.UsageTotals).GetAgent)
+	v.ByAccount = usageRows(pp.byAccount, (*controlplanev1.UsageTotals).GetAccount)
+	v.UsageNote = errNote("usage", pp.usageErr)
 	d.Title, d.Overview, d.Live = "Fleet", v, "/console/?fragment=1"
 	return http.StatusOK, nil
 }
@@ -184,6 +196,9 @@ func (c *Console) account(ctx context.Context, r *http.Request, d *pageData) (in
 	if a.GetCountersSinceUnixMs() > 0 {
 		v.Since = time.UnixMilli(a.GetCountersSinceUnixMs()).UTC().Format(time.RFC3339)
 	}
+	if hours := c.sampler.hoursOf(a.GetKey(), now); len(hours) > 0 {
+		v.Charts = append(v.Charts, chart{Title: "Tokens per hour (the usage ledger): input not cached, cached, output", SVG: drawHours(now, hours)})
+	}
 	if sr := c.sampler.seriesOf(key); sr != nil {
 		// The history's points are 5 minutes apart; the charts end with
 		// the account as it is now.
@@ -193,7 +208,7 @@ func (c *Console) account(ctx context.Context, r *http.Request, d *pageData) (in
 		for _, w := range snap.quotas[a.GetKey()].GetWindows() {
 			cur.Used[w.GetName()] = w.GetUsedPercent()
 		}
-		v.Charts = charts(now, append(sr.history, cur))
+		v.Charts = append(v.Charts, charts(now, append(sr.history, cur))...)
 	}
 	d.Title, d.Account, d.Live = a.GetKey(), v, "/console/account/"+a.GetKey()+"?fragment=1"
 	return http.StatusOK, nil
@@ -276,7 +291,16 @@ func roundDur(d time.Duration) string {
 	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
 }
 
+// usageTableData is what the usage-table template draws.
+type usageTableData struct {
+	Title, Class string
+	Rows         []usageRow
+}
+
 var funcs = template.FuncMap{
+	"usageTable": func(title, class string, rows []usageRow) usageTableData {
+		return usageTableData{Title: title, Class: class, Rows: rows}
+	},
 	"pct":   func(v float64) float64 { return math.Max(0, math.Min(100, v)) },
 	"join":  func(s []string) string { return strings.Join(s, ", ") },
 	"short": func(s []string) string { return shortList(s, 3) },

@@ -33,7 +33,8 @@ type snapshot struct {
 	agents   []*controlplanev1.Agent
 	creds    []*controlplanev1.AgentCredential
 	credsErr error // the credential list's error (FailedPrecondition without scoped credentials)
-	err      error // why the last sampling failed, shown on the page
+	people   people // the members and the last 24 hours' usage (people.go)
+	err      error  // why the last sampling failed, shown on the page
 }
 
 // sample is one account's counters and quota use at one time.
@@ -69,10 +70,11 @@ type sampler struct {
 	mu     sync.Mutex // guards the fields below
 	last   snapshot
 	series map[string]*series
+	hours  hourly // each account's usage per hour, the last 24 hours (people.go)
 }
 
 func newSampler(admin Admin, now func() time.Time) *sampler {
-	return &sampler{admin: admin, now: now, kick: make(chan struct{}, 1), series: map[string]*series{}}
+	return &sampler{admin: admin, now: now, kick: make(chan struct{}, 1), series: map[string]*series{}, hours: hourly{}}
 }
 
 // run samples every every until ctx ends, and at once when kicked.
@@ -168,6 +170,7 @@ func (s *sampler) read(ctx context.Context, snap *snapshot) error {
 			break
 		}
 	}
+	snap.people = s.readPeople(ctx, snap.at)
 	return nil
 }
 

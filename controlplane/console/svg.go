@@ -119,10 +119,12 @@ func draw(now time.Time, xs []time.Time, lines []line, top float64) template.HTM
 			}
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(xs[i]), y(v)))
 		}
-		if len(pts) == 1 { // one point: a dot
-			fmt.Fprintf(&b, `<circle class="%s" r="2.5" cx="%s" cy="%s"/>`, l.class, strings.Split(pts[0], ",")[0], strings.Split(pts[0], ",")[1])
-		} else if len(pts) > 1 {
+		if len(pts) > 1 {
 			fmt.Fprintf(&b, `<polyline class="%s" points="%s"/>`, l.class, strings.Join(pts, " "))
+		}
+		if len(pts) > 0 { // the latest value, marked: a young history is a few pixels long
+			last := strings.Split(pts[len(pts)-1], ",")
+			fmt.Fprintf(&b, `<circle class="%s" r="2.5" cx="%s" cy="%s"/>`, l.class, last[0], last[1])
 		}
 	}
 	lx := padL + 6
@@ -149,4 +151,64 @@ func trimFloat(v float64) string {
 		return fmt.Sprintf("%.0f", v)
 	}
 	return fmt.Sprintf("%.1f", v)
+}
+
+// drawHours draws an account's usage per hour over the last 24 hours as
+// stacked bars: input not cached, cached input, output.
+func drawHours(now time.Time, hours []hourPoint) template.HTML {
+	top := 1.0
+	for _, h := range hours {
+		top = math.Max(top, float64(h.Input+h.Cached+h.Output))
+	}
+	top = niceCeil(top)
+	start := now.Add(-24 * time.Hour)
+	x := func(t time.Time) float64 {
+		f := t.Sub(start).Seconds() / (24 * time.Hour).Seconds()
+		return padL + math.Max(0, math.Min(1, f))*(chartW-padL-4)
+	}
+	y := func(v float64) float64 { return 4 + (1-math.Max(0, math.Min(1, v/top)))*(chartH-padB-4) }
+	w := (chartW - padL - 4) / 25
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" role="img" xmlns="http://www.w3.org/2000/svg">`, chartW, chartH)
+	for _, f := range []float64{0, 0.5, 1} {
+		fmt.Fprintf(&b, `<line class="grid" x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f"/><text class="axis" x="%.1f" y="%.1f">%s</text>`,
+			padL, chartW-4, y(f*top), y(f*top), padL-4, y(f*top)+4, tokenCount(f*top))
+	}
+	for _, h := range []int{24, 18, 12, 6, 0} {
+		t := now.Add(-time.Duration(h) * time.Hour)
+		label, class := "now", "axis time end"
+		if h > 0 {
+			label, class = fmt.Sprintf("-%dh", h), "axis time"
+		}
+		fmt.Fprintf(&b, `<text class="%s" x="%.1f" y="%.1f">%s</text>`, class, x(t), chartH-4, label)
+	}
+	for _, h := range hours {
+		base := 0.0
+		for i, v := range []int64{h.Input, h.Cached, h.Output} {
+			if v <= 0 {
+				continue
+			}
+			fmt.Fprintf(&b, `<rect class="s%d" x="%.1f" y="%.1f" width="%.1f" height="%.1f"/>`,
+				i, x(h.At), y(base+float64(v)), w*0.8, y(base)-y(base+float64(v)))
+			base += float64(v)
+		}
+	}
+	lx := padL + 6
+	for i, name := range []string{"input", "cached", "output"} {
+		fmt.Fprintf(&b, `<text class="legend s%d" x="%.1f" y="14">%s</text>`, i, lx, name)
+		lx += 10 + 7*float64(len(name))
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String()) //nolint:gosec // G203: built from numbers and fixed names only
+}
+
+// tokenCount prints a token count compactly: 950, 12k, 3.4M.
+func tokenCount(v float64) string {
+	switch {
+	case v >= 1e6:
+		return trimFloat(math.Round(v/1e5)/10) + "M"
+	case v >= 1e3:
+		return trimFloat(math.Round(v/1e2)/10) + "k"
+	}
+	return trimFloat(v)
 }

@@ -109,7 +109,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	defer cancel()
 	f := startFleet(t, ctx)
 	cp := f.ControlPlane
-	key := account.Key(cluster.Account)
+	acct := account.Key(cluster.Account)
 
 	// What the console should show: an agent credential, two live data
 	// planes, and the account with quota figures from a few turns.
@@ -117,10 +117,28 @@ func TestConsoleInABrowser(t *testing.T) {
 	if out, err := cp.Ctl(ctx, "agent", "create", "build-bot", "--accounts", cluster.Account, "--out", cred); err != nil {
 		t.Fatalf("agent create: %v\n%s", err, out)
 	}
+	// A member, whose turns the usage tables attribute to her.
+	aliceKey := filepath.Join(t.TempDir(), "alice.key")
+	if out, err := cp.Ctl(ctx, "member", "create", "alice", "--rate", "30", "--out", aliceKey); err != nil {
+		t.Fatalf("member create: %v\n%s", err, out)
+	}
+	key, err := os.ReadFile(aliceKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := &http.Client{Transport: memberKey{key: strings.TrimSpace(string(key))}}
 	for i := range 4 {
 		dp := f.DataPlanes[i%len(f.DataPlanes)]
-		if r := cluster.RunTurn(ctx, http.DefaultClient, dp.BaseURL, cluster.Retry{MaxRetries: 3}, func() float64 { return 0 }); !r.OK {
-			t.Fatalf("turn %d through %s: %s", i, dp.BaseURL, r.Reason)
+		// A data plane answers 503 until the member list reaches it.
+		for try := 0; ; try++ {
+			r := cluster.RunTurn(ctx, alice, dp.BaseURL, cluster.Retry{MaxRetries: 3}, func() float64 { return 0 })
+			if r.OK {
+				break
+			}
+			if try == 50 {
+				t.Fatalf("turn %d through %s: %s", i, dp.BaseURL, r.Reason)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 
@@ -130,7 +148,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 
 	tab := newBrowser(t, ctx, chromium)
-	row := fmt.Sprintf(`tr[data-account=%q]`, key)
+	row := fmt.Sprintf(`tr[data-account=%q]`, acct)
 	if err := chromedp.Do(tab,
 		chromedp.Navigate(link),
 		chromedp.WaitVisible(`span.who`),
@@ -140,8 +158,15 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.WaitVisible(`tr[data-agent]`),
 		chromedp.WaitVisible(`tr[data-credential="build-bot"]`),
 		chromedp.WaitVisible(row+` .window`),
+		chromedp.WaitVisible(`tr[data-member="alice"]`),
+		// Her turns' usage: the data planes send it every second.
+		chromedp.WaitVisible(`table.by-member tr[data-usage="alice"]`),
+		chromedp.WaitVisible(fmt.Sprintf(`table.by-account tr[data-usage=%q]`, acct)),
 	); err != nil {
 		t.Fatalf("sign in and see the fleet: %v", err)
+	}
+	if turns := text(t, tab, `table.by-member tr[data-usage="alice"] td:nth-child(2)`); turns != "4" {
+		t.Errorf("alice's turns in the usage table = %q, want the 4 she sent", turns)
 	}
 	if who := text(t, tab, `span.who`); who != "signed in as alice@e2e" {
 		t.Errorf("header says %q, want the operator named in the link", who)
@@ -169,6 +194,9 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.WaitVisible(`figure svg.chart`),
 	); err != nil {
 		t.Fatalf("open the account's page: %v", err)
+	}
+	if caption := text(t, tab, `figure figcaption`); !strings.HasPrefix(caption, "Tokens per hour") {
+		t.Errorf("the account page's first chart is %q, want its tokens per hour from the usage ledger", caption)
 	}
 	shot(t, tab, "2-account")
 	if err := chromedp.Do(tab,
@@ -209,12 +237,31 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("agent list after the page's removal: %s (%v), want none", out, err)
 	}
 
+	// Remove the member from the fleet page (a confirmation, accepted).
+	if err := chromedp.Do(tab,
+		chromedp.Navigate("http://"+cp.AdminAddr+"/console/"),
+		chromedp.WaitVisible(`tr[data-member="alice"] button`),
+		chromedp.Click(`tr[data-member="alice"] button`),
+		chromedp.WaitVisible(`p.flash`),
+	); err != nil {
+		t.Fatalf("remove the member from the page: %v", err)
+	}
+	if flash := text(t, tab, `p.flash`); !strings.Contains(flash, "Member alice removed") {
+		t.Errorf("the page confirms %q, want the member removed", flash)
+	}
+	var members []struct{ Name string }
+	if out, err := cp.Ctl(ctx, "member", "list", "-o", "json"); err != nil {
+		t.Errorf("member list: %v", err)
+	} else if err := json.Unmarshal(out, &members); err != nil || len(members) != 0 {
+		t.Errorf("member list after the page's removal: %s (%v), want none", out, err)
+	}
+
 	// A cross-origin page that posts to the console: refused, nothing
 	// changes.
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, `<!DOCTYPE html><form id="f" method="post" action="http://%s/console/set-rate">`+
 			`<input name="key" value="%s"><input name="rate" value="1"><input name="csrf" value="guessed"></form>`+
-			`<script>document.getElementById("f").submit()</script>`, cp.AdminAddr, key)
+			`<script>document.getElementById("f").submit()</script>`, cp.AdminAddr, acct)
 	}))
 	defer evil.Close()
 	if err := chromedp.Do(tab, chromedp.Navigate(evil.URL)); err != nil {
@@ -236,7 +283,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("open the used link: %v", err)
 	}
 	body = text(t, other, `body`)
-	if !strings.Contains(body, "already used or has expired") || strings.Contains(body, key) {
+	if !strings.Contains(body, "already used or has expired") || strings.Contains(body, acct) {
 		t.Errorf("a used link shows %q, want a refusal and no fleet data", body)
 	}
 	shot(t, other, "5-used-link")
@@ -284,7 +331,9 @@ func startFleet(t *testing.T, ctx context.Context) *cluster.Fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := cluster.Start(ctx, cluster.Options{Bins: bins, Dir: t.TempDir(), DataPlanes: 2, Rate: 90, Burst: 5, ControlPlaneAdmin: true})
+	// The data planes serve member keys and send their usage every second.
+	f, err := cluster.Start(ctx, cluster.Options{Bins: bins, Dir: t.TempDir(), DataPlanes: 2, Rate: 90, Burst: 5, ControlPlaneAdmin: true,
+		DataPlaneArgs: []string{"--member-keys", "--usage-flush", "1s"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,4 +346,14 @@ func must(b []byte, err error) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// memberKey sends every request with a member's key, as a member's
+// Claude Code does.
+type memberKey struct{ key string }
+
+func (m memberKey) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("X-Api-Key", m.key)
+	return http.DefaultTransport.RoundTrip(r)
 }
