@@ -32,7 +32,7 @@ type snapshot struct {
 	quotas   map[string]*controlplanev1.AccountQuota
 	agents   []*controlplanev1.Agent
 	creds    []*controlplanev1.AgentCredential
-	credsErr error // the credential list's error (FailedPrecondition without scoped credentials)
+	credsErr error  // the credential list's error (FailedPrecondition without scoped credentials)
 	people   people // the members and the last 24 hours' usage (people.go)
 	err      error  // why the last sampling failed, shown on the page
 }
