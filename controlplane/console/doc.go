@@ -26,8 +26,10 @@
 // pages.go (the fleet and an account's page, each quota window's
 // forecast from the burn rate ListQuotas answers); sampler.go (what is
 // read every few seconds, the per-minute rates and the 24-hour history,
-// bounded to 500 accounts);
-// svg.go (the charts); assets/ (templates, script, stylesheet).
+// bounded to 500 accounts); people.go (the members, and the usage ledger:
+// the last 24 hours by member, agent and account, each account's tokens
+// per hour); svg.go (the charts); assets/ (templates, script,
+// stylesheet).
 //
 // docs/operations.md §14 describes it for operators.
 package console
