@@ -218,6 +218,34 @@ func pageOf[T any](items []T, keyOf func(T) string, pageSizeReq int32, token str
 	return pg, next, nil
 }
 
+// listRequest is a paged list request (ListLogins, ListAgentCredentials,
+// ListMembers).
+type listRequest interface {
+	GetPageSize() int32
+	GetPageToken() string
+}
+
+// listPage answers a paged list RPC op from a store's records: list reads
+// them (its failure goes through fail), toProto converts each, and the
+// page the request asked for comes back with the next page token.
+func listPage[S, P any](ctx context.Context, s *Server, op string, req listRequest, def, limit int,
+	list func(context.Context) ([]S, error), fail func(context.Context, string, error) error,
+	toProto func(S) P, keyOf func(P) string) ([]P, string, error) {
+	items, err := list(ctx)
+	if err != nil {
+		return nil, "", fail(ctx, op, err)
+	}
+	out := make([]P, len(items))
+	for i, it := range items {
+		out[i] = toProto(it)
+	}
+	pg, next, err := pageOf(out, keyOf, req.GetPageSize(), req.GetPageToken(), def, limit)
+	if err != nil {
+		return nil, "", s.toStatus(ctx, op, err)
+	}
+	return pg, next, nil
+}
+
 // pageSize resolves a request's page size: 0 is def, 1..limit as given.
 func pageSize(n int32, def, limit int) (int, error) {
 	switch {

@@ -67,17 +67,10 @@ func (a *adminService) ListLogins(ctx context.Context, req *controlplanev1.ListL
 	if s.opts.Broker == nil {
 		return nil, errNoBroker
 	}
-	sts, err := s.opts.Broker.List(ctx)
+	pg, next, err := listPage(ctx, s, "ListLogins", req, DefaultLoginsPage, MaxLoginsPage,
+		s.opts.Broker.List, s.brokerStatus, loginProto, (*controlplanev1.Login).GetKey)
 	if err != nil {
-		return nil, s.brokerStatus(ctx, "ListLogins", err)
-	}
-	out := make([]*controlplanev1.Login, len(sts))
-	for i, st := range sts {
-		out[i] = loginProto(st)
-	}
-	pg, next, err := pageOf(out, (*controlplanev1.Login).GetKey, req.GetPageSize(), req.GetPageToken(), DefaultLoginsPage, MaxLoginsPage)
-	if err != nil {
-		return nil, s.toStatus(ctx, "ListLogins", err)
+		return nil, err
 	}
 	return &controlplanev1.ListLoginsResponse{Logins: pg, NextPageToken: next}, nil
 }

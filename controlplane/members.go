@@ -205,17 +205,10 @@ func (a *adminService) ListMembers(ctx context.Context, req *controlplanev1.List
 	if s.opts.Members == nil {
 		return nil, errNoMembers
 	}
-	list, err := s.opts.Members.Members(ctx)
+	pg, next, err := listPage(ctx, s, "ListMembers", req, DefaultMembersPage, MaxMembersPage,
+		s.opts.Members.Members, s.storeStatus, memberProto, (*controlplanev1.Member).GetName)
 	if err != nil {
-		return nil, s.storeStatus(ctx, "ListMembers", err)
-	}
-	out := make([]*controlplanev1.Member, len(list))
-	for i, m := range list {
-		out[i] = memberProto(m)
-	}
-	pg, next, err := pageOf(out, (*controlplanev1.Member).GetName, req.GetPageSize(), req.GetPageToken(), DefaultMembersPage, MaxMembersPage)
-	if err != nil {
-		return nil, s.toStatus(ctx, "ListMembers", err)
+		return nil, err
 	}
 	return &controlplanev1.ListMembersResponse{Members: pg, NextPageToken: next}, nil
 }

@@ -337,17 +337,10 @@ func (a *adminService) ListAgentCredentials(ctx context.Context, req *controlpla
 	if s.opts.AgentCreds == nil {
 		return nil, errNoAgentCreds
 	}
-	cs, err := s.opts.AgentCreds.AgentCreds(ctx)
+	pg, next, err := listPage(ctx, s, "ListAgentCredentials", req, DefaultAgentCredsPage, MaxAgentCredsPage,
+		s.opts.AgentCreds.AgentCreds, s.storeStatus, agentCredProto, (*controlplanev1.AgentCredential).GetName)
 	if err != nil {
-		return nil, s.storeStatus(ctx, "ListAgentCredentials", err)
-	}
-	out := make([]*controlplanev1.AgentCredential, len(cs))
-	for i, c := range cs {
-		out[i] = agentCredProto(c)
-	}
-	pg, next, err := pageOf(out, (*controlplanev1.AgentCredential).GetName, req.GetPageSize(), req.GetPageToken(), DefaultAgentCredsPage, MaxAgentCredsPage)
-	if err != nil {
-		return nil, s.toStatus(ctx, "ListAgentCredentials", err)
+		return nil, err
 	}
 	return &controlplanev1.ListAgentCredentialsResponse{Credentials: pg, NextPageToken: next}, nil
 }
