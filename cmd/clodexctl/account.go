@@ -87,14 +87,8 @@ func runAccount(ctx context.Context, e *env, args []string) error {
 	var a accountArgs
 	fs := e.flagSet("account")
 	a.register(fs)
-	pos, err := parseArgs(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return usagef("usage: clodexctl %s", accountUsage)
-	}
+	pos, err := e.parse(fs, accountUsage, args)
 	if err != nil {
-		return err
-	}
-	if err := e.checkOutput(); err != nil {
 		return err
 	}
 	if len(pos) == 0 {

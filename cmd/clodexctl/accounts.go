@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
@@ -21,30 +19,20 @@ type accountsArgs struct{}
 
 func runAccounts(ctx context.Context, e *env, args []string) error {
 	var _ accountsArgs
-	fs := e.flagSet("accounts")
-	pos, err := parseArgs(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return usagef("usage: clodexctl %s", accountsUsage)
-	}
-	if err != nil {
+	if err := e.noArgs("accounts", accountsUsage, args); err != nil {
 		return err
 	}
-	if err := e.checkOutput(); err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q; accounts takes no arguments", pos[0])
-	}
-	c, err := e.dial()
+	var accts []*controlplanev1.Account
+	var info *controlplanev1.StoreInfo
+	err := e.withAdmin(ctx, func(ctx context.Context, c *client) error {
+		var err error
+		if accts, info, err = listAccounts(ctx, c); err != nil {
+			return c.rpcError(err, "", "")
+		}
+		return nil
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := e.callCtx(ctx)
-	defer cancel()
-	accts, info, err := listAccounts(cctx, c)
-	if err != nil {
-		return c.rpcError(err, "", "")
 	}
 	store := storeOf(info)
 	views := make([]accountView, 0, len(accts))

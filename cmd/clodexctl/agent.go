@@ -63,14 +63,8 @@ func runAgentCmd(ctx context.Context, e *env, args []string) error {
 	var a agentArgs
 	fs := e.flagSet("agent")
 	a.register(fs)
-	pos, err := parseArgs(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return usagef("usage: clodexctl %s", agentUsage)
-	}
+	pos, err := e.parse(fs, agentUsage, args)
 	if err != nil {
-		return err
-	}
-	if err := e.checkOutput(); err != nil {
 		return err
 	}
 	if len(pos) == 0 {

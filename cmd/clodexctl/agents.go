@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -60,30 +58,19 @@ func agentViewOf(a *controlplanev1.Agent) agentView {
 
 func runAgents(ctx context.Context, e *env, args []string) error {
 	var _ agentsArgs
-	fs := e.flagSet("agents")
-	pos, err := parseArgs(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return usagef("usage: clodexctl %s", agentsUsage)
-	}
-	if err != nil {
+	if err := e.noArgs("agents", agentsUsage, args); err != nil {
 		return err
 	}
-	if err := e.checkOutput(); err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q; agents takes no arguments", pos[0])
-	}
-	c, err := e.dial()
+	var agents []*controlplanev1.Agent
+	err := e.withAdmin(ctx, func(ctx context.Context, c *client) error {
+		var err error
+		if agents, err = listAgents(ctx, c); err != nil {
+			return c.rpcError(err, "", "")
+		}
+		return nil
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := e.callCtx(ctx)
-	defer cancel()
-	agents, err := listAgents(cctx, c)
-	if err != nil {
-		return c.rpcError(err, "", "")
 	}
 	views := make([]agentView, 0, len(agents))
 	for _, a := range agents {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -46,14 +45,8 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 	var a backupArgs
 	fs := e.flagSet("backup")
 	fs.StringVar(&a.out, "out", "", "write the backup to this `file` (mode 0600, atomically)")
-	pos, err := parseArgs(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return usagef("usage: clodexctl %s", backupUsage)
-	}
+	pos, err := e.parse(fs, backupUsage, args)
 	if err != nil {
-		return err
-	}
-	if err := e.checkOutput(); err != nil {
 		return err
 	}
 	if len(pos) > 0 {

@@ -327,6 +327,36 @@ func (e *env) token() (bearer.Token, error) {
 	return bearer.Token{}, usagef("no admin token; pass --token-file FILE or set %s", envAdminToken)
 }
 
+// parse parses a command's arguments with its flags fs, answering -h
+// with usage, and checks -o; it returns the positional arguments.
+func (e *env) parse(fs *flag.FlagSet, usage string, args []string) ([]string, error) {
+	pos, err := parseArgs(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil, usagef("usage: clodexctl %s", usage)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkOutput(); err != nil {
+		return nil, err
+	}
+	return pos, nil
+}
+
+// noArgs parses the arguments of a command (or subcommand) name that
+// takes no flag of its own and no argument, as usage shows it, and checks
+// -o.
+func (e *env) noArgs(name, usage string, args []string) error {
+	pos, err := e.parse(e.flagSet(name), usage, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q; %s takes no arguments", pos[0], name)
+	}
+	return nil
+}
+
 // callCtx bounds one RPC by --timeout.
 func (e *env) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, e.g.timeout)

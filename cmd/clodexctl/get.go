@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 
 	controlplanev1 "github.com/clodex/clodex/proto/gen/go/clodex/controlplane/v1"
 )
@@ -25,14 +23,8 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	var a getArgs
 	fs := e.flagSet("get")
 	a.target.register(fs)
-	pos, err := parseArgs(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return usagef("usage: clodexctl %s", getUsage)
-	}
+	pos, err := e.parse(fs, getUsage, args)
 	if err != nil {
-		return err
-	}
-	if err := e.checkOutput(); err != nil {
 		return err
 	}
 	label, key, rest, err := a.target.resolve(pos)

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -92,14 +91,8 @@ func runMemberCmd(ctx context.Context, e *env, args []string) error {
 	var a memberArgs
 	fs := e.flagSet("member")
 	a.register(fs)
-	pos, err := parseArgs(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return usagef("usage: clodexctl %s", memberUsage)
-	}
+	pos, err := e.parse(fs, memberUsage, args)
 	if err != nil {
-		return err
-	}
-	if err := e.checkOutput(); err != nil {
 		return err
 	}
 	if len(pos) == 0 {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -55,14 +53,8 @@ func runQuota(ctx context.Context, e *env, args []string) error {
 	var a quotaArgs
 	fs := e.flagSet("quota")
 	a.register(fs)
-	pos, err := parseArgs(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return usagef("usage: clodexctl %s", quotaUsage)
-	}
+	pos, err := e.parse(fs, quotaUsage, args)
 	if err != nil {
-		return err
-	}
-	if err := e.checkOutput(); err != nil {
 		return err
 	}
 	var label, key string

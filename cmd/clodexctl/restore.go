@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 
@@ -56,14 +54,8 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	var a restoreArgs
 	fs := e.flagSet("restore")
 	fs.BoolVar(&a.force, "force", false, "restore every record of the file, even where the store holds a newer version (a restored sign-in may hold a refresh token rotated since)")
-	pos, err := parseArgs(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return usagef("usage: clodexctl %s", restoreUsage)
-	}
+	pos, err := e.parse(fs, restoreUsage, args)
 	if err != nil {
-		return err
-	}
-	if err := e.checkOutput(); err != nil {
 		return err
 	}
 	if len(pos) != 1 || pos[0] == "" {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strconv"
 	"time"
@@ -54,14 +53,8 @@ func runSetBudget(ctx context.Context, e *env, args []string) error {
 		a.maxRetries = &n
 		return nil
 	})
-	pos, err := parseArgs(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return usagef("usage: clodexctl %s", setBudgetUsage)
-	}
+	pos, err := e.parse(fs, setBudgetUsage, args)
 	if err != nil {
-		return err
-	}
-	if err := e.checkOutput(); err != nil {
 		return err
 	}
 	label, key, rest, err := a.target.resolve(pos)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"strconv"
 
 	"google.golang.org/protobuf/proto"
@@ -42,14 +41,8 @@ func runSetRate(ctx context.Context, e *env, args []string) error {
 		a.burst, a.hasBur = n, true
 		return nil
 	})
-	pos, err := parseArgs(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return usagef("usage: clodexctl %s", setRateUsage)
-	}
+	pos, err := e.parse(fs, setRateUsage, args)
 	if err != nil {
-		return err
-	}
-	if err := e.checkOutput(); err != nil {
 		return err
 	}
 	label, key, rest, err := a.target.resolve(pos)

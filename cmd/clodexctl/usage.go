@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -87,14 +85,8 @@ func runUsage(ctx context.Context, e *env, args []string) error {
 	fs := e.flagSet("usage")
 	fs.StringVar(&a.by, "by", "member", "group by these `keys`: member, agent, account, model, comma-separated")
 	fs.StringVar(&a.since, "since", "24h", "sum the last `D` (15m, 24h, 7d; at most 30d)")
-	pos, err := parseArgs(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return usagef("usage: clodexctl %s", usageUsage)
-	}
+	pos, err := e.parse(fs, usageUsage, args)
 	if err != nil {
-		return err
-	}
-	if err := e.checkOutput(); err != nil {
 		return err
 	}
 	if len(pos) > 0 {
