@@ -207,25 +207,10 @@ func (e *env) importLogin(ctx context.Context, req *controlplanev1.ImportLoginRe
 }
 
 func (e *env) accountList(ctx context.Context) error {
-	var logins []*controlplanev1.Login
-	err := e.withAdmin(ctx, func(ctx context.Context, c *client) (err error) {
-		logins, err = readPages(func(token string) ([]*controlplanev1.Login, string, error) {
-			resp, err := c.admin.ListLogins(ctx, &controlplanev1.ListLoginsRequest{PageToken: token})
-			return resp.GetLogins(), resp.GetNextPageToken(), err
-		})
-		return c.loginError(err, "", "")
-	})
-	if err != nil {
-		return err
-	}
-	views := make([]loginView, 0, len(logins))
-	for _, l := range logins {
-		views = append(views, loginViewOf(l))
-	}
-	if e.g.output == "json" {
-		return writeJSON(e.stdout, views)
-	}
-	return writeLogins(e.stdout, views)
+	return listAll(ctx, e, func(ctx context.Context, c *client, token string) ([]*controlplanev1.Login, string, error) {
+		resp, err := c.admin.ListLogins(ctx, &controlplanev1.ListLoginsRequest{PageToken: token})
+		return resp.GetLogins(), resp.GetNextPageToken(), err
+	}, func(c *client, err error) error { return c.loginError(err, "", "") }, loginViewOf, writeLogins)
 }
 
 func (e *env) accountShow(ctx context.Context, label, key string) error {

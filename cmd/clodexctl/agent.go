@@ -173,25 +173,10 @@ func (e *env) agentCreate(ctx context.Context, name, accounts, out string) error
 }
 
 func (e *env) agentList(ctx context.Context) error {
-	var creds []*controlplanev1.AgentCredential
-	err := e.withAdmin(ctx, func(ctx context.Context, c *client) (err error) {
-		creds, err = readPages(func(token string) ([]*controlplanev1.AgentCredential, string, error) {
-			resp, err := c.admin.ListAgentCredentials(ctx, &controlplanev1.ListAgentCredentialsRequest{PageToken: token})
-			return resp.GetCredentials(), resp.GetNextPageToken(), err
-		})
-		return c.loginError(err, "", "")
-	})
-	if err != nil {
-		return err
-	}
-	views := make([]agentCredView, 0, len(creds))
-	for _, cr := range creds {
-		views = append(views, agentCredViewOf(cr))
-	}
-	if e.g.output == "json" {
-		return writeJSON(e.stdout, views)
-	}
-	return writeAgentCreds(e.stdout, views)
+	return listAll(ctx, e, func(ctx context.Context, c *client, token string) ([]*controlplanev1.AgentCredential, string, error) {
+		resp, err := c.admin.ListAgentCredentials(ctx, &controlplanev1.ListAgentCredentialsRequest{PageToken: token})
+		return resp.GetCredentials(), resp.GetNextPageToken(), err
+	}, func(c *client, err error) error { return c.loginError(err, "", "") }, agentCredViewOf, writeAgentCreds)
 }
 
 func (e *env) agentRemove(ctx context.Context, name string) error {

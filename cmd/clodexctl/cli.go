@@ -343,6 +343,20 @@ func (e *env) parse(fs *flag.FlagSet, usage string, args []string) ([]string, er
 	return pos, nil
 }
 
+// parseTarget parses the arguments of a command name whose only flags
+// are an account's (ACCOUNT or --key KEY, as target takes them) and
+// resolves the account: its label and key, and the arguments after it.
+func (e *env) parseTarget(name, usage string, args []string) (label, key string, rest []string, err error) {
+	var t target
+	fs := e.flagSet(name)
+	t.register(fs)
+	pos, err := e.parse(fs, usage, args)
+	if err != nil {
+		return "", "", nil, err
+	}
+	return t.resolve(pos)
+}
+
 // noArgs parses the arguments of a command (or subcommand) name that
 // takes no flag of its own and no argument, as usage shows it, and checks
 // -o.

@@ -15,19 +15,8 @@ var getCmd = &command{
 	run:   runGet,
 }
 
-type getArgs struct {
-	target target
-}
-
 func runGet(ctx context.Context, e *env, args []string) error {
-	var a getArgs
-	fs := e.flagSet("get")
-	a.target.register(fs)
-	pos, err := e.parse(fs, getUsage, args)
-	if err != nil {
-		return err
-	}
-	label, key, rest, err := a.target.resolve(pos)
+	label, key, rest, err := e.parseTarget("get", getUsage, args)
 	if err != nil {
 		return err
 	}

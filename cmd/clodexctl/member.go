@@ -209,25 +209,10 @@ func memberTerms(v memberView) string {
 }
 
 func (e *env) memberList(ctx context.Context) error {
-	var ms []*controlplanev1.Member
-	err := e.withAdmin(ctx, func(ctx context.Context, c *client) (err error) {
-		ms, err = readPages(func(token string) ([]*controlplanev1.Member, string, error) {
-			resp, err := c.admin.ListMembers(ctx, &controlplanev1.ListMembersRequest{PageToken: token})
-			return resp.GetMembers(), resp.GetNextPageToken(), err
-		})
-		return c.memberError(err, "")
-	})
-	if err != nil {
-		return err
-	}
-	views := make([]memberView, 0, len(ms))
-	for _, m := range ms {
-		views = append(views, memberViewOf(m))
-	}
-	if e.g.output == "json" {
-		return writeJSON(e.stdout, views)
-	}
-	return writeMembers(e.stdout, views)
+	return listAll(ctx, e, func(ctx context.Context, c *client, token string) ([]*controlplanev1.Member, string, error) {
+		resp, err := c.admin.ListMembers(ctx, &controlplanev1.ListMembersRequest{PageToken: token})
+		return resp.GetMembers(), resp.GetNextPageToken(), err
+	}, func(c *client, err error) error { return c.memberError(err, "") }, memberViewOf, writeMembers)
 }
 
 func (e *env) memberRemove(ctx context.Context, name string) error {

@@ -15,19 +15,8 @@ var setAdaptiveCmd = &command{
 	run:   runSetAdaptive,
 }
 
-type setAdaptiveArgs struct {
-	target target
-}
-
 func runSetAdaptive(ctx context.Context, e *env, args []string) error {
-	var a setAdaptiveArgs
-	fs := e.flagSet("set-adaptive")
-	a.target.register(fs)
-	pos, err := e.parse(fs, setAdaptiveUsage, args)
-	if err != nil {
-		return err
-	}
-	label, key, rest, err := a.target.resolve(pos)
+	label, key, rest, err := e.parseTarget("set-adaptive", setAdaptiveUsage, args)
 	if err != nil {
 		return err
 	}
