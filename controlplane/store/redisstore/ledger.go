@@ -96,37 +96,30 @@ func (l *ledger) dropLogin(key string, gen int64) {
 
 // putCred keeps c unless the ledger holds a newer version.
 func (l *ledger) putCred(c store.AgentCred) {
-	l.mu.Lock()
-	cur, ok := l.creds[c.Name]
-	keep := !ok || cur.Version < c.Version
-	if keep {
-		c.Unreadable = ""
-		l.creds[c.Name] = c
-	}
-	l.mu.Unlock()
-	if keep {
-		l.note()
-	}
+	c.Unreadable = ""
+	putNewer(l, l.creds, c.Name, c, c.Version, func(c store.AgentCred) int64 { return c.Version })
 }
 
 // dropCred forgets credential name, removed at version v.
-func (l *ledger) dropCred(name string, v int64) {
-	l.mu.Lock()
-	delete(l.creds, name)
-	f := "cred:" + name
-	l.removed[f] = max(l.removed[f], v)
-	l.mu.Unlock()
-	l.note()
-}
+func (l *ledger) dropCred(name string, v int64) { dropRemoved(l, l.creds, name, "cred:", v) }
 
 // putMember keeps m unless the ledger holds a newer version.
 func (l *ledger) putMember(m store.Member) {
+	m.Unreadable = ""
+	putNewer(l, l.members, m.Name, m, m.Version, func(m store.Member) int64 { return m.Version })
+}
+
+// dropMember forgets member name, removed at version v.
+func (l *ledger) dropMember(name string, v int64) { dropRemoved(l, l.members, name, "member:", v) }
+
+// putNewer keeps r, of version v, as m's record name unless m holds a
+// newer one. m is one of the ledger's maps (made once, guarded by l.mu).
+func putNewer[R any](l *ledger, m map[string]R, name string, r R, v int64, version func(R) int64) {
 	l.mu.Lock()
-	cur, ok := l.members[m.Name]
-	keep := !ok || cur.Version < m.Version
+	cur, ok := m[name]
+	keep := !ok || version(cur) < v
 	if keep {
-		m.Unreadable = ""
-		l.members[m.Name] = m
+		m[name] = r
 	}
 	l.mu.Unlock()
 	if keep {
@@ -134,11 +127,12 @@ func (l *ledger) putMember(m store.Member) {
 	}
 }
 
-// dropMember forgets member name, removed at version v.
-func (l *ledger) dropMember(name string, v int64) {
+// dropRemoved forgets m's record name, removed at version v (its removal
+// recorded under prefix+name).
+func dropRemoved[R any](l *ledger, m map[string]R, name, prefix string, v int64) {
 	l.mu.Lock()
-	delete(l.members, name)
-	f := "member:" + name
+	delete(m, name)
+	f := prefix + name
 	l.removed[f] = max(l.removed[f], v)
 	l.mu.Unlock()
 	l.note()
