@@ -47,22 +47,32 @@ func (f *LoginFile) AgentCreds(context.Context) ([]AgentCred, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]AgentCred, 0, len(d.AgentCreds))
-	for name, c := range d.AgentCreds {
-		c.Name = name
-		out = append(out, c)
-	}
+	out := listNamed(d.AgentCreds, func(c *AgentCred, name string) { c.Name = name })
 	sortCreds(out)
 	return out, nil
 }
 
 // RemoveAgentCred deletes a credential from the logins file.
 func (f *LoginFile) RemoveAgentCred(ctx context.Context, name string) error {
-	return f.update(ctx, func(d *loginsDoc) error {
-		if _, ok := d.AgentCreds[name]; !ok {
-			return ErrNotFound
-		}
-		delete(d.AgentCreds, name)
-		return nil
-	})
+	return f.update(ctx, func(d *loginsDoc) error { return removeNamed(d.AgentCreds, name) })
+}
+
+// listNamed returns the records of a logins file's map, each with its
+// name (the map's key) set.
+func listNamed[R any](m map[string]R, setName func(*R, string)) []R {
+	out := make([]R, 0, len(m))
+	for name, r := range m {
+		setName(&r, name)
+		out = append(out, r)
+	}
+	return out
+}
+
+// removeNamed deletes m's record name, or returns ErrNotFound.
+func removeNamed[R any](m map[string]R, name string) error {
+	if _, ok := m[name]; !ok {
+		return ErrNotFound
+	}
+	delete(m, name)
+	return nil
 }

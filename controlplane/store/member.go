@@ -128,11 +128,7 @@ func (f *LoginFile) Members(context.Context) ([]Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Member, 0, len(d.Members))
-	for name, m := range d.Members {
-		m.Name = name
-		out = append(out, m)
-	}
+	out := listNamed(d.Members, func(m *Member, name string) { m.Name = name })
 	SortMembers(out)
 	return out, nil
 }
@@ -140,11 +136,5 @@ func (f *LoginFile) Members(context.Context) ([]Member, error) {
 // RemoveMember deletes a member from the logins file, or returns
 // ErrNotFound.
 func (f *LoginFile) RemoveMember(ctx context.Context, name string) error {
-	return f.update(ctx, func(d *loginsDoc) error {
-		if _, ok := d.Members[name]; !ok {
-			return ErrNotFound
-		}
-		delete(d.Members, name)
-		return nil
-	})
+	return f.update(ctx, func(d *loginsDoc) error { return removeNamed(d.Members, name) })
 }
