@@ -7,9 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/clodex/clodex/controlplane/store"
 )
@@ -101,72 +98,31 @@ func (r *Store) PutAgentCred(ctx context.Context, c store.AgentCred) error {
 // holds that Redis lost (written back). An unreadable one is listed with
 // Unreadable set and this replica's last good copy, if any.
 func (r *Store) AgentCreds(ctx context.Context) ([]store.AgentCred, error) {
-	var m, versions, removed map[string]string
-	err := r.call(ctx, "agentcreds", func(ctx context.Context) error {
-		pipe := r.client.Pipeline()
-		a := pipe.HGetAll(ctx, r.agentCredsKey())
-		v := pipe.HGetAll(ctx, r.agentCredVersionsKey())
-		rm := pipe.HGetAll(ctx, r.removedKey())
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return err
-		}
-		m, versions, removed = a.Val(), v.Val(), rm.Val()
-		return nil
-	})
-	if err != nil {
-		if !answered(err) && ctx.Err() == nil {
+	return readNamed(ctx, r, named[store.AgentCred]{
+		kind: "agent credential", removal: "cred", op: "agentcreds", key: r.agentCredsKey(), versions: r.agentCredVersionsKey(),
+		expect: "not the expected JSON with a token digest",
+		decode: func(_, raw string) (store.AgentCred, error) {
+			var c store.AgentCred
+			if err := json.Unmarshal([]byte(raw), &c); err != nil || len(c.Digest) == 0 {
+				return c, errors.New("bad agent credential")
+			}
+			return c, nil
+		},
+		version: func(c store.AgentCred) int64 { return c.Version },
+		with: func(c store.AgentCred, name string, v int64) store.AgentCred {
+			c.Name, c.Version = name, v
+			return c
+		},
+		bad: func(c store.AgentCred, name, why string) store.AgentCred {
+			c.Name, c.Unreadable = name, why
+			return c
+		},
+		mine: func() map[string]store.AgentCred {
 			_, creds, _, _, _ := r.ledger.copyOf()
-			if len(creds) > 0 {
-				return sortCreds(creds), nil // Redis unreachable: this replica's copy
-			}
-		}
-		return nil, fmt.Errorf("read agent credentials: %w", err)
-	}
-	tombs := parseRemoved(removed)
-	r.ledger.noteRemoved(tombs)
-	_, mine, _, _, _ := r.ledger.copyOf()
-	out := make(map[string]store.AgentCred, len(m))
-	var lost []store.AgentCred
-	for name, v := range m {
-		ver, _ := strconv.ParseInt(versions[name], 10, 64)
-		var c store.AgentCred
-		if err := json.Unmarshal([]byte(v), &c); err != nil || len(c.Digest) == 0 {
-			bad := &store.BadRecordError{Kind: "agent credential", Name: name, Where: "redis hash " + r.agentCredsKey() + " field " + name,
-				Err: errors.New("not the expected JSON with a token digest")}
-			r.noteBad(bad)
-			if cp, ok := mine[name]; ok && cp.Version == ver && ver > 0 {
-				// a copy of the stored version: repair the record
-				lost = append(lost, cp)
-				out[name] = cp
-				continue
-			}
-			c = mine[name]
-			c.Name, c.Unreadable = name, bad.Error()
-			out[name] = c
-			continue
-		}
-		c.Name, c.Version = name, ver
-		if cp, ok := mine[name]; ok && cp.Version > ver && tombs["cred:"+name] < cp.Version {
-			r.noteLost("agent credential", name, r.agentCredsKey())
-			lost = append(lost, cp)
-			out[name] = cp
-			continue
-		}
-		r.noteGood("agent credential", name)
-		r.ledger.putCred(c)
-		out[name] = c
-	}
-	for name, cp := range mine {
-		if _, ok := m[name]; !ok && tombs["cred:"+name] < max(cp.Version, 1) {
-			r.noteLost("agent credential", name, r.agentCredsKey())
-			lost = append(lost, cp)
-			out[name] = cp
-		}
-	}
-	if len(lost) > 0 {
-		r.repairCreds(ctx, lost)
-	}
-	return sortCreds(out), nil
+			return creds
+		},
+		keep: r.ledger.putCred, repair: r.repairCreds, sorted: sortCreds,
+	})
 }
 
 // repairCreds writes this replica's copies of credentials back over

@@ -3,13 +3,9 @@ package redisstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/clodex/clodex/controlplane/store"
 )
@@ -89,77 +85,35 @@ func (r *Store) PutMember(ctx context.Context, m store.Member) error {
 // Unreadable set and this replica's last good copy, if any (repaired
 // when the copy is of the stored version).
 func (r *Store) Members(ctx context.Context) ([]store.Member, error) {
-	var m, versions, removed map[string]string
-	err := r.call(ctx, "members", func(ctx context.Context) error {
-		pipe := r.client.Pipeline()
-		a := pipe.HGetAll(ctx, r.membersKey())
-		v := pipe.HGetAll(ctx, r.memberVersionsKey())
-		rm := pipe.HGetAll(ctx, r.removedKey())
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return err
-		}
-		m, versions, removed = a.Val(), v.Val(), rm.Val()
-		return nil
+	return readNamed(ctx, r, named[store.Member]{
+		kind: "member", removal: memberKind, op: "members", key: r.membersKey(), versions: r.memberVersionsKey(),
+		expect: "not the expected JSON with a key digest",
+		decode: func(name, raw string) (store.Member, error) {
+			var m store.Member
+			if err := json.Unmarshal([]byte(raw), &m); err != nil {
+				return m, err
+			}
+			m.Name = name
+			return m, m.Validate()
+		},
+		version: func(m store.Member) int64 { return m.Version },
+		with: func(m store.Member, name string, v int64) store.Member {
+			m.Name, m.Version = name, v
+			return m
+		},
+		bad: func(m store.Member, name, why string) store.Member {
+			m.Name, m.Unreadable = name, why
+			return m
+		},
+		mine: r.ledger.membersCopy,
+		keep: r.ledger.putMember,
+		repair: func(ctx context.Context, lost []store.Member) {
+			if _, err := r.writeMembers(ctx, lost, true); err != nil {
+				r.log.Warn("writing members back failed; trying again at the next read", "err", err)
+			}
+		},
+		sorted: sortedMembers,
 	})
-	if err != nil {
-		if !answered(err) && ctx.Err() == nil {
-			if mine := r.ledger.membersCopy(); len(mine) > 0 {
-				return sortedMembers(mine), nil // Redis unreachable: this replica's copy
-			}
-		}
-		return nil, fmt.Errorf("read members: %w", err)
-	}
-	tombs := parseRemoved(removed)
-	r.ledger.noteRemoved(tombs)
-	mine := r.ledger.membersCopy()
-	out := make(map[string]store.Member, len(m))
-	var lost []store.Member
-	for name, raw := range m {
-		ver, _ := strconv.ParseInt(versions[name], 10, 64)
-		var mb store.Member
-		err := json.Unmarshal([]byte(raw), &mb)
-		if err == nil {
-			mb.Name = name
-			err = mb.Validate()
-		}
-		if err != nil {
-			bad := &store.BadRecordError{Kind: "member", Name: name, Where: "redis hash " + r.membersKey() + " field " + name,
-				Err: errors.New("not the expected JSON with a key digest")}
-			r.noteBad(bad)
-			if cp, ok := mine[name]; ok && cp.Version == ver && ver > 0 {
-				lost = append(lost, cp) // a copy of the stored version: repair the record
-				out[name] = cp
-				continue
-			}
-			mb = mine[name]
-			mb.Name, mb.Unreadable = name, bad.Error()
-			out[name] = mb
-			continue
-		}
-		mb.Version = ver
-		if cp, ok := mine[name]; ok && cp.Version > ver && tombs[memberKind+":"+name] < cp.Version {
-			r.noteLost("member", name, r.membersKey())
-			lost = append(lost, cp)
-			out[name] = cp
-			continue
-		}
-		r.noteGood("member", name)
-		r.ledger.putMember(mb)
-		out[name] = mb
-	}
-	for name, cp := range mine {
-		if _, ok := m[name]; !ok && tombs[memberKind+":"+name] < max(cp.Version, 1) {
-			r.noteLost("member", name, r.membersKey())
-			lost = append(lost, cp)
-			out[name] = cp
-		}
-	}
-	if len(lost) > 0 {
-		if _, err := r.writeMembers(ctx, lost, true); err != nil {
-			r.log.Warn("writing members back failed; trying again at the next read", "err", err)
-		}
-	}
-	return sortedMembers(out), nil
 }
 
 func sortedMembers(m map[string]store.Member) []store.Member {
