@@ -67,26 +67,12 @@ func (r *Store) PutAgentCred(ctx context.Context, c store.AgentCred) error {
 	if err != nil {
 		return fmt.Errorf("encode agent credential %s: %w", c.Name, err)
 	}
-	var v int64
-	for attempt := 0; ; attempt++ {
-		err = r.call(ctx, "agentcreds", func(ctx context.Context) error {
-			n, err := scriptCredPut.Run(ctx, r.client, []string{r.agentCredsKey(), r.agentCredVersionsKey(), r.removedKey(), r.epochKey()},
-				c.Name, string(b), r.knownEpoch()).Int64()
-			v = n
-			return err
-		})
-		if err != nil || v != -3 || attempt > 0 {
-			break
-		}
-		if err := r.healNow(ctx); err != nil {
-			return fmt.Errorf("put agent credential %s: %w", c.Name, err)
-		}
-	}
-	switch {
-	case err != nil:
-		return fmt.Errorf("put agent credential %s: %w", c.Name, err)
-	case v == -3:
-		return fmt.Errorf("put agent credential %s: %w", c.Name, errHealing)
+	v, err := r.epochWrite(ctx, "agentcreds", "put agent credential "+c.Name, func(ctx context.Context) (int64, error) {
+		return scriptCredPut.Run(ctx, r.client, []string{r.agentCredsKey(), r.agentCredVersionsKey(), r.removedKey(), r.epochKey()},
+			c.Name, string(b), r.knownEpoch()).Int64()
+	})
+	if err != nil {
+		return err
 	}
 	c.Version = v
 	r.ledger.putCred(c)
@@ -153,28 +139,14 @@ func sortCreds(m map[string]store.AgentCred) []store.AgentCred {
 
 // RemoveAgentCred deletes a credential from Redis and records the removal.
 func (r *Store) RemoveAgentCred(ctx context.Context, name string) error {
-	var v int64
-	var err error
-	for attempt := 0; ; attempt++ {
-		err = r.call(ctx, "agentcreds", func(ctx context.Context) error {
-			n, err := scriptCredRemove.Run(ctx, r.client, []string{r.agentCredsKey(), r.agentCredVersionsKey(), r.removedKey(), r.epochKey()},
-				name, r.knownEpoch()).Int64()
-			v = n
-			return err
-		})
-		if err != nil || v != -3 || attempt > 0 {
-			break
-		}
-		if err := r.healNow(ctx); err != nil {
-			return fmt.Errorf("remove agent credential %s: %w", name, err)
-		}
+	v, err := r.epochWrite(ctx, "agentcreds", "remove agent credential "+name, func(ctx context.Context) (int64, error) {
+		return scriptCredRemove.Run(ctx, r.client, []string{r.agentCredsKey(), r.agentCredVersionsKey(), r.removedKey(), r.epochKey()},
+			name, r.knownEpoch()).Int64()
+	})
+	if err != nil {
+		return err
 	}
-	switch {
-	case err != nil:
-		return fmt.Errorf("remove agent credential %s: %w", name, err)
-	case v == -3:
-		return fmt.Errorf("remove agent credential %s: %w", name, errHealing)
-	case v == 0:
+	if v == 0 {
 		return store.ErrNotFound
 	}
 	r.ledger.dropCred(name, v)

@@ -259,31 +259,18 @@ func (r *Store) PutLogin(ctx context.Context, l store.Login, lease *store.Lease)
 	if lease != nil {
 		fence = strconv.FormatInt(lease.Fence, 10)
 	}
-	var gen int64
-	for attempt := 0; ; attempt++ {
-		err = r.call(ctx, "logins", func(ctx context.Context) error {
-			v, err := scriptLoginPut.Run(ctx, r.client,
-				[]string{r.loginKey(l.Key), r.leaseKey(l.Key), r.loginsIndex(), r.removedKey(), r.epochKey()},
-				l.Generation, fence, string(data), l.Key, r.knownEpoch()).Int64()
-			gen = v
-			return err
-		})
-		if err != nil || gen != -3 || attempt > 0 {
-			break
-		}
-		if err := r.healNow(ctx); err != nil {
-			return store.Login{}, fmt.Errorf("write login %s: %w", l.Key, err)
-		}
-	}
+	gen, err := r.epochWrite(ctx, "logins", "write login "+l.Key, func(ctx context.Context) (int64, error) {
+		return scriptLoginPut.Run(ctx, r.client,
+			[]string{r.loginKey(l.Key), r.leaseKey(l.Key), r.loginsIndex(), r.removedKey(), r.epochKey()},
+			l.Generation, fence, string(data), l.Key, r.knownEpoch()).Int64()
+	})
 	switch {
 	case err != nil:
-		return store.Login{}, fmt.Errorf("write login %s: %w", l.Key, err)
+		return store.Login{}, err
 	case gen == -1:
 		return store.Login{}, store.ErrConflict
 	case gen == -2:
 		return store.Login{}, store.ErrFenced
-	case gen == -3:
-		return store.Login{}, fmt.Errorf("write login %s: %w", l.Key, errHealing)
 	}
 	l.Generation = gen
 	r.noteGood("sign-in", l.Key)
@@ -294,28 +281,14 @@ func (r *Store) PutLogin(ctx context.Context, l store.Login, lease *store.Lease)
 // RemoveLogin deletes key's login from Redis and records the removal (so
 // no replica's copy brings it back), or returns ErrNotFound.
 func (r *Store) RemoveLogin(ctx context.Context, key string) error {
-	var gen int64
-	var err error
-	for attempt := 0; ; attempt++ {
-		err = r.call(ctx, "logins", func(ctx context.Context) error {
-			v, err := scriptLoginRemove.Run(ctx, r.client,
-				[]string{r.loginKey(key), r.loginsIndex(), r.removedKey(), r.epochKey()}, key, r.knownEpoch()).Int64()
-			gen = v
-			return err
-		})
-		if err != nil || gen != -3 || attempt > 0 {
-			break
-		}
-		if err := r.healNow(ctx); err != nil {
-			return fmt.Errorf("remove login %s: %w", key, err)
-		}
+	gen, err := r.epochWrite(ctx, "logins", "remove login "+key, func(ctx context.Context) (int64, error) {
+		return scriptLoginRemove.Run(ctx, r.client,
+			[]string{r.loginKey(key), r.loginsIndex(), r.removedKey(), r.epochKey()}, key, r.knownEpoch()).Int64()
+	})
+	if err != nil {
+		return err
 	}
-	switch {
-	case err != nil:
-		return fmt.Errorf("remove login %s: %w", key, err)
-	case gen == -3:
-		return fmt.Errorf("remove login %s: %w", key, errHealing)
-	case gen == 0:
+	if gen == 0 {
 		return store.ErrNotFound
 	}
 	r.ledger.dropLogin(key, gen)

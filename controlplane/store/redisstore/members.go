@@ -53,26 +53,12 @@ func (r *Store) PutMember(ctx context.Context, m store.Member) error {
 			return fmt.Errorf("put member %s: %w", m.Name, store.ErrTooManyMembers)
 		}
 	}
-	var v int64
-	for attempt := 0; ; attempt++ {
-		err = r.call(ctx, "members", func(ctx context.Context) error {
-			n, err := scriptCredPut.Run(ctx, r.client, []string{r.membersKey(), r.memberVersionsKey(), r.removedKey(), r.epochKey()},
-				m.Name, string(b), r.knownEpoch(), memberKind).Int64()
-			v = n
-			return err
-		})
-		if err != nil || v != -3 || attempt > 0 {
-			break
-		}
-		if err := r.healNow(ctx); err != nil {
-			return fmt.Errorf("put member %s: %w", m.Name, err)
-		}
-	}
-	switch {
-	case err != nil:
-		return fmt.Errorf("put member %s: %w", m.Name, err)
-	case v == -3:
-		return fmt.Errorf("put member %s: %w", m.Name, errHealing)
+	v, err := r.epochWrite(ctx, "members", "put member "+m.Name, func(ctx context.Context) (int64, error) {
+		return scriptCredPut.Run(ctx, r.client, []string{r.membersKey(), r.memberVersionsKey(), r.removedKey(), r.epochKey()},
+			m.Name, string(b), r.knownEpoch(), memberKind).Int64()
+	})
+	if err != nil {
+		return err
 	}
 	m.Version, m.Unreadable = v, ""
 	r.ledger.putMember(m)
@@ -125,28 +111,14 @@ func sortedMembers(m map[string]store.Member) []store.Member {
 // RemoveMember deletes a member from Redis and records the removal, or
 // returns store.ErrNotFound.
 func (r *Store) RemoveMember(ctx context.Context, name string) error {
-	var v int64
-	var err error
-	for attempt := 0; ; attempt++ {
-		err = r.call(ctx, "members", func(ctx context.Context) error {
-			n, err := scriptCredRemove.Run(ctx, r.client, []string{r.membersKey(), r.memberVersionsKey(), r.removedKey(), r.epochKey()},
-				name, r.knownEpoch(), memberKind).Int64()
-			v = n
-			return err
-		})
-		if err != nil || v != -3 || attempt > 0 {
-			break
-		}
-		if err := r.healNow(ctx); err != nil {
-			return fmt.Errorf("remove member %s: %w", name, err)
-		}
+	v, err := r.epochWrite(ctx, "members", "remove member "+name, func(ctx context.Context) (int64, error) {
+		return scriptCredRemove.Run(ctx, r.client, []string{r.membersKey(), r.memberVersionsKey(), r.removedKey(), r.epochKey()},
+			name, r.knownEpoch(), memberKind).Int64()
+	})
+	if err != nil {
+		return err
 	}
-	switch {
-	case err != nil:
-		return fmt.Errorf("remove member %s: %w", name, err)
-	case v == -3:
-		return fmt.Errorf("remove member %s: %w", name, errHealing)
-	case v == 0:
+	if v == 0 {
 		return store.ErrNotFound
 	}
 	r.ledger.dropMember(name, v)

@@ -104,3 +104,33 @@ func readNamed[R any](ctx context.Context, r *Store, k named[R]) ([]R, error) {
 	}
 	return k.sorted(out), nil
 }
+
+// epochWrite runs a durable write's script, which answers -3 when the
+// store's epoch is not the one this replica knows (Redis lost its data):
+// the replica heals the store once (healNow) and runs it again. what
+// names the write in its errors ("put member alice"); a second -3 is
+// errHealing. Any other answer is the script's.
+func (r *Store) epochWrite(ctx context.Context, op, what string, run func(ctx context.Context) (int64, error)) (int64, error) {
+	var v int64
+	var err error
+	for attempt := 0; ; attempt++ {
+		err = r.call(ctx, op, func(ctx context.Context) error {
+			n, err := run(ctx)
+			v = n
+			return err
+		})
+		if err != nil || v != -3 || attempt > 0 {
+			break
+		}
+		if err := r.healNow(ctx); err != nil {
+			return 0, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%s: %w", what, err)
+	case v == -3:
+		return 0, fmt.Errorf("%s: %w", what, errHealing)
+	}
+	return v, nil
+}
