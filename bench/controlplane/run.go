@@ -42,6 +42,11 @@ type options struct {
 	jsonOut    bool
 	rounds     int
 	cpuprofile string
+	// The redis-server behind --redis-addr (optional): its address and
+	// process id, read around each redis measurement.
+	redisServer string
+	redisPID    int
+	clkTck      int
 }
 
 // result is one measured run.
@@ -56,6 +61,11 @@ type result struct {
 	P50us     float64          `json:"p50_us"`
 	P99us     float64          `json:"p99_us"`
 	Decisions map[string]int64 `json:"decisions,omitempty"`
+	// With --redis-server and --redis-pid, for the redis mode:
+	// redis-server's CPU time per script call and the admit script's own
+	// time per call (INFO commandstats usec over calls), in µs.
+	RedisCPUus float64 `json:"redis_cpu_us_per_call,omitempty"`
+	ScriptUs   float64 `json:"script_us_per_call,omitempty"`
 }
 
 func intList(s string) ([]int, error) {
@@ -89,6 +99,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.ready, "wait-ready", 15*time.Second, "wait this long for the server's health to be SERVING")
 	fs.BoolVar(&o.jsonOut, "json", false, "print JSON lines instead of the table")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write the load generator's CPU profile to `file`")
+	fs.StringVar(&o.redisServer, "redis-server", "", "`host:port` of the redis-server behind --redis-addr: its INFO commandstats give the admit script's time per call")
+	fs.IntVar(&o.redisPID, "redis-pid", 0, "`pid` of that redis-server (with --redis-server): its CPU time per Admit from /proc/PID/stat")
+	fs.IntVar(&o.clkTck, "clk-tck", 100, "the kernel's clock `ticks` a second (getconf CLK_TCK), for /proc/PID/stat")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -116,6 +129,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.conns < 1 {
 		return errors.New("--conns must be at least 1")
+	}
+	if (o.redisServer == "") != (o.redisPID == 0) {
+		return errors.New("--redis-server and --redis-pid go together")
 	}
 	tok, _, err := bearer.ReadFile(o.tokenFile)
 	if err != nil {
@@ -176,6 +192,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer closeAll(rconns)
 		targets["redis"] = rconns
 	}
+	var probe *redisProbe
+	if o.redisServer != "" {
+		probe = newRedisProbe(o.redisServer, o.redisPID, o.clkTck)
+		defer probe.close()
+		if _, err := probe.read(ctx); err != nil {
+			return err
+		}
+	}
 
 	fmt.Fprintf(stderr, "controlplane-bench: %s, GOMAXPROCS %d, %d connection(s), %v per run after %v warm-up\n",
 		o.addr, runtime.GOMAXPROCS(0), o.conns, o.duration, o.warmup)
@@ -187,6 +211,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		for _, inf := range o.inflight {
 			byMode := map[string][]sample{}
+			var costs []redisStats // the redis mode's, one per round
 			for round := range o.rounds {
 				modes := slices.Clone(o.modes)
 				if round%2 == 1 {
@@ -196,17 +221,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
+					var before redisStats
+					if mode == "redis" && probe != nil {
+						if before, err = probe.read(ctx); err != nil {
+							return err
+						}
+					}
 					byMode[mode] = append(byMode[mode], measure(ctx, targets[mode], mode, keys, inf, o.warmup, o.duration))
+					if mode == "redis" && probe != nil {
+						after, err := probe.read(ctx)
+						if err != nil {
+							return err
+						}
+						costs = append(costs, redisStats{cpu: after.cpu - before.cpu, calls: after.calls - before.calls, usec: after.usec - before.usec})
+					}
 				}
 			}
 			for _, mode := range o.modes {
 				r := combine(mode, na, inf, byMode[mode])
+				if mode == "redis" {
+					r.RedisCPUus, r.ScriptUs, _ = redisCost(costs)
+				}
 				if o.jsonOut {
 					b, _ := json.Marshal(r)
 					fmt.Fprintln(stdout, string(b))
 				} else {
-					fmt.Fprintf(stderr, "  %-5s accounts=%-5d inflight=%-3d %8.0f/s p50 %7.0fµs p99 %7.0fµs errors %d\n",
-						r.Mode, r.Accounts, r.Inflight, r.RPS, r.P50us, r.P99us, r.Errors)
+					fmt.Fprintf(stderr, "  %-5s accounts=%-5d inflight=%-3d %8.0f/s p50 %7.0fµs p99 %7.0fµs errors %d%s\n",
+						r.Mode, r.Accounts, r.Inflight, r.RPS, r.P50us, r.P99us, r.Errors, redisNote(r))
 				}
 				results = append(results, r)
 			}
@@ -221,6 +262,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// redisNote is redis-server's cost per call of r, when measured.
+func redisNote(r result) string {
+	if r.ScriptUs == 0 && r.RedisCPUus == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; redis-server CPU %.1fµs/Admit, script %.1fµs/call", r.RedisCPUus, r.ScriptUs)
 }
 
 func closeAll(conns []*grpc.ClientConn) {
@@ -393,7 +442,7 @@ func printTable(w io.Writer, rs []result) {
 		by[r.Mode][key] = r
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "accounts\tin flight\tfloor rps\tfloor p50 µs\tfloor p99 µs\tAdmit rps\tAdmit p50 µs\tAdmit p99 µs\tAdmit/floor rps\tRedis rps\tRedis p50 µs\tRedis p99 µs\tRedis/floor rps\tAdmit decisions\tRedis decisions\t")
+	fmt.Fprintln(tw, "accounts\tin flight\tfloor rps\tfloor p50 µs\tfloor p99 µs\tAdmit rps\tAdmit p50 µs\tAdmit p99 µs\tAdmit/floor rps\tRedis rps\tRedis p50 µs\tRedis p99 µs\tRedis/floor rps\tRedis/Admit p99\tredis-server CPU µs/Admit\tscript µs/call\tAdmit decisions\tRedis decisions\t")
 	ratio := func(a, n result) string {
 		if n.RPS > 0 && a.RPS > 0 {
 			return fmt.Sprintf("%.1f%%", 100*a.RPS/n.RPS)
@@ -415,11 +464,24 @@ func printTable(w io.Writer, rs []result) {
 		}
 		return strings.Join(dec, ", ")
 	}
+	p99 := func(r, a result) string {
+		if r.P99us > 0 && a.P99us > 0 {
+			return fmt.Sprintf("%.2fx", r.P99us/a.P99us)
+		}
+		return "-"
+	}
+	cell1 := func(v float64) string {
+		if v == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", v)
+	}
 	for _, key := range order {
 		n, a, r := by["noop"][key], by["admit"][key], by["redis"][key]
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", key.a, key.i,
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", key.a, key.i,
 			cell(n.RPS), cell(n.P50us), cell(n.P99us), cell(a.RPS), cell(a.P50us), cell(a.P99us), ratio(a, n),
-			cell(r.RPS), cell(r.P50us), cell(r.P99us), ratio(r, n), decisions(a), decisions(r))
+			cell(r.RPS), cell(r.P50us), cell(r.P99us), ratio(r, n), p99(r, a), cell1(r.RedisCPUus), cell1(r.ScriptUs),
+			decisions(a), decisions(r))
 	}
 	_ = tw.Flush()
 }

@@ -29,19 +29,37 @@ func (r *Store) Admit(ctx context.Context, key string, now time.Time) (store.Adm
 	return r.admit(ctx, key, now, true)
 }
 
+// admitSlots are the per-call arguments of the admit script (admit.lua):
+// the account's hash, its key, now (us).
+const (
+	admitSlotHash = iota
+	admitSlotKey
+	admitSlotNow
+)
+
+// newAdmitBatcher is the batcher of r's admit script: the policies key,
+// the idle time and the default policy are the same in every call.
+func newAdmitBatcher(r *Store) *batcher {
+	adaptive := 0
+	if store.DefaultAdaptive {
+		adaptive = 1
+	}
+	d := r.defaults
+	return newBatcher(r.client, scriptAdmit, r.timeout, 2,
+		[]any{nil, r.policiesKey(), nil, nil, r.idleMs, d.RatePerMinute, d.Burst, d.Budget.WaitBound.Milliseconds(), d.Budget.MaxRetries, adaptive},
+		0, 2, 3)
+}
+
 func (r *Store) admit(ctx context.Context, key string, now time.Time, retry bool) (store.Admission, error) {
-	var v []any
-	err := r.call(ctx, "admit", func(ctx context.Context) error {
-		reply, err := r.admits.run(ctx, r.admits.evalArgs(r.acctKey(key), r.admitPolicies, key, micros(now), r.admitDefRec, r.admitIdle))
-		if err != nil {
-			return err
-		}
-		arr, ok := reply.([]any)
-		if !ok {
-			return fmt.Errorf("script admit returned %T; want an array", reply)
-		}
-		v = arr
-		return nil
+	var n []int64
+	err := r.callPipelined(ctx, "admit", func(ctx context.Context) error {
+		c := r.admits.get()
+		c.arg[admitSlotHash].set(r.prefix, "a:", key)
+		c.arg[admitSlotKey].set(key)
+		c.arg[admitSlotNow].setInt(micros(now))
+		var err error
+		n, err = r.admits.run(ctx, c)
+		return err
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -62,15 +80,8 @@ func (r *Store) admit(ctx context.Context, key string, now time.Time, retry bool
 		sp, held := r.cache.get(key)
 		return r.localAdmit(key, sp, held, now), nil
 	}
-	var n [9]int64
-	if len(v) != len(n) {
-		return store.Admission{}, fmt.Errorf("admit: malformed script reply %v: %d elements; want %d", v, len(v), len(n))
-	}
-	for i, x := range v {
-		var ok bool
-		if n[i], ok = x.(int64); !ok {
-			return store.Admission{}, fmt.Errorf("admit: malformed script reply %v: element %d is %T; want an integer", v, i, x)
-		}
+	if len(n) != 9 {
+		return store.Admission{}, fmt.Errorf("admit: malformed script reply %v: %d elements; want 9", n, len(n))
 	}
 	if sp, ok := r.cache.get(key); ok && n[7] < sp.version {
 		// Redis decided under an older policy than this replica holds:

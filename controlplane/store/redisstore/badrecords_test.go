@@ -84,7 +84,7 @@ func TestGarbageRecordAffectsOnlyItself(t *testing.T) {
 	})
 
 	t.Run("AccountState", func(t *testing.T) {
-		if err := raw.HSet(ctx, "bad:a:"+other, "s", "garbage").Err(); err != nil {
+		if err := raw.HSet(ctx, "bad:a:"+other, "S", "garbage").Err(); err != nil {
 			t.Fatal(err)
 		}
 		adm := mustAdmit(t, a.Store, other, t0)

@@ -34,9 +34,12 @@
 // Redis lost them (heal), Snapshot and Restore; badrecords.go, records
 // that do not decode; persistence.go, whether Redis keeps its data on
 // disk; metrics.go, clodex_controlplane_redis_* and _store_*; lua/, the
-// scripts, over one hash per
-// account with a time to live, the bucket, adaptive and
-// pending-reservation rules of docs/pacing.md mirrored in integers.
+// scripts, over one hash per account with a time to live (the state
+// packed in field 'S'; field 's', the text earlier versions wrote, is
+// still read), the bucket, adaptive and pending-reservation rules of
+// docs/pacing.md mirrored in integers: prelude.lua, prepended to every
+// script but admit.lua, which runs on every Admit and is the same rules
+// written out in line.
 // storetest's conformance suite runs against this store and against
 // store.Memory.
 //

@@ -107,15 +107,21 @@ func mustScript(name string) *redis.Script {
 	if err != nil {
 		panic(err)
 	}
+	return redis.NewScript(string(pre) + "\n" + string(mustLua(name)))
+}
+
+func mustLua(name string) []byte {
 	body, err := luaFS.ReadFile("lua/" + name + ".lua")
 	if err != nil {
 		panic(err)
 	}
-	return redis.NewScript(string(pre) + "\n" + string(body))
+	return body
 }
 
 var (
-	scriptAdmit     = mustScript("admit")
+	// scriptAdmit runs on every Admit: it is written out without the
+	// prelude (see admit.lua).
+	scriptAdmit     = redis.NewScript(string(mustLua("admit")))
 	scriptCancel    = mustScript("cancel")
 	scriptAccount   = mustScript("account")
 	scriptUpdate    = mustScript("update")
@@ -155,10 +161,6 @@ type Store struct {
 	replica  string
 	log      *slog.Logger
 	metrics  *redisMetrics
-
-	// Admit's script arguments that never change, boxed once: the
-	// policies key, the default record, the idle time (ms).
-	admitPolicies, admitDefRec, admitIdle any
 
 	breaker breaker
 	local   *fallback
@@ -263,8 +265,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("open redis store: register metrics: %w", err)
 		}
 	}
-	r.admits = newBatcher(client, scriptAdmit, r.timeout)
-	r.admitPolicies, r.admitDefRec, r.admitIdle = r.policiesKey(), r.defRec, r.idleMs
+	r.admits = newAdmitBatcher(r)
 	if opts.Now != nil {
 		r.now = opts.Now
 	} else {
@@ -451,6 +452,22 @@ func (r *Store) call(ctx context.Context, op string, fn func(ctx context.Context
 	start := time.Now()
 	err := fn(cctx)
 	cancel()
+	return r.settle(ctx, op, start, err)
+}
+
+// callPipelined is call for a batcher's calls, whose pipeline carries
+// the Redis deadline (one per pipeline, not one per call).
+func (r *Store) callPipelined(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	if r.breaker.isOpen() {
+		return errDegraded
+	}
+	start := time.Now()
+	return r.settle(ctx, op, start, fn(ctx))
+}
+
+// settle records the outcome of a call begun at start and keeps the
+// breaker.
+func (r *Store) settle(ctx context.Context, op string, start time.Time, err error) error {
 	r.metrics.observe(op, time.Since(start), err)
 	if err == nil || errors.Is(err, redis.Nil) || answered(err) {
 		// Redis answered: an error it replied (a record that does not

@@ -187,3 +187,27 @@ func BenchmarkRedisAdmitParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkRedisAdmit runs Admit on a real redis-server one call at a
+// time: each call is its own pipeline, so allocs/op include the
+// pipeline's.
+func BenchmarkRedisAdmit(b *testing.B) {
+	rs := redistest.Start(b)
+	r, err := Open(b.Context(), Options{URL: rs.URL, Defaults: &pacing.Policy{RatePerMinute: 600, Burst: 1000, Budget: pacing.DefaultBudget()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("acct_%016x", i)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := r.Admit(b.Context(), keys[i%len(keys)], r.Now()); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

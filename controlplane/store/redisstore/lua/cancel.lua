@@ -9,5 +9,5 @@ if not dep or tonumber(dep) <= now then return 0 end
 redis.call('HDEL', KEYS[1], f)
 refund(s.b, now)
 s.pn = s.pn - 1
-redis.call('HSET', KEYS[1], 's', pack(s))
+putState(KEYS[1], s)
 return 1

@@ -180,21 +180,42 @@ local function aOn403(a, configured, now, ra)
   return changed or a.eff ~= old
 end
 
--- The account key: one hash per account. Field 's' packs the state as
--- 15 integers, "u t q pm pn r b w y ao ae al aq ap ai" (one field to read
--- and write instead of fifteen); fields 'p' .. id are pending
--- reservations. A state of 13 (written before the pause) reads no pause.
-local STATE = '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) ([01]) (%-?%d+) (%-?%d+) (%-?%d+) ?(%-?%d*) ?(%-?%d*)$'
+-- The account key: one hash per account. Field 'S' packs the state as
+-- 15 little-endian doubles (struct, which Redis ships; every value is an
+-- integer below 2^53, so exact), "u t q pm pn r b w y ao ae al aq ap ai"
+-- (one field to read and write instead of fifteen, and no text to parse);
+-- fields 'p' .. id are pending reservations. admit.lua reads and writes
+-- the same layout without this prelude (STATE_FMT, STATE_LEN). Field 's'
+-- is the state as earlier versions wrote it, 15 decimal integers (13
+-- before the pause): read when 'S' is missing, and replaced by 'S' on the
+-- next write.
+local STATE_FMT, STATE_LEN = '<ddddddddddddddd', 120
+local LEGACY = '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) ([01]) (%-?%d+) (%-?%d+) (%-?%d+) ?(%-?%d*) ?(%-?%d*)$'
 
 -- load returns the account's state, or nil when the key does not exist.
 -- s.pm is the lowest reservation id that may still be pending and s.pn
--- the number of pending reservations.
+-- the number of pending reservations; s.legacy is set when it was read
+-- from field 's'.
 local function load(key)
-  local v = redis.call('HGET', key, 's')
-  if not v then return nil end
-  local u, t, q, pm, pn, r, b, w, y, ao, ae, al, aq, ap, ai = string.match(v, STATE)
-  if not u then error('clodex: malformed account state ' .. v) end
-  local s = {a = {}, pm = tonumber(pm), pn = tonumber(pn)}
+  local u, t, q, pm, pn, r, b, w, y, ao, ae, al, aq, ap, ai
+  local legacy = false
+  local v = redis.call('HGET', key, 'S')
+  if v then
+    if #v ~= STATE_LEN then error('clodex: malformed account state of ' .. #v .. ' bytes') end
+    u, t, q, pm, pn, r, b, w, y, ao, ae, al, aq, ap, ai = struct.unpack(STATE_FMT, v)
+    if not (t == t and u == u and r >= 0 and r <= 600 and b >= 1 and b <= 1000 and w >= 0 and w <= 15000
+        and y >= 0 and y <= 10) then
+      error('clodex: malformed account state (values out of range)')
+    end
+    ao = ao == 1 and '1' or '0'
+  else
+    v = redis.call('HGET', key, 's')
+    if not v then return nil end
+    u, t, q, pm, pn, r, b, w, y, ao, ae, al, aq, ap, ai = string.match(v, LEGACY)
+    if not u then error('clodex: malformed account state ' .. v) end
+    legacy = true
+  end
+  local s = {a = {}, pm = tonumber(pm), pn = tonumber(pn), legacy = legacy}
   s.b = {u = tonumber(u), t = tonumber(t), q = tonumber(q)}
   apply(s.b, tonumber(r), tonumber(b), tonumber(w), tonumber(y))
   s.a.on, s.a.eff, s.a.low, s.a.quiet = ao == '1', tonumber(ae), tonumber(al), tonumber(aq)
@@ -202,11 +223,15 @@ local function load(key)
   return s
 end
 
--- pack is the state as load reads it.
-local function pack(s)
+-- putState writes the state as load reads it (and drops a legacy field).
+local function putState(key, s)
   local b, a = s.b, s.a
-  return string.format('%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d', b.u, b.t, b.q, s.pm, s.pn,
-    b.rate, b.burst, b.bound, b.retries, a.on and 1 or 0, a.eff, a.low, a.quiet, a.pu, a.li)
+  redis.call('HSET', key, 'S', struct.pack(STATE_FMT, b.u, b.t, b.q, s.pm, s.pn,
+    b.rate, b.burst, b.bound, b.retries, a.on and 1 or 0, a.eff, a.low, a.quiet, a.pu, a.li))
+  if s.legacy then
+    redis.call('HDEL', key, 's')
+    s.legacy = false
+  end
 end
 
 -- create returns a new account for policy p at now: a full bucket, and
@@ -240,7 +265,7 @@ end
 local function save(key, s, configured, now, idle)
   local b, a = s.b, s.a
   if s.pn == 0 then s.pm = b.q + 1 end
-  redis.call('HSET', key, 's', pack(s))
+  putState(key, s)
   local ttl = idle
   if b.enabled and b.u < b.cap then
     ttl = ttl + idiv(idiv(b.cap - b.u + b.rate - 1, b.rate) + 999999, 1000000)
