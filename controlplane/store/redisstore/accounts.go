@@ -87,6 +87,9 @@ func (r *Store) admit(ctx context.Context, key string, now time.Time, retry bool
 		Relaxed:      n[5] == 1,
 		ID:           uint64(n[6]),
 	}
+	if d.Wait > 0 {
+		r.local.queue(key, now.Add(d.Wait))
+	}
 	return store.Admission{Decision: d, PolicyVersion: n[7], Reservation: uint64(n[8])}, nil
 }
 

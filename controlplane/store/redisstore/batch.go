@@ -31,8 +31,8 @@ const (
 type batcher struct {
 	client  redis.UniversalClient
 	script  *redis.Script
-	sha     any           // the script's SHA-1, boxed once
-	timeout time.Duration // each pipeline's deadline
+	sha     any                  // the script's SHA-1, boxed once
+	timeout func() time.Duration // each pipeline's deadline
 
 	reqs chan *batchCall // unbuffered: a call waits until a dispatcher takes it
 	quit chan struct{}
@@ -54,7 +54,7 @@ type batchResult struct {
 	err error
 }
 
-func newBatcher(client redis.UniversalClient, script *redis.Script, timeout time.Duration) *batcher {
+func newBatcher(client redis.UniversalClient, script *redis.Script, timeout func() time.Duration) *batcher {
 	b := &batcher{client: client, script: script, sha: script.Hash(), timeout: timeout, reqs: make(chan *batchCall), quit: make(chan struct{})}
 	for range batchPipelines {
 		b.wg.Go(b.dispatchLoop)
@@ -133,7 +133,7 @@ func (b *batcher) dispatchLoop() {
 // result. A script Redis does not know yet (a restarted or flushed Redis)
 // is loaded and the batch sent once more.
 func (b *batcher) send(batch []*batchCall) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout())
 	defer cancel()
 	cmds := b.exec(ctx, batch)
 	for _, c := range cmds {

@@ -26,8 +26,14 @@ import (
 
 // Redis defaults.
 const (
-	// DefaultTimeout is the hard deadline of one Redis call.
+	// DefaultTimeout is the shortest deadline of one Redis call; the
+	// deadline follows observed latency above it (deadline.go).
 	DefaultTimeout = 100 * time.Millisecond
+	// DefaultMaxTimeout is the longest deadline of one Redis call.
+	DefaultMaxTimeout = time.Second
+	// answerMargin is kept of a caller's own deadline to answer it from
+	// the local share when Redis does not answer in time.
+	answerMargin = 30 * time.Millisecond
 	// DefaultBreakerFailures is how many consecutive failed Redis calls
 	// open the breaker.
 	DefaultBreakerFailures = 3
@@ -62,9 +68,14 @@ type Options struct {
 	// every replica decides on one clock with Redis's microsecond
 	// resolution.)
 	Now func() time.Time
-	// Timeout is the hard deadline of every Redis call. (Optional;
-	// default 100ms)
+	// Timeout is the shortest deadline of a Redis call: the deadline is
+	// 4 x the slowest call of the last 10 s, at least Timeout and at most
+	// MaxTimeout, and never past the caller's own deadline less 30 ms.
+	// (Optional; default 100ms)
 	Timeout time.Duration
+	// MaxTimeout is the longest deadline of a Redis call. (Optional;
+	// default 1s, or Timeout when that is longer)
+	MaxTimeout time.Duration
 	// BreakerFailures is how many consecutive failed calls open the
 	// breaker. (Optional; default 3)
 	BreakerFailures int
@@ -147,8 +158,9 @@ type Store struct {
 	defaults pacing.Policy
 	defRec   string // the default record, version 0
 	now      func() time.Time
-	clock    *redisClock // nil when Options.Now is set
-	timeout  time.Duration
+	clock    *redisClock   // nil when Options.Now is set
+	timeout  time.Duration // Options.Timeout: the shortest deadline, the probe's
+	deadline *deadline     // a call's deadline now
 	probe    time.Duration
 	tick     time.Duration
 	idleMs   int64
@@ -218,6 +230,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if r.timeout <= 0 {
 		r.timeout = DefaultTimeout
 	}
+	ceiling := opts.MaxTimeout
+	if ceiling <= 0 {
+		ceiling = DefaultMaxTimeout
+	}
+	r.deadline = newDeadline(r.timeout, ceiling)
 	if r.probe <= 0 {
 		r.probe = DefaultProbeEvery
 	}
@@ -251,7 +268,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	r.defRec = "0 " + encodeRecord(r.defaults, store.DefaultAdaptive)
 	r.replicas.Store(1)
 
-	client, addr, err := newClient(opts.URL, r.timeout)
+	client, addr, err := newClient(opts.URL, r.deadline.ceiling)
 	if err != nil {
 		return nil, fmt.Errorf("open redis store: %w", err)
 	}
@@ -263,7 +280,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("open redis store: register metrics: %w", err)
 		}
 	}
-	r.admits = newBatcher(client, scriptAdmit, r.timeout)
+	r.admits = newBatcher(client, scriptAdmit, r.deadline.get)
 	r.admitPolicies, r.admitDefRec, r.admitIdle = r.policiesKey(), r.defRec, r.idleMs
 	if opts.Now != nil {
 		r.now = opts.Now
@@ -442,30 +459,43 @@ func micros(t time.Time) int64 { return t.UnixMicro() }
 
 // call runs fn with the Redis deadline and keeps the breaker. It returns
 // errDegraded without calling fn while the breaker is open. A failure the
-// caller caused (its context ended) does not count against Redis.
+// caller caused (its context ended) does not count against Redis. The
+// deadline is the adaptive one (deadline.go), cut to leave answerMargin
+// of ctx's own deadline, so a caller is answered (from the local share)
+// before it gives up.
 func (r *Store) call(ctx context.Context, op string, fn func(ctx context.Context) error) error {
 	if r.breaker.isOpen() {
 		return errDegraded
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	limit := r.deadline.get()
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		limit = min(limit, max(left-answerMargin, left/2))
+	}
+	cctx, cancel := context.WithTimeout(ctx, limit)
 	start := time.Now()
 	err := fn(cctx)
 	cancel()
-	r.metrics.observe(op, time.Since(start), err)
+	end := time.Now()
+	took := end.Sub(start)
+	r.metrics.observe(op, took, err)
 	if err == nil || errors.Is(err, redis.Nil) || answered(err) {
 		// Redis answered: an error it replied (a record that does not
 		// decode, a script's refusal) is the record's, never a reason
 		// to stop using Redis.
+		r.deadline.observe(end, took)
 		r.breaker.success()
 		return err
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if r.breaker.failure() {
+	r.deadline.observe(end, took) // at least the deadline it ran out of
+	if r.breaker.failure(end, r.timeout) {
 		r.metrics.breakerOpen()
 		r.log.Warn("redis unreachable; admitting from this replica's share of each policy until it answers",
-			"addr", r.addr, "op", op, "err", err, "timeout", r.timeout, "replicas", r.replicas.Load())
+			"addr", r.addr, "op", op, "err", err, "deadline", limit, "replicas", r.replicas.Load(),
+			"share", "rate and burst divided by the live replicas")
 	}
 	return fmt.Errorf("redis %s: %w", op, err)
 }
