@@ -53,9 +53,13 @@ type config struct {
 	Redis string
 	// RedisPrefix prefixes every Redis key. (Optional; default "clodex:")
 	RedisPrefix string
-	// RedisTimeout is the hard deadline of every Redis call. (Optional;
-	// default 100ms)
+	// RedisTimeout is the shortest deadline of a Redis call; the deadline
+	// follows observed latency (4 x the slowest call of the last 10 s) up
+	// to RedisMaxTimeout. (Optional; default 100ms)
 	RedisTimeout time.Duration
+	// RedisMaxTimeout is the longest deadline of a Redis call. (Optional;
+	// default 1s)
+	RedisMaxTimeout time.Duration
 	// Replica names this replica in Redis. (Optional; default
 	// hostname-random)
 	Replica string
@@ -168,7 +172,8 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), stdout io.
 	fs.StringVar(&c.DataDir, "data-dir", env(envDataDir), "data `directory` holding policy.json and, with --credential-key-file, logins.json: the memory store, for one control plane (this or --redis is required; with --redis it is not used; env "+envDataDir+")")
 	fs.StringVar(&c.Redis, "redis", env(envRedis), "serve from Redis at this `URL` as one of any number of replicas: redis://[user:pass@]host:port[/db], rediss://..., or redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379 (env "+envRedis+", which keeps a password out of the process list)")
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", "clodex:", "`prefix` of every Redis key and channel")
-	fs.DurationVar(&c.RedisTimeout, "redis-timeout", 100*time.Millisecond, "hard deadline of every Redis call (1ms..5s); past it, or with Redis down, this replica admits from its share of the policy")
+	fs.DurationVar(&c.RedisTimeout, "redis-timeout", 100*time.Millisecond, "shortest deadline of a Redis call (1ms..5s); it follows observed latency (4 x the slowest call of the last 10 s) up to --redis-max-timeout; past it, or with Redis down, this replica admits from its share of the policy")
+	fs.DurationVar(&c.RedisMaxTimeout, "redis-max-timeout", time.Second, "longest deadline of a Redis call (at least --redis-timeout, at most 30s)")
 	fs.StringVar(&c.Replica, "replica", env(envReplica), "this replica's `id` in Redis (default hostname-random; env "+envReplica+")")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env(envAdminTokenFile), "`file` holding the admin token (or env "+envAdminToken+")")
 	fs.StringVar(&c.AgentTokenFile, "agent-token-file", env(envAgentTokenFile), "`file` holding the agent token (or env "+envAgentToken+")")
@@ -247,6 +252,9 @@ func (c *config) Validate() error {
 		}
 		if c.RedisTimeout < time.Millisecond || c.RedisTimeout > 5*time.Second {
 			errs = append(errs, fmt.Errorf("--redis-timeout %v is out of range; allowed 1ms..5s", c.RedisTimeout))
+		}
+		if c.RedisMaxTimeout < c.RedisTimeout || c.RedisMaxTimeout > 30*time.Second {
+			errs = append(errs, fmt.Errorf("--redis-max-timeout %v is out of range; allowed --redis-timeout (%v)..30s", c.RedisMaxTimeout, c.RedisTimeout))
 		}
 		if c.RedisPrefix == "" || strings.ContainsAny(c.RedisPrefix, " \t\r\n") {
 			errs = append(errs, fmt.Errorf("--redis-prefix %q is invalid; want a non-empty prefix without spaces, such as %q", c.RedisPrefix, "clodex:"))

@@ -381,7 +381,7 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger, reg prometheu
 		return &servedStore{admissions: m, policies: m, agents: m, quotas: m, memberBuckets: m, usage: m, memory: m, now: time.Now, run: m.Run, close: func() {}}, nil
 	}
 	r, err := redisstore.Open(ctx, redisstore.Options{
-		URL: cfg.Redis, Prefix: cfg.RedisPrefix, Defaults: &cfg.Defaults, Timeout: cfg.RedisTimeout,
+		URL: cfg.Redis, Prefix: cfg.RedisPrefix, Defaults: &cfg.Defaults, Timeout: cfg.RedisTimeout, MaxTimeout: cfg.RedisMaxTimeout,
 		Replica: cfg.Replica, Logger: log, Registerer: reg, Backup: newestOf(backups),
 	})
 	if err != nil {

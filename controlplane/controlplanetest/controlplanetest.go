@@ -192,7 +192,7 @@ func (s *Server) start(addr string) {
 	var durable controlplane.DurableStore
 	if s.opts.RedisURL != "" {
 		r, err := redisstore.Open(context.Background(), redisstore.Options{
-			URL: s.opts.RedisURL, Prefix: s.opts.RedisPrefix, Defaults: s.opts.Defaults, Now: s.opts.Now,
+			URL: s.opts.RedisURL, Prefix: s.opts.RedisPrefix, Defaults: s.opts.Defaults, Now: s.opts.Now, Registerer: s.opts.Registerer,
 			Timeout: s.opts.RedisTimeout, Tick: s.opts.RedisTick, Replica: s.opts.Replica, Logger: s.opts.Logger,
 		})
 		if err != nil {

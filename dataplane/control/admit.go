@@ -154,7 +154,7 @@ func (c *Client) ask(ctx context.Context, key string, m *accounts.Member) (*cont
 	if m != nil {
 		req.Member = m.Name
 	}
-	resp, err := c.admission.Admit(rctx, req)
+	resp, err := c.api().admission.Admit(rctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +246,7 @@ func (c *Client) cancelCentral(ctx context.Context, key, reservation string) {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	defer cancel()
-	resp, err := c.admission.Cancel(cctx, &controlplanev1.CancelRequest{Account: key, ReservationId: reservation})
+	resp, err := c.api().admission.Cancel(cctx, &controlplanev1.CancelRequest{Account: key, ReservationId: reservation})
 	if err != nil {
 		// The token stays spent until the bucket refills; nothing else
 		// depends on the refund.

@@ -196,27 +196,27 @@ func (cfg *Config) Validate() error {
 // Client is the data plane's one client of the control plane. It is safe
 // for concurrent use.
 type Client struct {
-	conn       *grpc.ClientConn
-	admission  controlplanev1.AdmissionServiceClient
-	agents     controlplanev1.AgentServiceClient
-	credential controlplanev1.CredentialServiceClient
-	target     string // Config.Target, for messages
-	id         string
-	host       string
-	version    string
-	heartbeat  time.Duration
-	timeout    time.Duration
-	fallback   pacing.Policy
-	budgets    *retry.Budgets
-	members    *accounts.Members // Config.Members; nil: none
-	broker     bool
-	fixed      []string // Config.Accounts, sorted and distinct; nil when none
-	now        func() time.Time
-	sleep      func(ctx context.Context, d time.Duration) error
-	notify     func(msg string)
-	rand       func() float64
-	log        *slog.Logger // scoped: component and agent id
-	pushLog    *slog.Logger // Config.Logger as given: the policy push line keeps the form operators and tests grep
+	conn      *grpc.ClientConn // over the replicas whose store is healthy
+	stores    services         // over conn
+	shareConn *grpc.ClientConn // over every replica that serves admission (shares.go)
+	shares    services         // over shareConn
+	target    string           // Config.Target, for messages
+	id        string
+	host      string
+	version   string
+	heartbeat time.Duration
+	timeout   time.Duration
+	fallback  pacing.Policy
+	budgets   *retry.Budgets
+	members   *accounts.Members // Config.Members; nil: none
+	broker    bool
+	fixed     []string // Config.Accounts, sorted and distinct; nil when none
+	now       func() time.Time
+	sleep     func(ctx context.Context, d time.Duration) error
+	notify    func(msg string)
+	rand      func() float64
+	log       *slog.Logger // scoped: component and agent id
+	pushLog   *slog.Logger // Config.Logger as given: the policy push line keeps the form operators and tests grep
 
 	reportPrefix string             // hand-over report ids are reportPrefix-gN
 	notices      pacing.Notices     // one-time notices other than the mode switches
@@ -280,15 +280,20 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("new control-plane client: %w", err)
 	}
-	conn, err := dial(&cfg)
+	conn, err := dial(&cfg, StoreHealthService)
 	if err != nil {
+		return nil, fmt.Errorf("new control-plane client: %w", err)
+	}
+	shareConn, err := dial(&cfg, AdmissionHealthService)
+	if err != nil {
+		_ = conn.Close()
 		return nil, fmt.Errorf("new control-plane client: %w", err)
 	}
 	c := &Client{
 		conn:           conn,
-		admission:      controlplanev1.NewAdmissionServiceClient(conn),
-		agents:         controlplanev1.NewAgentServiceClient(conn),
-		credential:     controlplanev1.NewCredentialServiceClient(conn),
+		stores:         newServices(conn),
+		shareConn:      shareConn,
+		shares:         newServices(shareConn),
 		target:         cfg.Target,
 		id:             cfg.AgentID,
 		host:           cfg.Host,
@@ -350,6 +355,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Registerer != nil {
 		if err := c.registerUsageMetrics(cfg.Registerer); err != nil {
 			_ = conn.Close()
+			_ = shareConn.Close()
 			return nil, fmt.Errorf("new control-plane client: register metrics: %w", err)
 		}
 	}
@@ -364,11 +370,12 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// dial builds the connection: TLS or plaintext, the agent token on every
-// RPC, otelgrpc client spans, and the options of ControlPlanes (balancing,
-// health, retries, keepalive, reconnect backoff), for a remote control
-// plane and the embedded one alike.
-func dial(cfg *Config) (*grpc.ClientConn, error) {
+// dial builds a connection: TLS or plaintext, the agent token on every
+// RPC, otelgrpc client spans, and the options of ControlPlanes (balancing
+// over the replicas whose health service health reports SERVING, retries,
+// keepalive, reconnect backoff), for a remote control plane and the
+// embedded one alike.
+func dial(cfg *Config, health string) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
@@ -385,7 +392,7 @@ func dial(cfg *Config) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(bearer.Credentials(cfg.Token)),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
-	}, dialOptions(cps)...)
+	}, dialOptions(cps, health)...)
 	if cfg.Dialer != nil {
 		opts = append(opts, grpc.WithContextDialer(cfg.Dialer))
 	}
@@ -418,7 +425,7 @@ func (c *Client) Close() error {
 		c.mu.Lock()
 		c.closed = true
 		c.mu.Unlock()
-		c.closeErr = c.conn.Close()
+		c.closeErr = errors.Join(c.conn.Close(), c.shareConn.Close())
 	})
 	return c.closeErr
 }

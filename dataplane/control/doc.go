@@ -31,6 +31,9 @@
 //     [StoreHealthService] is SERVING, an Admit retried on another replica,
 //     [Keepalive]). The embedded control plane is reached the same way,
 //     through Config.Dialer.
+//   - shares.go: the second connection, over the replicas whose
+//     [AdmissionHealthService] is SERVING, which every RPC uses while no
+//     replica reaches the store (each then decides from its share);
 //   - admit.go: [Client.Admit], central or from a local bucket holding this
 //     host's share of the account's policy (the route, and which Admit of
 //     a local client is the probe), and the admission attributes it sets

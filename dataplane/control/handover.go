@@ -165,7 +165,7 @@ func (c *Client) handOver(ctx context.Context) error {
 func (c *Client) report(ctx context.Context, r *pendingReport) (*controlplanev1.ReportGrantsResponse, error) {
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	resp, err := c.admission.ReportGrants(rctx, &controlplanev1.ReportGrantsRequest{
+	resp, err := c.stores.admission.ReportGrants(rctx, &controlplanev1.ReportGrantsRequest{
 		ReportId: r.id,
 		AgentId:  c.id,
 		Grants:   r.grants,

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/clodex/clodex/internal/pacing"
@@ -129,7 +128,7 @@ func (c *Client) observed(ctx context.Context, err error) {
 		c.alive()
 		return
 	}
-	if c.conn.GetState() == connectivity.Ready {
+	if c.answering() {
 		return
 	}
 	now := c.now()

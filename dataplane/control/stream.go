@@ -109,7 +109,7 @@ func (c *Client) session(ctx context.Context) (established bool, err error) {
 	// The stream outlives ctx so the goodbye can be sent after ctx ends.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	stream, err := c.agents.Connect(sctx)
+	stream, err := c.api().agents.Connect(sctx)
 	if err != nil {
 		return false, fmt.Errorf("connect: %w", err)
 	}

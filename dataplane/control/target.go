@@ -1,6 +1,7 @@
 package control
 
 import (
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,8 +19,14 @@ import (
 // fails at once and admission is local.
 const StoreHealthService = "clodex.controlplane.v1.Store"
 
-// serviceConfig balances RPCs round robin over the replicas whose store
-// is healthy, and sends an admission RPC that failed with Unavailable (its
+// AdmissionHealthService is the health service a control plane reports
+// SERVING on while it answers admissions at all: from the shared store, or
+// from its share of each policy while it cannot reach the store. It is
+// NOT_SERVING only while the replica shuts down.
+const AdmissionHealthService = "clodex.controlplane.v1.AdmissionService"
+
+// serviceConfig balances RPCs round robin over the replicas whose health
+// service %s reports SERVING, and sends an admission RPC that failed with Unavailable (its
 // replica died under it, or refused it while shutting down) again, up to
 // four more times after 0..10, 0..20, 0..40 and 0..80 ms, within the same
 // deadline: by then the balancer has dropped the dead replica and the
@@ -29,7 +36,7 @@ const StoreHealthService = "clodex.controlplane.v1.Store"
 // admissions.
 const serviceConfig = `{
   "loadBalancingConfig": [{"round_robin": {}}],
-  "healthCheckConfig": {"serviceName": "` + StoreHealthService + `"},
+  "healthCheckConfig": {"serviceName": "%s"},
   "methodConfig": [{
     "name": [{"service": "clodex.controlplane.v1.AdmissionService"}],
     "retryPolicy": {
@@ -77,7 +84,7 @@ type ControlPlanes = cptarget.Targets
 func ParseControlPlanes(spec string) (ControlPlanes, error) { return cptarget.Parse(spec) }
 
 // dialOptions are the options that make one connection serve every
-// replica: for a list, a resolver holding the addresses (each verified
+// replica whose health service health is SERVING: for a list, a resolver holding the addresses (each verified
 // under its own host name with TLS); round robin over the replicas whose
 // store health is SERVING, so a replica that is down, shutting down or
 // cut off from the shared store gets no RPCs; an admission RPC that fails
@@ -86,9 +93,9 @@ func ParseControlPlanes(spec string) (ControlPlanes, error) { return cptarget.Pa
 // keepalive; and the reconnect backoff of the probes (MinBackoff doubling
 // to MaxBackoff, ±20 %, with gRPC's default 20 s connect timeout), so the
 // transport comes back on the same schedule as admission asks again.
-func dialOptions(c ControlPlanes) []grpc.DialOption {
+func dialOptions(c ControlPlanes, health string) []grpc.DialOption {
 	opts := []grpc.DialOption{
-		grpc.WithDefaultServiceConfig(serviceConfig),
+		grpc.WithDefaultServiceConfig(fmt.Sprintf(serviceConfig, health)),
 		grpc.WithDisableServiceConfig(),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: MinBackoff, Multiplier: 2, Jitter: jitterFraction, MaxDelay: MaxBackoff},

@@ -158,7 +158,7 @@ func (c *Client) learn(ctx context.Context) ([]string, error) {
 	v, err, _ := c.flight.Do("accounts", func() (any, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tokenTimeout)
 		defer cancel()
-		resp, err := c.credential.ServedAccounts(cctx, &controlplanev1.ServedAccountsRequest{})
+		resp, err := c.api().credential.ServedAccounts(cctx, &controlplanev1.ServedAccountsRequest{})
 		c.observed(ctx, err)
 		if e, ok := c.refuse(ctx, err); ok {
 			return nil, e
@@ -228,7 +228,7 @@ func (c *Client) fetch(ctx context.Context, key string, rejected []byte) (entry,
 	v, err, _ := c.flight.Do("token:"+key+":"+hex.EncodeToString(rejected), func() (any, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tokenTimeout)
 		defer cancel()
-		resp, err := c.credential.GetToken(cctx, &controlplanev1.GetTokenRequest{Account: key, RejectedSha256: rejected})
+		resp, err := c.api().credential.GetToken(cctx, &controlplanev1.GetTokenRequest{Account: key, RejectedSha256: rejected})
 		c.observed(ctx, err)
 		if e, ok := c.refuse(ctx, err); ok {
 			return entry{}, e

@@ -45,7 +45,7 @@ func newAdmitBatcher(r *Store) *batcher {
 		adaptive = 1
 	}
 	d := r.defaults
-	return newBatcher(r.client, scriptAdmit, r.timeout, 2,
+	return newBatcher(r.client, scriptAdmit, r.deadline.get, 2,
 		[]any{nil, r.policiesKey(), nil, nil, r.idleMs, d.RatePerMinute, d.Burst, d.Budget.WaitBound.Milliseconds(), d.Budget.MaxRetries, adaptive},
 		0, 2, 3)
 }
@@ -97,6 +97,9 @@ func (r *Store) admit(ctx context.Context, key string, now time.Time, retry bool
 		Debited:      n[4] == 1,
 		Relaxed:      n[5] == 1,
 		ID:           uint64(n[6]),
+	}
+	if d.Wait > 0 {
+		r.local.queue(key, now.Add(d.Wait))
 	}
 	return store.Admission{Decision: d, PolicyVersion: n[7], Reservation: uint64(n[8])}, nil
 }

@@ -28,8 +28,10 @@ const (
 // round trip, the syscalls on each side and Redis's wake-up are shared by
 // the whole batch instead of paid per call; a lone call leaves at once.
 // A caller hands its call over without waking anyone while the dispatcher
-// is busy, and the dispatcher's deadline is a context value, not a timer:
-// the connection's read and write deadlines enforce it.
+// is busy, and the deadline (with its timer) is the pipeline's, not each
+// call's. It is a real context deadline: a dial that keeps failing while
+// Redis is down stops at it (go-redis retries dials until the context is
+// done), so no Admit waits past it.
 //
 // Calls are pooled and carry their own arguments: the script's command
 // is built once per pooled call from a template, whose per-call slots
@@ -38,8 +40,8 @@ const (
 type batcher struct {
 	client  redis.UniversalClient
 	script  *redis.Script
-	timeout time.Duration // each pipeline's deadline
-	pool    sync.Pool     // *batchCall
+	timeout func() time.Duration // each pipeline's deadline, read as the pipeline leaves
+	pool    sync.Pool            // *batchCall
 
 	mu     sync.Mutex // guards queue, idle and closed
 	queue  []*batchCall
@@ -87,7 +89,7 @@ type batchResult struct {
 // integers). template is the script's keys and arguments after the key
 // count; slots are the positions in it that are per call: the i-th is
 // the call's arg[i], filled by the caller.
-func newBatcher(client redis.UniversalClient, script *redis.Script, timeout time.Duration, keys int, template []any, slots ...int) *batcher {
+func newBatcher(client redis.UniversalClient, script *redis.Script, timeout func() time.Duration, keys int, template []any, slots ...int) *batcher {
 	b := &batcher{client: client, script: script, timeout: timeout, wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	sha := any(script.Hash())
 	b.pool.New = func() any {
@@ -152,7 +154,6 @@ func (b *batcher) run(ctx context.Context, c *batchCall) ([]int64, error) {
 func (b *batcher) dispatchLoop() {
 	batch := make([]*batchCall, 0, maxBatch)
 	pipe := b.client.Pipeline() // Exec empties it: one for every batch
-	dctx := &deadlineCtx{Context: context.Background()}
 	cmds := make([]*redis.IntSliceCmd, 0, maxBatch)
 	for {
 		b.mu.Lock()
@@ -177,8 +178,9 @@ func (b *batcher) dispatchLoop() {
 		clear(b.queue[rest:])
 		b.queue = b.queue[:rest]
 		b.mu.Unlock()
-		dctx.deadline = time.Now().Add(b.timeout)
+		dctx, cancel := context.WithTimeout(context.Background(), b.timeout())
 		cmds = b.send(dctx, pipe, batch, cmds[:0])
+		cancel()
 		clear(cmds)
 		clear(batch)
 	}
@@ -194,17 +196,6 @@ func (b *batcher) failQueued() {
 		c.done <- batchResult{err: errBatcherClosed}
 	}
 }
-
-// deadlineCtx is a pipeline's deadline without a timer: go-redis sets the
-// connection's read and write deadlines from it (ContextTimeoutEnabled),
-// so a pipeline that outlives it fails with a timeout. It is the
-// dispatcher's, reused for every batch.
-type deadlineCtx struct {
-	context.Context
-	deadline time.Time
-}
-
-func (d *deadlineCtx) Deadline() (time.Time, bool) { return d.deadline, true }
 
 // send runs one batch and hands each call its result. A script Redis does
 // not know yet (a restarted or flushed Redis) is loaded and the batch sent

@@ -88,7 +88,11 @@ func newRedisMetrics(r *Store) *redisMetrics {
 		Name: "clodex_controlplane_redis_replicas",
 		Help: "Live control-plane replicas registered in Redis, as last read.",
 	}, func() float64 { return float64(r.replicas.Load()) })
-	m.all = []prometheus.Collector{m.seconds, m.errors, m.opened, m.handover, m.replicaHandover, m.fallback, open, replicas,
+	deadline := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "clodex_controlplane_redis_deadline_seconds",
+		Help: "The deadline of a Redis call now: 4 x the slowest call of the last 10 s, between --redis-timeout and --redis-max-timeout.",
+	}, func() float64 { return r.deadline.get().Seconds() })
+	m.all = []prometheus.Collector{m.seconds, m.errors, m.opened, m.handover, m.replicaHandover, m.fallback, open, replicas, deadline,
 		m.losses, m.restored, m.restoreSeconds, m.badRecords}
 	return m
 }

@@ -18,21 +18,37 @@ import (
 	"github.com/clodex/clodex/internal/pacing"
 )
 
-// breaker counts consecutive failed Redis calls; threshold of them open
-// it, and only a successful probe closes it.
+// breaker counts consecutive failed Redis calls; threshold of them, the
+// first and the last at least a span apart, open it, and only a
+// successful probe closes it. The span keeps one slow round trip from
+// opening it: the calls that shared it (a pipeline of Admits) fail
+// together, within moments.
 type breaker struct {
 	threshold int64
 	fails     atomic.Int64
-	open      atomic.Bool
+
+	mu    sync.Mutex // guards the following field
+	first time.Time  // the first failure of the current run
+
+	open atomic.Bool
 }
 
 func (b *breaker) isOpen() bool { return b.open.Load() }
 func (b *breaker) success()     { b.fails.Store(0) }
 func (b *breaker) forceOpen()   { b.open.Store(true) }
 
-// failure records a failed call and reports whether it opened the breaker.
-func (b *breaker) failure() bool {
-	if b.fails.Add(1) < b.threshold {
+// failure records a call that failed at now and reports whether it opened
+// the breaker: threshold consecutive failures, the first at least span
+// before now.
+func (b *breaker) failure(now time.Time, span time.Duration) bool {
+	b.mu.Lock()
+	n := b.fails.Add(1)
+	if n == 1 || b.first.IsZero() {
+		b.first = now
+	}
+	first := b.first
+	b.mu.Unlock()
+	if n < b.threshold || now.Sub(first) < span {
 		return false
 	}
 	return b.open.CompareAndSwap(false, true)
@@ -40,6 +56,9 @@ func (b *breaker) failure() bool {
 
 // close closes the breaker and reports whether it was open.
 func (b *breaker) close() bool {
+	b.mu.Lock()
+	b.first = time.Time{}
+	b.mu.Unlock()
 	b.fails.Store(0)
 	return b.open.CompareAndSwap(true, false)
 }
@@ -67,13 +86,17 @@ func share(p pacing.Policy, live int) pacing.Policy {
 // at the replica's share of the rate, as a data plane's local fallback
 // does: the switch follows admissions Redis just made that this replica
 // cannot see, and a full local burst on top of them could release a
-// whole extra burst. The grants it debits are handed over to Redis when
-// it answers again.
+// whole extra burst. A bucket whose account had a queue in Redis (the
+// latest reservation this replica was granted departs later) starts that
+// far below empty: the queued requests dial during the outage, and the
+// local share must not admit beside them. The grants it debits are handed
+// over to Redis when it answers again.
 type fallback struct {
 	now func() time.Time
 
-	mu      sync.Mutex // guards the following field and every *localBucket
+	mu      sync.Mutex // guards the following fields and every *localBucket
 	buckets map[string]*localBucket
+	queued  map[string]time.Time // account -> the latest departure Redis granted here
 }
 
 type localBucket struct {
@@ -84,7 +107,24 @@ type localBucket struct {
 }
 
 func newFallback(now func() time.Time) *fallback {
-	return &fallback{now: now, buckets: map[string]*localBucket{}}
+	return &fallback{now: now, buckets: map[string]*localBucket{}, queued: map[string]time.Time{}}
+}
+
+// queue records that Redis granted a reservation of key departing at dep.
+func (f *fallback) queue(key string, dep time.Time) {
+	f.mu.Lock()
+	if dep.After(f.queued[key]) {
+		f.queued[key] = dep
+	}
+	f.mu.Unlock()
+}
+
+// pending reports whether some local bucket holds grants not yet handed
+// over.
+func (f *fallback) pending() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.buckets) > 0
 }
 
 func (f *fallback) admit(key string, p pacing.Policy, live int, now time.Time) store.Admission {
@@ -93,7 +133,15 @@ func (f *fallback) admit(key string, p pacing.Policy, live int, now time.Time) s
 	defer f.mu.Unlock()
 	lb := f.buckets[key]
 	if lb == nil {
-		lb = &localBucket{bucket: pacing.Restore(sh, pacing.State{Tokens: 0, Updated: now}), share: sh, pending: map[uint64]time.Time{}}
+		tokens := 0.0
+		if dep := f.queued[key]; dep.After(now) {
+			// The share's part of the queue: the fleet's queue is
+			// rate x (dep - now), this replica's share of it that
+			// times rate / live.
+			tokens = -dep.Sub(now).Minutes() * float64(sh.RatePerMinute)
+		}
+		delete(f.queued, key)
+		lb = &localBucket{bucket: pacing.Restore(sh, pacing.State{Tokens: tokens, Updated: now}), share: sh, pending: map[uint64]time.Time{}}
 		f.buckets[key] = lb
 	} else if lb.share != sh {
 		lb.bucket.SetPolicy(now, sh)
@@ -406,6 +454,12 @@ func (r *Store) Run(ctx context.Context) error {
 			r.syncClock(ctx)
 			r.register(ctx)
 			r.checkVersion(ctx)
+			if r.local.pending() {
+				// Calls that failed without opening the breaker were
+				// decided from the share: hand their grants over, and
+				// let the next such call start from an empty bucket.
+				r.handOverLocal(ctx)
+			}
 		case <-r.kick:
 			if !r.breaker.isOpen() {
 				r.checkVersion(ctx)

@@ -26,8 +26,14 @@ import (
 
 // Redis defaults.
 const (
-	// DefaultTimeout is the hard deadline of one Redis call.
+	// DefaultTimeout is the shortest deadline of one Redis call; the
+	// deadline follows observed latency above it (deadline.go).
 	DefaultTimeout = 100 * time.Millisecond
+	// DefaultMaxTimeout is the longest deadline of one Redis call.
+	DefaultMaxTimeout = time.Second
+	// answerMargin is kept of a caller's own deadline to answer it from
+	// the local share when Redis does not answer in time.
+	answerMargin = 30 * time.Millisecond
 	// DefaultBreakerFailures is how many consecutive failed Redis calls
 	// open the breaker.
 	DefaultBreakerFailures = 3
@@ -62,9 +68,14 @@ type Options struct {
 	// every replica decides on one clock with Redis's microsecond
 	// resolution.)
 	Now func() time.Time
-	// Timeout is the hard deadline of every Redis call. (Optional;
-	// default 100ms)
+	// Timeout is the shortest deadline of a Redis call: the deadline is
+	// 4 x the slowest call of the last 10 s, at least Timeout and at most
+	// MaxTimeout, and never past the caller's own deadline less 30 ms.
+	// (Optional; default 100ms)
 	Timeout time.Duration
+	// MaxTimeout is the longest deadline of a Redis call. (Optional;
+	// default 1s, or Timeout when that is longer)
+	MaxTimeout time.Duration
 	// BreakerFailures is how many consecutive failed calls open the
 	// breaker. (Optional; default 3)
 	BreakerFailures int
@@ -153,8 +164,9 @@ type Store struct {
 	defaults pacing.Policy
 	defRec   string // the default record, version 0
 	now      func() time.Time
-	clock    *redisClock // nil when Options.Now is set
-	timeout  time.Duration
+	clock    *redisClock   // nil when Options.Now is set
+	timeout  time.Duration // Options.Timeout: the shortest deadline, the probe's
+	deadline *deadline     // a call's deadline now
 	probe    time.Duration
 	tick     time.Duration
 	idleMs   int64
@@ -220,6 +232,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if r.timeout <= 0 {
 		r.timeout = DefaultTimeout
 	}
+	ceiling := opts.MaxTimeout
+	if ceiling <= 0 {
+		ceiling = DefaultMaxTimeout
+	}
+	r.deadline = newDeadline(r.timeout, ceiling)
 	if r.probe <= 0 {
 		r.probe = DefaultProbeEvery
 	}
@@ -253,7 +270,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	r.defRec = "0 " + encodeRecord(r.defaults, store.DefaultAdaptive)
 	r.replicas.Store(1)
 
-	client, addr, err := newClient(opts.URL, r.timeout)
+	client, addr, err := newClient(opts.URL, r.deadline.ceiling)
 	if err != nil {
 		return nil, fmt.Errorf("open redis store: %w", err)
 	}
@@ -443,46 +460,71 @@ func micros(t time.Time) int64 { return t.UnixMicro() }
 
 // call runs fn with the Redis deadline and keeps the breaker. It returns
 // errDegraded without calling fn while the breaker is open. A failure the
-// caller caused (its context ended) does not count against Redis.
+// caller caused (its context ended) does not count against Redis. The
+// deadline is the adaptive one (deadline.go), cut to leave answerMargin
+// of ctx's own deadline, so a caller is answered (from the local share)
+// before it gives up.
 func (r *Store) call(ctx context.Context, op string, fn func(ctx context.Context) error) error {
 	if r.breaker.isOpen() {
 		return errDegraded
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	limit := r.deadline.get()
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		limit = min(limit, max(left-answerMargin, left/2))
+	}
+	cctx, cancel := context.WithTimeout(ctx, limit)
 	start := time.Now()
 	err := fn(cctx)
 	cancel()
-	return r.settle(ctx, op, start, err)
+	return r.settle(ctx, op, start, limit, err)
 }
 
 // callPipelined is call for a batcher's calls, whose pipeline carries
-// the Redis deadline (one per pipeline, not one per call).
+// the Redis deadline (one per pipeline, not one per call). Only a caller
+// whose own deadline is nearer than the pipeline's gets a deadline of
+// its own (a timer), cut as call cuts it.
 func (r *Store) callPipelined(ctx context.Context, op string, fn func(ctx context.Context) error) error {
 	if r.breaker.isOpen() {
 		return errDegraded
 	}
+	limit := r.deadline.get()
+	cctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl); left-answerMargin < limit {
+			limit = max(left-answerMargin, left/2)
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithTimeout(ctx, limit)
+			defer cancel()
+		}
+	}
 	start := time.Now()
-	return r.settle(ctx, op, start, fn(ctx))
+	return r.settle(ctx, op, start, limit, fn(cctx))
 }
 
-// settle records the outcome of a call begun at start and keeps the
-// breaker.
-func (r *Store) settle(ctx context.Context, op string, start time.Time, err error) error {
-	r.metrics.observe(op, time.Since(start), err)
+// settle records the outcome of a call begun at start under deadline
+// limit, keeps the adaptive deadline and the breaker.
+func (r *Store) settle(ctx context.Context, op string, start time.Time, limit time.Duration, err error) error {
+	end := time.Now()
+	took := end.Sub(start)
+	r.metrics.observe(op, took, err)
 	if err == nil || errors.Is(err, redis.Nil) || answered(err) {
 		// Redis answered: an error it replied (a record that does not
 		// decode, a script's refusal) is the record's, never a reason
 		// to stop using Redis.
+		r.deadline.observe(end, took)
 		r.breaker.success()
 		return err
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if r.breaker.failure() {
+	r.deadline.observe(end, took) // at least the deadline it ran out of
+	if r.breaker.failure(end, r.timeout) {
 		r.metrics.breakerOpen()
 		r.log.Warn("redis unreachable; admitting from this replica's share of each policy until it answers",
-			"addr", r.addr, "op", op, "err", err, "timeout", r.timeout, "replicas", r.replicas.Load())
+			"addr", r.addr, "op", op, "err", err, "deadline", limit, "replicas", r.replicas.Load(),
+			"share", "rate and burst divided by the live replicas")
 	}
 	return fmt.Errorf("redis %s: %w", op, err)
 }
