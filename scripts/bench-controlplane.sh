@@ -22,7 +22,7 @@
 # two alternating so load drift on a shared machine hits both alike.
 #
 # Environment: BENCH_DURATION (default 2s), BENCH_ROUNDS (3), BENCH_INFLIGHT (1,16,64),
-# BENCH_ACCOUNTS (1,10000), BENCH_CONNS (1), BENCH_MODES (noop,admit,redis;
+# BENCH_ACCOUNTS (1,10000), BENCH_CONNS (1), BENCH_MEMORY_LIMIT (460MiB; off: Go's GC defaults), BENCH_MODES (noop,admit,redis;
 # without redis-server the redis mode is left out with a notice),
 # BENCH_PROFILE (a directory: both control planes serve --pprof and a CPU
 # profile of each is taken over the first BENCH_PROFILE_SECONDS (10) of the
@@ -69,6 +69,13 @@ umask 077
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/admin.token"
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/agent.token"
 
+# Both control planes run under the soft memory limit the deploy files give
+# them (0.9 of the pods' 512 MiB; the process takes it from the cgroup):
+# under a limit the control plane runs at GOGC=400, without one at Go's 100
+# (cmd/clodex-controlplane/memory.go), and a machine without a cgroup limit
+# would otherwise measure a configuration no deployment runs.
+MEMORY_LIMIT=${BENCH_MEMORY_LIMIT:-460MiB}
+
 # A free loopback port: bind :0, read it, release it.
 "$GO" build -trimpath -o "$work/freeport" ./bench/controlplane/freeport
 freeport() {
@@ -101,7 +108,7 @@ fi
 "$work/clodex-controlplane" --listen "$addr" --data-dir "$work/data" $(pprof_args memory) \
 	--admin-token-file "$work/admin.token" --agent-token-file "$work/agent.token" \
 	--bench-service --max-agent-accounts 100000 --default-rate 600 --default-burst 1000 --log-level warn \
-	2>"$work/server.log" &
+	--memory-limit "$MEMORY_LIMIT" 2>"$work/server.log" &
 server_pid=$!
 
 echo "control plane (memory store) on $addr (pid $server_pid)" >&2
@@ -125,7 +132,7 @@ if [[ ",$MODES," == *",redis,"* ]]; then
 		CLODEX_REDIS_URL="redis://$redis_addr" "$work/clodex-controlplane" --listen "$raddr" $(pprof_args redis) \
 			--admin-token-file "$work/admin.token" --agent-token-file "$work/agent.token" \
 			--bench-service --max-agent-accounts 100000 --default-rate 600 --default-burst 1000 --log-level warn \
-			2>"$work/redis-server.log" &
+			--memory-limit "$MEMORY_LIMIT" 2>"$work/redis-server.log" &
 		redis_server_pid=$!
 		redis_args=(--redis-addr "$raddr" --redis-server "$redis_addr" --redis-pid "$redis_pid" --clk-tck "$(getconf CLK_TCK)")
 		echo "control plane (Redis store, redis-server $(redis-server --version | awk '{print $3}') on $redis_addr) on $raddr (pid $redis_server_pid)" >&2
