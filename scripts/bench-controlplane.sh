@@ -104,8 +104,12 @@ if [[ -n "$PROFILE" ]]; then
 	client_profile=(--cpuprofile "$PROFILE/client.cpu.pprof")
 fi
 
-# shellcheck disable=SC2046 # pprof_args is empty or whole flags
-"$work/clodex-controlplane" --listen "$addr" --data-dir "$work/data" $(pprof_args memory) \
+# The flags are computed before the server starts in the background: a
+# command substitution on a backgrounded command runs in that background
+# job, and would record the pprof address only after it is read below.
+memory_pprof=$(pprof_args memory)
+# shellcheck disable=SC2086 # memory_pprof is empty or whole flags
+"$work/clodex-controlplane" --listen "$addr" --data-dir "$work/data" $memory_pprof \
 	--admin-token-file "$work/admin.token" --agent-token-file "$work/agent.token" \
 	--bench-service --max-agent-accounts 100000 --default-rate 600 --default-burst 1000 --log-level warn \
 	--memory-limit "$MEMORY_LIMIT" 2>"$work/server.log" &
@@ -128,8 +132,9 @@ if [[ ",$MODES," == *",redis,"* ]]; then
 			sleep 0.05
 		done
 		raddr="127.0.0.1:$(freeport)"
-		# shellcheck disable=SC2046 # pprof_args is empty or whole flags
-		CLODEX_REDIS_URL="redis://$redis_addr" "$work/clodex-controlplane" --listen "$raddr" $(pprof_args redis) \
+		redis_pprof=$(pprof_args redis)
+		# shellcheck disable=SC2086 # redis_pprof is empty or whole flags
+		CLODEX_REDIS_URL="redis://$redis_addr" "$work/clodex-controlplane" --listen "$raddr" $redis_pprof \
 			--admin-token-file "$work/admin.token" --agent-token-file "$work/agent.token" \
 			--bench-service --max-agent-accounts 100000 --default-rate 600 --default-burst 1000 --log-level warn \
 			--memory-limit "$MEMORY_LIMIT" 2>"$work/redis-server.log" &
