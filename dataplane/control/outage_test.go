@@ -38,26 +38,9 @@ func TestRedisOutageKeepsTheFleetRate(t *testing.T) {
 		outage = 30 * time.Second
 		window = 10 * time.Second
 	)
-	rs := redistest.Start(t)
 	var logs syncBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
-	base := controlplanetest.Options{RedisURL: rs.URL, RedisPrefix: "outage:", Logger: logger, Registerer: regA}
-	a := controlplanetest.Start(t, &base)
-	withTokens := base
-	withTokens.Tokens, withTokens.Registerer = a, regB
-	b := controlplanetest.Start(t, &withTokens)
-	admin := adminClient(a)
-	if _, err := admin.SetRate(t.Context(), &controlplanev1.SetRateRequest{Key: keyA, RatePerMinute: rate, Burst: proto.Int32(burst)}); err != nil {
-		t.Fatal(err)
-	}
-	var planes []*running
-	for _, id := range []string{"dp-1", "dp-2"} {
-		rec := newRecorder()
-		planes = append(planes, run(t, control.Config{
-			Target: a.Addr + "," + b.Addr, Token: a.AgentToken, AgentID: id, Accounts: []string{keyA}, Logger: rec.logger(),
-		}, rec))
-	}
+	f := startOutageFleet(t, "outage:", slog.New(slog.NewTextHandler(&logs, nil)), rate, burst)
+	rs, planes, regA, regB := f.redis, f.planes, f.regA, f.regB
 	eventually(t, "both data planes counted live by both replicas", func() bool {
 		for _, p := range planes {
 			if p.LiveAgents(keyA) != 2 {
@@ -154,6 +137,36 @@ func TestRedisOutageKeepsTheFleetRate(t *testing.T) {
 	}
 }
 
+// outageFleet is two control-plane replicas over one real redis-server
+// and two data planes balancing over both, keyA at rate/min and burst.
+type outageFleet struct {
+	redis      *redistest.Server
+	planes     []*running
+	regA, regB *prometheus.Registry // each replica's metrics
+}
+
+// startOutageFleet starts an outageFleet under the Redis key prefix; logger
+// (nil: discarded) receives both replicas' logs.
+func startOutageFleet(t *testing.T, prefix string, logger *slog.Logger, rate, burst int32) outageFleet {
+	t.Helper()
+	f := outageFleet{redis: redistest.Start(t), regA: prometheus.NewRegistry(), regB: prometheus.NewRegistry()}
+	base := controlplanetest.Options{RedisURL: f.redis.URL, RedisPrefix: prefix, Logger: logger, Registerer: f.regA}
+	a := controlplanetest.Start(t, &base)
+	withTokens := base
+	withTokens.Tokens, withTokens.Registerer = a, f.regB
+	b := controlplanetest.Start(t, &withTokens)
+	if _, err := adminClient(a).SetRate(t.Context(), &controlplanev1.SetRateRequest{Key: keyA, RatePerMinute: rate, Burst: proto.Int32(burst)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"dp-1", "dp-2"} {
+		rec := newRecorder()
+		f.planes = append(f.planes, run(t, control.Config{
+			Target: a.Addr + "," + b.Addr, Token: a.AgentToken, AgentID: id, Accounts: []string{keyA}, Logger: rec.logger(),
+		}, rec))
+	}
+	return f
+}
+
 // counter sums the counter name over the registries.
 func counter(t *testing.T, name string, regs ...*prometheus.Registry) float64 {
 	t.Helper()
@@ -241,23 +254,8 @@ func TestRedisBreakerUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CLODEX_BREAKER_RUN=%q: %v", spec, err)
 	}
-	rs := redistest.Start(t)
-	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
-	base := controlplanetest.Options{RedisURL: rs.URL, RedisPrefix: "busy:", Registerer: regA}
-	a := controlplanetest.Start(t, &base)
-	withTokens := base
-	withTokens.Tokens, withTokens.Registerer = a, regB
-	b := controlplanetest.Start(t, &withTokens)
-	if _, err := adminClient(a).SetRate(t.Context(), &controlplanev1.SetRateRequest{Key: keyA, RatePerMinute: 600, Burst: proto.Int32(10)}); err != nil {
-		t.Fatal(err)
-	}
-	var planes []*running
-	for _, id := range []string{"dp-1", "dp-2"} {
-		rec := newRecorder()
-		planes = append(planes, run(t, control.Config{
-			Target: a.Addr + "," + b.Addr, Token: a.AgentToken, AgentID: id, Accounts: []string{keyA}, Logger: rec.logger(),
-		}, rec))
-	}
+	f := startOutageFleet(t, "busy:", nil, 600, 10)
+	planes, regA, regB := f.planes, f.regA, f.regB
 	ctx, stop := context.WithTimeout(t.Context(), runFor)
 	defer stop()
 	var wg sync.WaitGroup
