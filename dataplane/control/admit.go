@@ -154,7 +154,11 @@ func (c *Client) ask(ctx context.Context, key string, m *accounts.Member) (*cont
 	if m != nil {
 		req.Member = m.Name
 	}
-	resp, err := c.api().admission.Admit(rctx, req)
+	api, viaShares := c.via()
+	resp, err := api.admission.Admit(rctx, req)
+	if err != nil && c.sharesInstead(viaShares, err) {
+		resp, err = c.shares.admission.Admit(rctx, req)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +250,12 @@ func (c *Client) cancelCentral(ctx context.Context, key, reservation string) {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	defer cancel()
-	resp, err := c.api().admission.Cancel(cctx, &controlplanev1.CancelRequest{Account: key, ReservationId: reservation})
+	api, viaShares := c.via()
+	req := &controlplanev1.CancelRequest{Account: key, ReservationId: reservation}
+	resp, err := api.admission.Cancel(cctx, req)
+	if err != nil && c.sharesInstead(viaShares, err) {
+		resp, err = c.shares.admission.Cancel(cctx, req)
+	}
 	if err != nil {
 		// The token stays spent until the bucket refills; nothing else
 		// depends on the refund.

@@ -289,6 +289,11 @@ func New(cfg Config) (*Client, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("new control-plane client: %w", err)
 	}
+	// The shares' connection carries no RPC until the shared store goes
+	// away, so it connects now (and never idles, below): api and
+	// answering ask whether it has a replica ready, which a connection
+	// left idle never would.
+	shareConn.Connect()
 	c := &Client{
 		conn:           conn,
 		stores:         newServices(conn),
@@ -389,6 +394,7 @@ func dial(cfg *Config, health string) (*grpc.ClientConn, error) {
 		cps, _ = ParseControlPlanes(cfg.Target) // checked by Validate
 	}
 	opts := append([]grpc.DialOption{
+		grpc.WithIdleTimeout(0), // a connection without RPCs stays connected (the shares' waits for an outage)
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(bearer.Credentials(cfg.Token)),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
