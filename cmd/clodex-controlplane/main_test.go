@@ -284,6 +284,8 @@ func TestRunBadInput(t *testing.T) {
 		{"positional", with("extra"), nil, `unexpected argument "extra"`},
 		{"nothing", nil, nil, "--data-dir is required (or CLODEX_DATA_DIR), or --redis; --admin-token-file or CLODEX_ADMIN_TOKEN is required; --agent-token-file or CLODEX_AGENT_TOKEN is required"},
 		{"redis timeout", with("--redis", "redis://127.0.0.1:1", "--redis-timeout", "0s"), nil, "--redis-timeout 0s is out of range; allowed 1ms..5s"},
+		{"redis max timeout below the shortest", with("--redis", "redis://127.0.0.1:1", "--redis-timeout", "200ms", "--redis-max-timeout", "150ms"), nil, "--redis-max-timeout 150ms is out of range; allowed --redis-timeout (200ms)..30s"},
+		{"redis max timeout too long", with("--redis", "redis://127.0.0.1:1", "--redis-max-timeout", "1m"), nil, "--redis-max-timeout 1m0s is out of range; allowed --redis-timeout (100ms)..30s"},
 		{"redis cold start", with("--redis", "redis://127.0.0.1:1", "--cold-start", "1m"), nil, "--cold-start applies to the memory store only"},
 		{"redis prefix", with("--redis", "redis://127.0.0.1:1", "--redis-prefix", "a b"), nil, `--redis-prefix "a b" is invalid`},
 		{"replica id", with("--redis", "redis://127.0.0.1:1", "--replica", "a b"), nil, `--replica "a b" has a byte 0x20 at 1`},
