@@ -119,7 +119,8 @@ type Broker struct {
 	refreshes          *prometheus.CounterVec
 	adopted            prometheus.Counter
 
-	flight singleflight.Group
+	flight   singleflight.Group
+	inflight inflight // the refreshes running, which Run waits for
 
 	mu      sync.Mutex           // guards backoff
 	backoff map[string]time.Time // per account: no new refresh attempt before this, after a transient failure
@@ -462,6 +463,11 @@ func (b *Broker) Token(ctx context.Context, key string, rejected codexauth.Secre
 		flightKey += ":" + hex.EncodeToString(sum[:8])
 	}
 	ch := b.flight.DoChan(flightKey, func() (any, error) {
+		// The refresh outlives a caller that gives up (a redeemed
+		// refresh token must be written back), bounded by its own
+		// deadline; Run waits for it.
+		b.inflight.start()
+		defer b.inflight.end()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultLeaseWait+refreshTimeout)
 		defer cancel()
 		return b.refresh(rctx, key, rejected)
@@ -571,13 +577,16 @@ func (b *Broker) refresh(ctx context.Context, key string, rejected codexauth.Sec
 
 // Run refreshes every login ahead of its expiry, every Options.Tick, until
 // ctx ends. Every replica runs it; the lease makes one of them redeem each
-// refresh token and the others adopt the result.
+// refresh token and the others adopt the result. When ctx ends it waits
+// for the refreshes still running (those Token started too), each bounded
+// by its own deadline, so nothing writes the logins after it returns.
 func (b *Broker) Run(ctx context.Context) error {
 	t := time.NewTicker(b.tick)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			b.inflight.wait()
 			return nil
 		case <-t.C:
 			b.refreshDue(ctx)

@@ -22,6 +22,8 @@
 // canary.go holds the key canary: CheckKey refuses a key that does not
 // open the store's sign-ins (a replica started with another key), and
 // RotateKey re-seals every sign-in under a new key without a refresh.
+// inflight.go counts the refreshes running, which outlive callers that
+// give up and which Run waits for before it returns.
 // Tokens never reach logs, metrics or errors.
 //
 // The behaviour is specified in docs/credentials.md §8 (the key, signing
